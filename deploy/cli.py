@@ -1,0 +1,68 @@
+"""The `petrel` command: `up`, `openapi`, `bench`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from deploy.plan import UpOptions
+
+
+def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    d = UpOptions()
+    p = sub.add_parser("up", help="start the whole cluster on this machine (Ctrl-C stops it)")
+    p.add_argument("--data-dir", type=Path, default=d.data_dir, help="data, logs and run state (default: ./data)")
+    p.add_argument("--brokers", type=int, default=d.brokers, help="how many brokers (default: 1)")
+    p.add_argument("--nameservers", type=int, default=d.nameservers, help="how many nameservers (default: 1)")
+    p.add_argument("--host", default=d.host, help="the gateway's bind address (default: 127.0.0.1)")
+    p.add_argument("--gateway-port", type=int, default=d.gateway_port)
+    p.add_argument("--nameserver-port", type=int, default=d.nameserver_port, help="the first nameserver's port")
+    p.add_argument("--broker-port", type=int, default=d.broker_port, help="the first broker's port (+1 per broker)")
+    p.add_argument("--timer-port", type=int, default=d.timer_port)
+    p.add_argument("--txcheck-port", type=int, default=d.txcheck_port)
+    p.add_argument("--redis-url", default=None, help="use this Redis instead of finding or starting one")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="petrel", description="Petrel: a message queue over plain HTTP.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _up_parser(sub)
+    o = sub.add_parser("openapi", help="write the services' OpenAPI specs to openapi/")
+    o.add_argument("--check", action="store_true", help="only check; exit 1 when a committed spec is stale")
+    o.add_argument("--dir", type=Path, default=Path("openapi"))
+    b = sub.add_parser("bench", help="run the benchmark harness (same as `make bench`)")
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+
+    if args.command == "up":
+        from deploy.up import up
+
+        options = UpOptions(
+            data_dir=args.data_dir,
+            brokers=args.brokers,
+            nameservers=args.nameservers,
+            host=args.host,
+            gateway_port=args.gateway_port,
+            nameserver_port=args.nameserver_port,
+            broker_port=args.broker_port,
+            timer_port=args.timer_port,
+            txcheck_port=args.txcheck_port,
+        )
+        sys.exit(up(options, args.redis_url))
+    if args.command == "openapi":
+        from deploy.openapi import stale_specs, write_specs
+
+        if args.check:
+            stale = stale_specs(args.dir)
+            if stale:
+                sys.exit(f"stale OpenAPI specs in {args.dir}: {', '.join(stale)}; run `make openapi`")
+            print("OpenAPI specs are up to date")
+            return
+        written = write_specs(args.dir)
+        print(f"wrote {', '.join(written)}" if written else "OpenAPI specs are up to date")
+        return
+    if args.command == "bench":
+        from bench.__main__ import main as bench_main
+
+        bench_main(args.rest)

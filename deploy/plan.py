@@ -1,0 +1,89 @@
+"""ClusterPlan: which processes `petrel up` starts, on which ports, with which settings.
+
+Each child is `python -m <module>` configured only through `PETREL_*`
+environment variables, exactly as one would run it by hand or in a container.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class UpOptions:
+    data_dir: Path = Path("data")
+    brokers: int = 1
+    nameservers: int = 1
+    host: str = "127.0.0.1"
+    gateway_port: int = 8080
+    nameserver_port: int = 9876
+    broker_port: int = 10911
+    timer_port: int = 10931
+    txcheck_port: int = 10941
+    startup_timeout: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    name: str
+    module: str
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def broker_name(index: int) -> str:
+    """broker-a, broker-b, ..., broker-z, broker-aa, ..."""
+    letters = string.ascii_lowercase
+    suffix = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        suffix = letters[rest] + suffix
+    return f"broker-{suffix}"
+
+
+def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
+    """In start order: nameservers, brokers, timer, txcheck, gateway."""
+    if options.brokers < 1 or options.nameservers < 1:
+        raise ValueError("a cluster needs at least one nameserver and one broker")
+    nameservers = [f"127.0.0.1:{options.nameserver_port + i}" for i in range(options.nameservers)]
+    shared = {
+        "PETREL_DATA_DIR": str(options.data_dir),
+        "PETREL_NAMESERVERS": ",".join(nameservers),
+        "PETREL_REDIS_URL": redis_url,
+    }
+    specs = [
+        ProcessSpec(
+            f"nameserver-{i}" if options.nameservers > 1 else "nameserver",
+            "services.nameserver",
+            options.nameserver_port + i,
+            shared | {"PETREL_NAMESERVER_PORT": str(options.nameserver_port + i)},
+        )
+        for i in range(options.nameservers)
+    ]
+    for i in range(options.brokers):
+        port = options.broker_port + i
+        env = shared | {"PETREL_BROKER_PORT": str(port), "PETREL_BROKER_BROKER_NAME": broker_name(i)}
+        specs.append(ProcessSpec(broker_name(i), "services.broker", port, env))
+    specs.append(
+        ProcessSpec("timer", "services.timer", options.timer_port, shared | _port("TIMER", options.timer_port))
+    )
+    specs.append(
+        ProcessSpec(
+            "txcheck", "services.txcheck", options.txcheck_port, shared | _port("TXCHECK", options.txcheck_port)
+        )
+    )
+    gateway_env = shared | _port("GATEWAY", options.gateway_port) | {"PETREL_GATEWAY_HOST": options.host}
+    specs.append(ProcessSpec("gateway", "gateway", options.gateway_port, gateway_env, host=options.host))
+    return specs
+
+
+def _port(service: str, port: int) -> dict[str, str]:
+    return {f"PETREL_{service}_PORT": str(port)}

@@ -1,0 +1,51 @@
+"""Finding the Redis that Celery and idempotency keys use, or starting a private one.
+
+DESIGN section 5: use redis://127.0.0.1:6379/0 when it answers; else start a
+private `redis-server` when one is installed; else stop with a clear message.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from pathlib import Path
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class RedisNotAvailable(RuntimeError):
+    pass
+
+
+def redis_answers(host: str, port: int, timeout: float = 0.5) -> bool:
+    """True when something at host:port answers PING like Redis."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(b"PING\r\n")
+            reply = sock.recv(64)
+    except OSError:
+        return False
+    return reply.startswith((b"+PONG", b"-NOAUTH"))
+
+
+def private_redis_command(port: int, data_dir: Path) -> list[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RedisNotAvailable(
+            "no Redis answers on 127.0.0.1:6379 and no redis-server is installed: "
+            "install Redis (e.g. `apt-get install redis-server`) or set PETREL_REDIS_URL to a running one"
+        )
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(data_dir),
+    ]

@@ -1,0 +1,186 @@
+"""Supervisor: starts the cluster's processes, watches them, and stops them all.
+
+- Children start in plan order; each must answer `/healthz` before the next
+  starts, so brokers find their nameservers and the gateway finds brokers.
+- Each child runs in its own session (Ctrl-C reaches only the supervisor, which
+  then stops children in reverse order: SIGTERM, then SIGKILL after a grace
+  period) and, on Linux, is sent SIGTERM if the supervisor itself dies.
+- A child that exits is reported with the tail of its log, never hidden.
+- `<data>/run/cluster.json` lists the live processes for tools and tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from deploy.plan import ProcessSpec
+
+GRACE_SECONDS = 10.0
+
+
+class StartupFailed(RuntimeError):
+    pass
+
+
+@dataclass(slots=True)
+class Child:
+    spec: ProcessSpec
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    reported: bool = False
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join("    " + line for line in text[-lines:])
+
+
+class Supervisor:
+    def __init__(self, data_dir: Path, say: Callable[[str], None] = print) -> None:
+        self.data_dir = data_dir
+        self.log_dir = data_dir / "logs"
+        self.state_file = data_dir / "run" / "cluster.json"
+        self.children: list[Child] = []
+        self.say = say
+        self.stopping = threading.Event()
+
+    def check_ports(self, specs: list[ProcessSpec]) -> None:
+        busy = [f"{s.name} :{s.port}" for s in specs if port_in_use(s.host, s.port)]
+        if busy:
+            raise StartupFailed(
+                "ports already in use: " + ", ".join(busy) + " (is another `petrel up` running? see --help for ports)"
+            )
+
+    def start(self, spec: ProcessSpec, command: list[str] | None = None, health_path: str | None = "/healthz") -> Child:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{spec.name}.log"
+        log_file: IO[bytes] = log_path.open("ab")
+        env = os.environ | spec.env | {"PYTHONUNBUFFERED": "1"}
+        argv = command or [sys.executable, "-m", spec.module]
+        process = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - the supervisor starts children from one thread
+        )
+        log_file.close()
+        child = Child(spec, process, log_path)
+        self.children.append(child)
+        self._write_state()
+        self._wait_ready(child, health_path)
+        return child
+
+    def _wait_ready(self, child: Child, health_path: str | None, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            if child.process.poll() is not None:
+                child.reported = True
+                raise StartupFailed(
+                    f"{child.spec.name} exited with code {child.process.returncode} while starting; "
+                    f"its log ({child.log_path}):\n{log_tail(child.log_path)}"
+                )
+            if self._answers(child.spec, health_path):
+                return
+            time.sleep(0.1)
+        if self.stopping.is_set():
+            raise StartupFailed("stopped while starting")
+        raise StartupFailed(f"{child.spec.name} did not become healthy in {timeout:.0f} s; see {child.log_path}")
+
+    @staticmethod
+    def _answers(spec: ProcessSpec, health_path: str | None) -> bool:
+        if health_path is None:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", spec.port), timeout=0.2):
+                return True
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{spec.port}{health_path}", timeout=1) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def watch(self, poll_seconds: float = 0.5) -> None:
+        """Until `stopping` is set: report any child that exits."""
+        while not self.stopping.wait(poll_seconds):
+            for child in self.children:
+                if not child.reported and child.process.poll() is not None:
+                    child.reported = True
+                    self.say(
+                        f"[petrel] {child.spec.name} (pid {child.process.pid}) exited with code "
+                        f"{child.process.returncode}; last lines of {child.log_path}:\n{log_tail(child.log_path)}"
+                    )
+                    self._write_state()
+            if self.children and all(c.process.poll() is not None for c in self.children):
+                self.say("[petrel] every process has exited; stopping")
+                return
+
+    def stop_all(self) -> None:
+        for child in reversed(self.children):
+            if child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+                self._wait_gone(child)
+        self.children.clear()
+        with contextlib.suppress(FileNotFoundError):
+            self.state_file.unlink()
+
+    def _wait_gone(self, child: Child) -> None:
+        try:
+            child.process.wait(GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.say(f"[petrel] {child.spec.name} did not stop in {GRACE_SECONDS:.0f} s; killing it")
+            child.process.kill()
+            child.process.wait()
+
+    def _write_state(self) -> None:
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        state = {
+            "supervisor_pid": os.getpid(),
+            "processes": [
+                {
+                    "name": c.spec.name,
+                    "pid": c.process.pid,
+                    "url": c.spec.url,
+                    "log": str(c.log_path),
+                    "running": c.process.poll() is None,
+                }
+                for c in self.children
+            ],
+        }
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.replace(self.state_file)

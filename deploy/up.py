@@ -1,0 +1,61 @@
+"""`petrel up`: the whole cluster on this machine, each service its own process."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+
+from deploy.plan import ProcessSpec, UpOptions, plan_cluster
+from deploy.redis_server import DEFAULT_REDIS_URL, RedisNotAvailable, private_redis_command, redis_answers
+from deploy.supervisor import StartupFailed, Supervisor, port_in_use
+
+
+def up(options: UpOptions, redis_url: str | None) -> int:
+    supervisor = Supervisor(options.data_dir)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        supervisor.stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        url = redis_url or _redis(supervisor, options)
+        specs = plan_cluster(options, url)
+        supervisor.check_ports(specs)
+        for spec in specs:
+            print(f"[petrel] starting {spec.name} on {spec.url} ...", flush=True)
+            supervisor.start(spec)
+    except (StartupFailed, RedisNotAvailable, ValueError) as exc:
+        print(f"[petrel] could not start the cluster: {exc}", file=sys.stderr, flush=True)
+        supervisor.stop_all()
+        return 1
+    _print_urls(specs, options, url)
+    supervisor.watch()
+    print("[petrel] stopping ...", flush=True)
+    supervisor.stop_all()
+    print("[petrel] stopped", flush=True)
+    return 0
+
+
+def _redis(supervisor: Supervisor, options: UpOptions) -> str:
+    if redis_answers("127.0.0.1", 6379):
+        return DEFAULT_REDIS_URL
+    port = 6390
+    while port_in_use("127.0.0.1", port):
+        port += 1
+    command = private_redis_command(port, options.data_dir / "redis")
+    print(f"[petrel] no Redis on 127.0.0.1:6379; starting a private redis-server on :{port}", flush=True)
+    supervisor.start(ProcessSpec("redis", "", port), command=command, health_path=None)
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def _print_urls(specs: list[ProcessSpec], options: UpOptions, redis_url: str) -> None:
+    print("\nPetrel is up.", flush=True)
+    for spec in specs:
+        print(f"  {spec.name:12} {spec.url}", flush=True)
+    print(f"  {'redis':12} {redis_url}")
+    print(f"\n  API docs:  http://{options.host}:{options.gateway_port}/docs")
+    print(f"  logs:      {options.data_dir / 'logs'}/")
+    print(f"  try:       curl -X PUT http://{options.host}:{options.gateway_port}/v1/topics/orders")
+    print("\nCtrl-C stops every process.", flush=True)

@@ -1,0 +1,1 @@
+"""The gateway: Petrel's public `/v1` HTTP API."""

@@ -1,0 +1,9 @@
+"""`python -m gateway`: run the gateway with settings from the environment."""
+
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from libs.http.serve import serve
+
+if __name__ == "__main__":
+    settings = GatewaySettings()
+    serve(create_app(settings), settings)

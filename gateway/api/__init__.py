@@ -1,0 +1,1 @@
+"""The gateway's `/v1` routers, one module per resource."""

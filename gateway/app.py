@@ -1,0 +1,62 @@
+"""`create_app(settings)`: the gateway, Petrel's public HTTP API."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+
+from gateway.api import topics
+from gateway.brokers import BrokerClient
+from gateway.context import GatewayContext, gateway_context
+from gateway.nameserver import NameserverClient
+from gateway.routes import RouteCache
+from gateway.settings import GatewaySettings
+from libs.errors import PetrelError
+from libs.http.app import service_app
+from libs.http.client import ClientOptions, InternalClient
+
+DESCRIPTION = """\
+Petrel is a message queue you use over plain HTTP.
+
+Errors are RFC 9457 `application/problem+json` documents whose `type` is stable
+per kind of error (`https://petrel.dev/problems/<slug>`).
+"""
+
+
+def create_app(settings: GatewaySettings) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
+        token = settings.internal_token.get_secret_value() if settings.internal_token else None
+        options = ClientOptions(token=token, timeout=settings.broker_timeout_seconds)
+        async with InternalClient(options) as client:
+            nameservers = NameserverClient(client, settings.nameservers)
+            context = GatewayContext(
+                settings=settings,
+                nameservers=nameservers,
+                routes=RouteCache(nameservers, settings.route_refresh_seconds),
+                brokers=BrokerClient(client),
+            )
+            yield {"gateway": context}
+
+    async def readiness(request: Request) -> dict[str, str]:
+        ctx = gateway_context(request)
+        try:
+            listing = await ctx.nameservers.clusters()
+        except PetrelError as exc:
+            return {"nameservers": exc.detail}
+        brokers = sum(len(c.brokers) for c in listing.clusters)
+        return {"nameservers": "ok", "brokers": "ok" if brokers else "no broker is registered"}
+
+    app = service_app(
+        "gateway",
+        settings,
+        lifespan=lifespan,
+        readiness=readiness,
+        public=True,
+        max_body_bytes=settings.max_body_bytes,
+        description=DESCRIPTION,
+    )
+    app.include_router(topics.router)
+    return app

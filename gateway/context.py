@@ -1,0 +1,28 @@
+"""GatewayContext: what the gateway's handlers use, opened in its lifespan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, cast
+
+from fastapi import Depends, Request
+
+from gateway.brokers import BrokerClient
+from gateway.nameserver import NameserverClient
+from gateway.routes import RouteCache
+from gateway.settings import GatewaySettings
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayContext:
+    settings: GatewaySettings
+    nameservers: NameserverClient
+    routes: RouteCache
+    brokers: BrokerClient
+
+
+def gateway_context(request: Request) -> GatewayContext:
+    return cast(GatewayContext, request.state.gateway)
+
+
+Context = Annotated[GatewayContext, Depends(gateway_context)]

@@ -1,0 +1,21 @@
+"""Gateway settings (env prefix `PETREL_GATEWAY_`)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from libs.settings import ServiceSettings
+from libs.topic import DEFAULT_QUEUES
+
+
+class GatewaySettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="PETREL_GATEWAY_", extra="ignore")
+
+    port: int = 8080
+    cluster: str = Field(default="DefaultCluster", description="where new topics are created")
+    route_refresh_seconds: float = Field(default=30.0, gt=0)
+    default_queues: int = Field(default=DEFAULT_QUEUES, ge=1)
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    auto_create_topics: bool = True
+    broker_timeout_seconds: float = Field(default=5.0, gt=0)

@@ -1,0 +1,257 @@
+"""The binary record codec: one format for CommitLog records and internal hot-path bodies.
+
+Every integer is big-endian. A record is self-delimiting (it starts with its own
+length), so a batch is simply records laid end to end.
+
+Message record::
+
+    offset  size  field                         type
+    ------  ----  ----------------------------  -------------------------------------
+         0     4  total_size                    int32, the whole record, this field included
+         4     4  magic                         uint32, MESSAGE_MAGIC
+         8     4  crc                           uint32, CRC32 of bytes [12, total_size)
+        12     4  queue_id                      int32
+        16     4  flag                          int32, the producer's opaque flag
+        20     8  queue_offset                  int64, index in the ConsumeQueue
+        28     8  physical_offset               int64, CommitLog offset of this record
+        36     4  sysflag                       int32, see libs.message.SysFlag
+        40     8  born_timestamp                int64, ms since the epoch
+        48    20  born_host                     16-byte IPv6 (IPv4 is ::ffff:a.b.c.d) + uint32 port
+        68     8  store_timestamp               int64, ms since the epoch
+        76    20  store_host                    as born_host
+        96     4  reconsume_times               int32
+       100     8  prepared_transaction_offset   int64
+       108     4  body_length                   int32
+       112     B  body                          bytes
+     112+B     2  topic_length                  uint16
+     114+B     T  topic                         UTF-8
+   114+B+T     2  properties_length             uint16
+   116+B+T     P  properties                    UTF-8, "key\\x01value\\x02" repeated
+
+Blank filler (ends a CommitLog segment whose free space cannot hold the next record)::
+
+         0     4  total_size                    int32, bytes from here to the segment's end
+         4     4  magic                         uint32, BLANK_MAGIC
+
+The CRC covers everything after the crc field, so a torn or altered header is
+caught as surely as a torn body. `stamp_record` rewrites the broker-assigned
+fields of an encoded record in place and refreshes the CRC, so the broker never
+decodes and re-encodes what the gateway sent.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+from typing import Final
+
+from libs.errors import CorruptRecord, InvalidMessage
+from libs.message import MessageRecord
+
+MESSAGE_MAGIC: Final = 0xDAA320A7
+BLANK_MAGIC: Final = 0xCBD43194
+
+HEADER: Final = struct.Struct(">iIIiiqqiq20sq20siqi")
+LENGTH_MAGIC: Final = struct.Struct(">iI")
+STAMP_OFFSETS: Final = struct.Struct(">qq")
+STAMP_STORE: Final = struct.Struct(">q20s")
+U16: Final = struct.Struct(">H")
+U32: Final = struct.Struct(">I")
+
+assert HEADER.size == 112, HEADER.size
+assert LENGTH_MAGIC.size == 8
+assert STAMP_OFFSETS.size == 16  # queue_offset, physical_offset: bytes [20, 36)
+assert STAMP_STORE.size == 28  # store_timestamp, store_host: bytes [68, 96)
+
+CRC_START: Final = 12
+STAMP_OFFSETS_START: Final = 20
+STAMP_STORE_START: Final = 68
+BODY_START: Final = HEADER.size
+MIN_RECORD_SIZE: Final = HEADER.size + U16.size * 2
+BLANK_MIN_SIZE: Final = LENGTH_MAGIC.size
+
+MAX_BODY_SIZE: Final = 4 * 1024 * 1024
+MAX_TOPIC_BYTES: Final = 255
+MAX_PROPERTIES_BYTES: Final = 32 * 1024
+MAX_RECORD_SIZE: Final = MIN_RECORD_SIZE + MAX_BODY_SIZE + MAX_TOPIC_BYTES + MAX_PROPERTIES_BYTES
+
+NAME_VALUE_SEPARATOR: Final = "\x01"
+PROPERTY_SEPARATOR: Final = "\x02"
+
+
+@lru_cache(maxsize=4096)
+def pack_host(host: str) -> bytes:
+    """'ip:port' (IPv6 as '[ip]:port') to 20 bytes."""
+    address, sep, port = host.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InvalidMessage(f"host {host!r} is not 'address:port'")
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError as exc:
+        raise InvalidMessage(f"host {host!r} has no valid IP address") from exc
+    packed = ip.packed if ip.version == 6 else b"\x00" * 10 + b"\xff\xff" + ip.packed
+    return packed + U32.pack(int(port))
+
+
+@lru_cache(maxsize=4096)
+def unpack_host(raw: bytes) -> str:
+    ip = ipaddress.IPv6Address(raw[:16])
+    port = U32.unpack_from(raw, 16)[0]
+    if ip.ipv4_mapped is not None:
+        return f"{ip.ipv4_mapped}:{port}"
+    return f"[{ip}]:{port}"
+
+
+def encode_properties(properties: Mapping[str, str]) -> bytes:
+    for name, value in properties.items():
+        for text in (name, value):
+            if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+                raise InvalidMessage(f"property {name!r} contains a reserved control character (\\x01 or \\x02)")
+        if not name:
+            raise InvalidMessage("a property name is empty")
+    return "".join(f"{n}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for n, v in properties.items()).encode()
+
+
+def decode_properties(raw: bytes) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for pair in raw.decode().split(PROPERTY_SEPARATOR):
+        if pair:
+            name, _, value = pair.partition(NAME_VALUE_SEPARATOR)
+            result[name] = value
+    return result
+
+
+def encode_record(record: MessageRecord) -> bytes:
+    """Encode one message; raises InvalidMessage for what the format cannot hold."""
+    body = record.body
+    topic = record.topic.encode()
+    properties = encode_properties(record.properties)
+    if len(body) > MAX_BODY_SIZE:
+        raise InvalidMessage(f"body is {len(body)} bytes; the limit is {MAX_BODY_SIZE}")
+    if not topic or len(topic) > MAX_TOPIC_BYTES:
+        raise InvalidMessage(f"topic must be 1 to {MAX_TOPIC_BYTES} bytes")
+    if len(properties) > MAX_PROPERTIES_BYTES:
+        raise InvalidMessage(f"properties are {len(properties)} bytes encoded; the limit is {MAX_PROPERTIES_BYTES}")
+    total = MIN_RECORD_SIZE + len(body) + len(topic) + len(properties)
+    header = HEADER.pack(
+        total,
+        MESSAGE_MAGIC,
+        0,
+        record.queue_id,
+        record.flag,
+        record.queue_offset,
+        record.physical_offset,
+        record.sysflag,
+        record.born_timestamp,
+        pack_host(record.born_host),
+        record.store_timestamp,
+        pack_host(record.store_host),
+        record.reconsume_times,
+        record.prepared_transaction_offset,
+        len(body),
+    )
+    buf = bytearray(b"".join((header, body, U16.pack(len(topic)), topic, U16.pack(len(properties)), properties)))
+    U32.pack_into(buf, 8, zlib.crc32(memoryview(buf)[CRC_START:]))
+    return bytes(buf)
+
+
+def stamp_record(
+    buf: bytearray | memoryview,
+    offset: int,
+    *,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    store_host: str,
+) -> None:
+    """Write the broker-assigned fields of the record at `offset` and refresh its CRC."""
+    total = LENGTH_MAGIC.unpack_from(buf, offset)[0]
+    STAMP_OFFSETS.pack_into(buf, offset + STAMP_OFFSETS_START, queue_offset, physical_offset)
+    STAMP_STORE.pack_into(buf, offset + STAMP_STORE_START, store_timestamp, pack_host(store_host))
+    U32.pack_into(buf, offset + 8, zlib.crc32(memoryview(buf)[offset + CRC_START : offset + total]))
+
+
+def encode_blank(size: int) -> bytes:
+    if size < BLANK_MIN_SIZE:
+        raise ValueError(f"a blank filler needs at least {BLANK_MIN_SIZE} bytes, got {size}")
+    return LENGTH_MAGIC.pack(size, BLANK_MAGIC) + b"\x00" * (size - BLANK_MIN_SIZE)
+
+
+def record_size(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[int, bool]:
+    """(total_size, is_blank) of the record at `offset`, checking only length and magic."""
+    if len(buf) - offset < LENGTH_MAGIC.size:
+        raise CorruptRecord(offset, f"only {len(buf) - offset} bytes left, a record header needs 8")
+    total, magic = LENGTH_MAGIC.unpack_from(buf, offset)
+    if magic == BLANK_MAGIC:
+        if total < BLANK_MIN_SIZE or offset + total > len(buf):
+            raise CorruptRecord(offset, f"blank filler claims {total} bytes, {len(buf) - offset} are there")
+        return total, True
+    if magic != MESSAGE_MAGIC:
+        raise CorruptRecord(offset, f"bad magic code 0x{magic:08x}")
+    if not MIN_RECORD_SIZE <= total <= MAX_RECORD_SIZE:
+        raise CorruptRecord(offset, f"record length {total} is outside [{MIN_RECORD_SIZE}, {MAX_RECORD_SIZE}]")
+    if offset + total > len(buf):
+        raise CorruptRecord(offset, f"record claims {total} bytes, only {len(buf) - offset} are there (torn write?)")
+    return total, False
+
+
+def decode_record(buf: bytes | bytearray | memoryview, offset: int = 0, *, verify_crc: bool = True) -> MessageRecord:
+    """Decode the message record at `offset`; CorruptRecord names exactly what is wrong."""
+    total, blank = record_size(buf, offset)
+    if blank:
+        raise CorruptRecord(offset, "expected a message record, found a blank filler")
+    view = memoryview(buf)[offset : offset + total]
+    fields = HEADER.unpack_from(view)
+    if verify_crc:
+        actual = zlib.crc32(view[CRC_START:])
+        if actual != fields[2]:
+            raise CorruptRecord(offset, f"CRC mismatch: stored 0x{fields[2]:08x}, computed 0x{actual:08x}")
+    body_len = fields[14]
+    pos = BODY_START + body_len
+    if body_len < 0 or pos + U16.size > total:
+        raise CorruptRecord(offset, f"body length {body_len} overruns the record of {total} bytes")
+    topic_len = U16.unpack_from(view, pos)[0]
+    props_pos = pos + U16.size + topic_len
+    if props_pos + U16.size > total:
+        raise CorruptRecord(offset, f"topic length {topic_len} overruns the record")
+    props_len = U16.unpack_from(view, props_pos)[0]
+    if props_pos + U16.size + props_len != total:
+        raise CorruptRecord(offset, f"field lengths add up to {props_pos + U16.size + props_len}, record says {total}")
+    try:
+        topic = bytes(view[pos + U16.size : props_pos]).decode()
+        properties = decode_properties(bytes(view[props_pos + U16.size : total]))
+    except UnicodeDecodeError as exc:
+        raise CorruptRecord(offset, f"topic or properties are not UTF-8: {exc}") from exc
+    return MessageRecord(
+        topic=topic,
+        body=bytes(view[BODY_START : BODY_START + body_len]),
+        queue_id=fields[3],
+        flag=fields[4],
+        properties=properties,
+        sysflag=fields[7],
+        born_timestamp=fields[8],
+        born_host=unpack_host(fields[9]),
+        store_timestamp=fields[10],
+        store_host=unpack_host(fields[11]),
+        reconsume_times=fields[12],
+        prepared_transaction_offset=fields[13],
+        queue_offset=fields[5],
+        physical_offset=fields[6],
+    )
+
+
+def encode_batch(records: list[MessageRecord]) -> bytes:
+    """Records laid end to end: the body of a batch put or a pull answer."""
+    return b"".join(encode_record(r) for r in records)
+
+
+def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[MessageRecord]:
+    """Decode records laid end to end; raises CorruptRecord at the first bad one."""
+    offset = 0
+    while offset < len(buf):
+        record = decode_record(buf, offset)
+        yield record
+        offset += LENGTH_MAGIC.unpack_from(buf, offset)[0]

@@ -1,0 +1,160 @@
+"""Petrel's one exception tree; each class is a stable RFC 9457 problem type.
+
+    PetrelError                        500 internal-error
+     ├── InvalidRequest                400 invalid-request
+     │    ├── MalformedBody            400 malformed-body
+     │    ├── InvalidTopicName         400 invalid-topic-name
+     │    ├── ReservedTopicName        400 reserved-topic-name
+     │    └── InvalidMessage           400 invalid-message
+     ├── Unauthorized                  401 unauthorized
+     ├── NotFound                      404 not-found
+     │    ├── TopicNotFound            404 topic-not-found
+     │    └── BrokerNotFound           404 broker-not-found
+     ├── PayloadTooLarge               413 payload-too-large
+     ├── ValidationFailed              422 validation-failed
+     ├── CorruptRecord                 500 corrupt-record
+     ├── UpstreamError                 502 upstream-error
+     └── ServiceUnavailable            503 service-unavailable
+          ├── NameserverUnavailable    503 nameserver-unavailable
+          └── BrokerUnavailable        503 broker-unavailable
+
+A service raises these; `libs.problem` turns them into problem+json in one
+place, and `libs.http.client` turns a downstream service's problem+json back
+into the same class, so an error crosses service boundaries unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+PROBLEM_TYPE_BASE = "https://petrel.dev/problems/"
+
+
+class PetrelError(Exception):
+    status: ClassVar[int] = 500
+    slug: ClassVar[str] = "internal-error"
+    title: ClassVar[str] = "Internal error"
+    by_slug: ClassVar[dict[str, type[PetrelError]]] = {}
+
+    def __init__(self, detail: str, **extensions: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extensions = extensions
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.slug in PetrelError.by_slug:
+            raise TypeError(f"problem slug {cls.slug!r} is used twice")
+        PetrelError.by_slug[cls.slug] = cls
+
+    @classmethod
+    def rebuild(cls, detail: str, extensions: dict[str, Any]) -> PetrelError:
+        """The exception a peer described in its problem+json, raised again on this side."""
+        exc = cls.__new__(cls)
+        PetrelError.__init__(exc, detail, **extensions)
+        return exc
+
+    @classmethod
+    def problem_type(cls) -> str:
+        return PROBLEM_TYPE_BASE + cls.slug
+
+    @staticmethod
+    def from_problem_type(problem_type: str) -> type[PetrelError] | None:
+        if not problem_type.startswith(PROBLEM_TYPE_BASE):
+            return None
+        return PetrelError.by_slug.get(problem_type.removeprefix(PROBLEM_TYPE_BASE))
+
+
+PetrelError.by_slug[PetrelError.slug] = PetrelError
+
+
+class InvalidRequest(PetrelError):
+    status = 400
+    slug = "invalid-request"
+    title = "Invalid request"
+
+
+class MalformedBody(InvalidRequest):
+    slug = "malformed-body"
+    title = "Malformed request body"
+
+
+class InvalidTopicName(InvalidRequest):
+    slug = "invalid-topic-name"
+    title = "Invalid topic name"
+
+
+class ReservedTopicName(InvalidRequest):
+    slug = "reserved-topic-name"
+    title = "Reserved topic name"
+
+
+class InvalidMessage(InvalidRequest):
+    slug = "invalid-message"
+    title = "Invalid message"
+
+
+class Unauthorized(PetrelError):
+    status = 401
+    slug = "unauthorized"
+    title = "Unauthorized"
+
+
+class NotFound(PetrelError):
+    status = 404
+    slug = "not-found"
+    title = "Not found"
+
+
+class TopicNotFound(NotFound):
+    slug = "topic-not-found"
+    title = "Topic not found"
+
+
+class BrokerNotFound(NotFound):
+    slug = "broker-not-found"
+    title = "Broker not found"
+
+
+class PayloadTooLarge(PetrelError):
+    status = 413
+    slug = "payload-too-large"
+    title = "Payload too large"
+
+
+class ValidationFailed(PetrelError):
+    status = 422
+    slug = "validation-failed"
+    title = "Validation failed"
+
+
+class CorruptRecord(PetrelError):
+    slug = "corrupt-record"
+    title = "Corrupt record"
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"record at offset {offset}: {reason}", offset=offset)
+        self.offset = offset
+        self.reason = reason
+
+
+class UpstreamError(PetrelError):
+    status = 502
+    slug = "upstream-error"
+    title = "Upstream service error"
+
+
+class ServiceUnavailable(PetrelError):
+    status = 503
+    slug = "service-unavailable"
+    title = "Service unavailable"
+
+
+class NameserverUnavailable(ServiceUnavailable):
+    slug = "nameserver-unavailable"
+    title = "No nameserver answered"
+
+
+class BrokerUnavailable(ServiceUnavailable):
+    slug = "broker-unavailable"
+    title = "Broker unavailable"

@@ -1,0 +1,69 @@
+"""The lifecycle events every service writes: the nightly ETL's input contract.
+
+Files: `<data>/export/events/dt=YYYY-MM-DD/hour=HH/<service>-<pid>.jsonl`, UTC, one
+JSON object per line, rotated at each UTC hour. Every line carries the common
+fields, then the event's own. A field not listed is never written; a required
+field is always written (null where the value is unknown, e.g. `queue_id` of a
+message not yet stored). Change this table only by adding: the ETL reads old
+files too.
+
+Common fields (every event):
+    ts        int   milliseconds since the epoch, when the event happened
+    event     str   one of the names below
+    service   str   nameserver, broker, gateway, timer, txcheck, push
+    pid       int   the writing process
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COMMON_FIELDS: tuple[str, ...] = ("ts", "event", "service", "pid")
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    name: str
+    description: str
+    required: frozenset[str]
+    optional: frozenset[str] = frozenset()
+
+    @property
+    def fields(self) -> frozenset[str]:
+        return self.required | self.optional
+
+
+def _spec(name: str, description: str, required: str, optional: str = "") -> EventSpec:
+    return EventSpec(name, description, frozenset(required.split()), frozenset(optional.split()))
+
+
+_MESSAGE = "message_id topic"
+_STORED = "message_id topic queue_id queue_offset broker"
+
+EVENTS: dict[str, EventSpec] = {
+    spec.name: spec
+    for spec in (
+        _spec("sent", "the gateway accepted a send", _MESSAGE, "tag keys size idempotency_key delay_ms"),
+        _spec("stored", "a broker appended the message to its CommitLog", _STORED, "size physical_offset flush"),
+        _spec("delivered", "a consumer received the message", _STORED + " group delivery_attempt", "client_id"),
+        _spec("acked", "a consumer acknowledged the message", _STORED + " group delivery_attempt"),
+        _spec("nacked", "a consumer gave the message back", _STORED + " group delivery_attempt", "delay_ms reason"),
+        _spec("retried", "the message went to its group's retry queue", _MESSAGE + " group delivery_attempt delay_ms"),
+        _spec("dead_lettered", "the message went to its group's DLQ", _MESSAGE + " group delivery_attempt reason"),
+        _spec("redriven", "an operator sent a dead letter back", _MESSAGE + " group"),
+        _spec("delay_scheduled", "a delayed message was stored", _MESSAGE + " deliver_at", "delay_level"),
+        _spec("delay_rolled", "a far timer was re-enqueued nearer its time", _MESSAGE + " deliver_at roll_times"),
+        _spec("delay_fired", "a delayed message was put to its real topic", _MESSAGE + " deliver_at lateness_ms"),
+        _spec("delay_cancelled", "a scheduled message was cancelled", _MESSAGE + " deliver_at"),
+        _spec("transaction_half", "a half message was stored", _MESSAGE + " transaction_id producer_group"),
+        _spec("transaction_commit", "a transaction was committed", _MESSAGE + " transaction_id", "by"),
+        _spec("transaction_rollback", "a transaction was rolled back", _MESSAGE + " transaction_id", "by"),
+        _spec(
+            "transaction_check",
+            "a check-back asked the producer",
+            _MESSAGE + " transaction_id check_count answer latency_ms",
+        ),
+        _spec("transaction_abandoned", "a half message passed the check limit", _MESSAGE + " transaction_id"),
+        _spec("push_attempt", "a webhook push was tried", _MESSAGE + " group endpoint status latency_ms"),
+    )
+}

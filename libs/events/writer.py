@@ -1,0 +1,119 @@
+"""The lifecycle event writer: buffered JSON lines, rotated hourly, never blocking a request.
+
+`emit` only appends to an in-memory buffer; a background thread writes the
+buffer every `flush_interval` seconds to the file of each event's UTC hour.
+When the buffer is full (the disk cannot keep up), new events are dropped and
+counted in `dropped` rather than slowing a send down. `close` writes what is
+left, so a clean shutdown loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from libs.events.contract import EVENTS
+
+log = logging.getLogger(__name__)
+
+
+class EventWriter:
+    def __init__(
+        self,
+        export_root: Path,
+        service: str,
+        *,
+        flush_interval: float = 1.0,
+        max_buffered: int = 200_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.root = export_root / "events"
+        self.service = service
+        self.pid = os.getpid()
+        self.flush_interval = flush_interval
+        self.max_buffered = max_buffered
+        self.clock = clock
+        self.dropped = 0
+        self.written = 0
+        self._buffer: deque[dict[str, Any]] = deque()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._write_lock = threading.Lock()
+        self._open_path: Path | None = None
+        self._open_file: IO[bytes] | None = None
+
+    def emit(self, event: str, **fields: Any) -> None:
+        spec = EVENTS.get(event)
+        if spec is None:
+            raise ValueError(f"unknown lifecycle event {event!r}")
+        missing = spec.required - fields.keys()
+        unknown = fields.keys() - spec.fields
+        if missing or unknown:
+            raise ValueError(f"event {event!r}: missing {sorted(missing)}, not in the contract {sorted(unknown)}")
+        if len(self._buffer) >= self.max_buffered:
+            self.dropped += 1
+            return
+        line = {"ts": int(self.clock() * 1000), "event": event, "service": self.service, "pid": self.pid}
+        line.update(fields)
+        self._buffer.append(line)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"events-{self.service}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self.flush()
+        with self._write_lock:
+            self._close_file()
+
+    def flush(self) -> None:
+        """Write everything buffered so far (safe to call from any thread)."""
+        with self._write_lock:
+            while self._buffer:
+                batch: list[bytes] = []
+                path = self.path_for(self._buffer[0]["ts"])
+                while self._buffer and self.path_for(self._buffer[0]["ts"]) == path:
+                    batch.append(orjson.dumps(self._buffer.popleft()) + b"\n")
+                self._append(path, b"".join(batch))
+                self.written += len(batch)
+
+    def path_for(self, ts_ms: int) -> Path:
+        moment = datetime.fromtimestamp(ts_ms / 1000, tz=UTC)
+        hour_dir = self.root / f"dt={moment:%Y-%m-%d}" / f"hour={moment:%H}"
+        return hour_dir / f"{self.service}-{self.pid}.jsonl"
+
+    def _append(self, path: Path, data: bytes) -> None:
+        if path != self._open_path:
+            self._close_file()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._open_file = path.open("ab")
+            self._open_path = path
+        assert self._open_file is not None
+        self._open_file.write(data)
+        self._open_file.flush()
+
+    def _close_file(self) -> None:
+        if self._open_file is not None:
+            self._open_file.close()
+        self._open_file = None
+        self._open_path = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.flush_interval):
+            try:
+                self.flush()
+            except OSError:
+                log.exception("writing lifecycle events under %s failed; will try again", self.root)

@@ -1,0 +1,118 @@
+"""The frame every Petrel service is built in: health, readiness, metrics, errors, limits.
+
+`service_app` gives each service the same outer shape so that `petrel up`, load
+balancers and Prometheus can treat them alike; the service adds its routers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
+from starlette.responses import Response
+from starlette.types import Lifespan
+
+from libs.http.middleware import (
+    BodyLimitMiddleware,
+    InternalTokenMiddleware,
+    RequestMetrics,
+    RequestMetricsMiddleware,
+)
+from libs.problem import PROBLEM_MEDIA_TYPE, install_problem_handlers
+from libs.settings import ServiceSettings
+
+ReadinessCheck = Callable[[Request], Awaitable[dict[str, str]]]
+"""Returns check name -> "ok" or what is wrong; the service is ready when all are "ok"."""
+
+
+class Health(BaseModel):
+    status: str
+    service: str
+
+
+class Readiness(BaseModel):
+    ready: bool
+    service: str
+    checks: dict[str, str]
+
+
+async def _always_ready(request: Request) -> dict[str, str]:
+    return {}
+
+
+def service_app(
+    name: str,
+    settings: ServiceSettings,
+    *,
+    lifespan: Lifespan[Any],
+    readiness: ReadinessCheck = _always_ready,
+    public: bool = False,
+    max_body_bytes: int = 8 * 1024 * 1024,
+    description: str = "",
+    version: str = "0.1.0",
+) -> FastAPI:
+    """A FastAPI app with Petrel's common endpoints and middleware.
+
+    Internal services (public=False) require the internal token when one is
+    configured; the gateway (public=True) has its own auth.
+    """
+    app = FastAPI(title=f"Petrel {name}", version=version, description=description, lifespan=lifespan)
+    metrics = RequestMetrics(name)
+    app.state.metrics = metrics
+    install_problem_handlers(app)
+
+    @app.get("/healthz", response_model=Health, operation_id="getHealth", tags=["ops"])
+    async def healthz() -> Health:
+        """Liveness: the process is up and serving."""
+        return Health(status="ok", service=name)
+
+    @app.get("/readyz", response_model=Readiness, operation_id="getReadiness", tags=["ops"])
+    async def readyz(request: Request) -> Response:
+        """Readiness: the service can do its work (503 when it cannot)."""
+        checks = await readiness(request)
+        ready = all(result == "ok" for result in checks.values())
+        body = Readiness(ready=ready, service=name, checks=checks)
+        return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+    @app.get(
+        "/metrics",
+        operation_id="getMetrics",
+        tags=["ops"],
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}}},
+    )
+    async def prometheus_metrics() -> Response:
+        """Prometheus text exposition."""
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    _document_problems(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    token = settings.internal_token
+    if not public and token is not None and token.get_secret_value():
+        app.add_middleware(InternalTokenMiddleware, token=token.get_secret_value())
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    return app
+
+
+def _document_problems(app: FastAPI) -> None:
+    """Error responses carry the Problem schema under application/problem+json only."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        spec = generate()
+        problem = {"schema": {"$ref": "#/components/schemas/Problem"}}
+        for operations in spec.get("paths", {}).values():
+            for operation in operations.values():
+                for code, response in operation.get("responses", {}).items():
+                    if code.startswith(("4", "5")) and "content" in response:
+                        response["content"] = {PROBLEM_MEDIA_TYPE: problem}
+        app.openapi_schema = spec
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,146 @@
+"""Pure ASGI middleware every service shares: request metrics, internal token, body limit.
+
+Pure ASGI (not BaseHTTPMiddleware) keeps them off the hot path's allocation budget
+and lets them answer before a body is read.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from libs.errors import PayloadTooLarge, PetrelError, Unauthorized
+from libs.problem import error_response
+
+INTERNAL_TOKEN_HEADER = "x-petrel-internal-token"
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+class RequestMetrics:
+    """Per-app Prometheus registry with the request counters every service exports."""
+
+    def __init__(self, service: str) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "petrel_http_requests",
+            "HTTP requests answered",
+            ["service", "method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "petrel_http_request_seconds",
+            "Time to answer an HTTP request",
+            ["service", "method", "route"],
+            registry=self.registry,
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 30),
+        )
+        self.service = service
+
+
+class RequestMetricsMiddleware:
+    def __init__(self, app: ASGIApp, metrics: RequestMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_recording(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_recording)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", "unmatched")
+            method = scope["method"]
+            self.metrics.requests.labels(self.metrics.service, method, template, str(status)).inc()
+            self.metrics.latency.labels(self.metrics.service, method, template).observe(time.perf_counter() - started)
+
+
+class InternalTokenMiddleware:
+    """Refuses internal calls that lack the cluster's shared token (when one is set)."""
+
+    def __init__(self, app: ASGIApp, token: str, open_paths: Iterable[str] = OPEN_PATHS) -> None:
+        self.app = app
+        self.token = token.encode()
+        self.open_paths = frozenset(open_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.open_paths:
+            given = dict(scope["headers"]).get(INTERNAL_TOKEN_HEADER.encode(), b"")
+            if not hmac.compare_digest(given, self.token):
+                await _answer(scope, send, Unauthorized(f"missing or wrong {INTERNAL_TOKEN_HEADER} header"))
+                return
+        await self.app(scope, receive, send)
+
+
+class BodyLimitMiddleware:
+    """Answers 413 for a body over `max_bytes`, before the endpoint reads any of it."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.max_bytes:
+                await _answer(scope, send, self._too_large(int(declared)))
+                return
+            await self.app(scope, receive, send)
+            return
+        # Chunked upload: buffer it up to the limit, then replay it to the app.
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await _answer(scope, send, self._too_large(size, at_least=True))
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    def _too_large(self, size: int, at_least: bool = False) -> PayloadTooLarge:
+        qualifier = "more than " if at_least else ""
+        return PayloadTooLarge(
+            f"the body is {qualifier}{size} bytes; the limit is {self.max_bytes}", limit=self.max_bytes
+        )
+
+
+async def _answer(scope: Scope, send: Send, exc: PetrelError) -> None:
+    response = error_response(exc, scope.get("path"))
+
+    async def no_body() -> Message:
+        return {"type": "http.disconnect"}
+
+    await response(scope, no_body, send)

@@ -1,0 +1,117 @@
+"""The message model shared by every Petrel service.
+
+A `MessageRecord` is one message as the broker stores it: what the producer sent
+(topic, body, flag, properties) plus what the broker stamps on it (queue offset,
+CommitLog offset, store time and host). Well-known property names and system
+flags follow RocketMQ's, so the seeds' descriptions apply unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+
+class Prop:
+    """Names of the system properties a record may carry (RocketMQ's spelling)."""
+
+    TAGS: Final = "TAGS"
+    KEYS: Final = "KEYS"
+    UNIQ_KEY: Final = "UNIQ_KEY"
+    DELAY_LEVEL: Final = "DELAY"
+    TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
+    TIMER_ROLL_TIMES: Final = "TIMER_ROLL_TIMES"
+    REAL_TOPIC: Final = "REAL_TOPIC"
+    REAL_QUEUE_ID: Final = "REAL_QID"
+    TRANSACTION_PREPARED: Final = "TRAN_MSG"
+    PRODUCER_GROUP: Final = "PGROUP"
+    TRANSACTION_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
+    MESSAGE_GROUP: Final = "SHARDING_KEY"
+    RETRY_TOPIC: Final = "RETRY_TOPIC"
+    ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
+    DLQ_REASON: Final = "DLQ_REASON"
+
+
+KEY_SEPARATOR: Final = " "
+"""Keys are kept in one property, separated by a space (as RocketMQ does)."""
+
+
+class SysFlag:
+    """Bits of a record's `sysflag` field."""
+
+    COMPRESSED: Final = 0x1
+    MULTI_TAGS: Final = 0x2
+    TRANSACTION_NOT_TYPE: Final = 0x0
+    TRANSACTION_PREPARED: Final = 0x1 << 2
+    TRANSACTION_COMMIT: Final = 0x2 << 2
+    TRANSACTION_ROLLBACK: Final = 0x3 << 2
+    TRANSACTION_MASK: Final = 0x3 << 2
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    """One message with everything the CommitLog keeps about it."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: Mapping[str, str] = field(default_factory=dict)
+    sysflag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "0.0.0.0:0"
+    store_timestamp: int = 0
+    store_host: str = "0.0.0.0:0"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    queue_offset: int = 0
+    physical_offset: int = 0
+
+    @property
+    def message_id(self) -> str | None:
+        return self.properties.get(Prop.UNIQ_KEY)
+
+    @property
+    def tag(self) -> str | None:
+        return self.properties.get(Prop.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(Prop.KEYS, "")
+        return [k for k in raw.split(KEY_SEPARATOR) if k]
+
+    @property
+    def user_properties(self) -> dict[str, str]:
+        return {k: v for k, v in self.properties.items() if k not in SYSTEM_PROPERTIES}
+
+
+SYSTEM_PROPERTIES: Final = frozenset(
+    value for name, value in vars(Prop).items() if name.isupper() and isinstance(value, str)
+)
+
+
+class MessageIdFactory:
+    """Makes message ids: 32 upper-case hex digits, unique and roughly time-ordered.
+
+    Layout of the 16 bytes: 6 bytes of milliseconds since the epoch, 4 bytes
+    drawn at random once per process (so two processes never collide), 2 bytes
+    of process id and a 4-byte counter. The id never changes after the send
+    that created it: retries, delays and redrives carry it in `UNIQ_KEY`.
+    """
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(4) + (os.getpid() & 0xFFFF).to_bytes(2, "big")
+        self._counter = 0
+        self._lock = threading.Lock()
+
+    def new_id(self, now_ms: int | None = None) -> str:
+        with self._lock:
+            self._counter = (self._counter + 1) & 0xFFFFFFFF
+            counter = self._counter
+        millis = int(time.time() * 1000) if now_ms is None else now_ms
+        raw = (millis & 0xFFFFFFFFFFFF).to_bytes(6, "big") + self._prefix + counter.to_bytes(4, "big")
+        return raw.hex().upper()

@@ -1,0 +1,145 @@
+"""The wire schemas of routing: broker registration and topic routes.
+
+Brokers send `BrokerRegistration` to every nameserver; the gateway reads
+`TopicRoute`s back. These are HTTP-edge models shared by the three services.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from libs.names import validate_topic_name
+from libs.topic import MAX_QUEUES, MessageType, Perm, TopicConfig
+
+_BROKER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_ADDRESS = re.compile(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}")
+
+MASTER_ID = 0
+
+
+def check_address(value: str) -> str:
+    if not _ADDRESS.fullmatch(value) or not 0 < int(value.rsplit(":", 1)[1]) < 65536:
+        raise ValueError(f"address {value!r} is not host:port")
+    return value
+
+
+def check_broker_name(value: str) -> str:
+    if not _BROKER_NAME.fullmatch(value):
+        raise ValueError(f"broker name {value!r} must be 1-64 characters from A-Z a-z 0-9 _ . -")
+    return value
+
+
+class TopicConfigBody(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    read_queues: int = Field(ge=0, le=MAX_QUEUES)
+    write_queues: int = Field(ge=0, le=MAX_QUEUES)
+    perm: int = Field(default=Perm.READ_WRITE, ge=0, le=7)
+    message_type: MessageType = MessageType.NORMAL
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        try:
+            return validate_topic_name(value, allow_system=True)
+        except Exception as exc:
+            raise ValueError(str(exc)) from exc
+
+    @classmethod
+    def of(cls, config: TopicConfig) -> TopicConfigBody:
+        return cls(
+            name=config.name,
+            read_queues=config.read_queues,
+            write_queues=config.write_queues,
+            perm=config.perm,
+            message_type=config.message_type,
+        )
+
+    def to_config(self) -> TopicConfig:
+        return TopicConfig(self.name, self.read_queues, self.write_queues, self.perm, self.message_type)
+
+
+class BrokerRegistration(BaseModel):
+    """A broker's full state, sent at start, on every topic change and periodically."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cluster: str = Field(min_length=1, max_length=64)
+    address: str
+    data_version: int = Field(ge=0, description="increases on every topic change")
+    topics: list[TopicConfigBody] = Field(max_length=100_000)
+
+    _address = field_validator("address")(check_address)
+
+
+class RegistrationAck(BaseModel):
+    broker_name: str
+    broker_id: int
+    data_version: int
+    expires_after_ms: int
+
+
+class Heartbeat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    data_version: int = Field(ge=0)
+
+
+class HeartbeatAck(BaseModel):
+    known: bool = Field(description="false: the nameserver has forgotten this broker; register again")
+    in_sync: bool = Field(description="false: the nameserver holds another data_version; register again")
+
+
+class QueueData(BaseModel):
+    broker_name: str
+    read_queues: int
+    write_queues: int
+    perm: int
+    message_type: MessageType
+
+
+class BrokerData(BaseModel):
+    cluster: str
+    broker_name: str
+    addresses: dict[int, str] = Field(description="broker id -> host:port; id 0 is the master")
+
+    @property
+    def master(self) -> str | None:
+        return self.addresses.get(MASTER_ID)
+
+
+class TopicRoute(BaseModel):
+    topic: str
+    queues: list[QueueData]
+    brokers: list[BrokerData]
+
+    def broker(self, broker_name: str) -> BrokerData | None:
+        return next((b for b in self.brokers if b.broker_name == broker_name), None)
+
+
+class TopicRouteList(BaseModel):
+    routes: list[TopicRoute]
+
+
+class BrokerLiveness(BaseModel):
+    broker_id: int
+    address: str
+    data_version: int
+    last_update_ms: int
+
+
+class ClusterBroker(BaseModel):
+    broker_name: str
+    instances: list[BrokerLiveness]
+
+
+class ClusterInfo(BaseModel):
+    name: str
+    brokers: list[ClusterBroker]
+
+
+class ClusterListing(BaseModel):
+    clusters: list[ClusterInfo]

@@ -1,0 +1,69 @@
+"""The base of every service's settings class (pydantic-settings, env prefix `PETREL_`).
+
+Each service subclasses `ServiceSettings` with its own prefix, e.g.
+`PETREL_BROKER_PORT`. The fields of `ServiceSettings` itself are shared by the
+whole cluster, so they may also be given once without the service's name
+(`PETREL_DATA_DIR`, `PETREL_INTERNAL_TOKEN`, `PETREL_NAMESERVERS`, ...); the
+service-specific spelling wins when both are set.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+AddressList = Annotated[list[str], NoDecode]
+"""host:port entries; from the environment as a comma- or semicolon-separated string."""
+
+
+class ServiceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PETREL_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    data_dir: Path = Path("data")
+    internal_token: SecretStr | None = None
+    nameservers: AddressList = ["127.0.0.1:9876"]
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    log_level: str = "info"
+    events_enabled: bool = True
+
+    @field_validator("nameservers", mode="before")
+    @classmethod
+    def _split_addresses(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.replace(";", ",").split(",") if part.strip()]
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        shared = _SharedEnvSource(settings_cls, env_prefix="PETREL_")
+        return init_settings, env_settings, shared, dotenv_settings, file_secret_settings
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class _SharedEnvSource(EnvSettingsSource):
+    """Reads only the cluster-wide fields, with the bare `PETREL_` prefix."""
+
+    def __call__(self) -> dict[str, Any]:
+        shared = ServiceSettings.model_fields.keys() - {"host", "port"}
+        return {name: value for name, value in super().__call__().items() if name in shared}

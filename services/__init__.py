@@ -1,0 +1,1 @@
+"""Petrel's internal services, one package each, each with `create_app(settings)`."""

@@ -1,0 +1,1 @@
+"""The broker: topics, and (next) CommitLog, ConsumeQueue, IndexFile, offsets and leases."""

@@ -1,0 +1,68 @@
+"""The broker's metadata tables (SQLAlchemy): SQLite in its store dir by default.
+
+Topics now; subscription groups and consumer offsets join them with the storage
+engine. Calls are synchronous: the app runs them in a worker thread.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, Integer, MetaData, String, create_engine, delete, event, select
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from libs.topic import MessageType, TopicConfig
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData()
+
+
+class TopicRow(Base):
+    __tablename__ = "topics"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    read_queues: Mapped[int] = mapped_column(Integer)
+    write_queues: Mapped[int] = mapped_column(Integer)
+    perm: Mapped[int] = mapped_column(Integer)
+    message_type: Mapped[str] = mapped_column(String(16))
+
+
+def open_engine(url: str) -> Engine:
+    engine = create_engine(url)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    Base.metadata.create_all(engine)
+    return engine
+
+
+def _sqlite_pragmas(connection: object, _record: object) -> None:
+    cursor = connection.cursor()  # type: ignore[attr-defined]
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.close()
+
+
+class TopicStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def load(self) -> list[TopicConfig]:
+        with Session(self.engine) as session:
+            rows = session.scalars(select(TopicRow)).all()
+            return [
+                TopicConfig(r.name, r.read_queues, r.write_queues, r.perm, MessageType(r.message_type)) for r in rows
+            ]
+
+    def save(self, config: TopicConfig) -> None:
+        row = TopicRow(
+            name=config.name,
+            read_queues=config.read_queues,
+            write_queues=config.write_queues,
+            perm=config.perm,
+            message_type=config.message_type.value,
+        )
+        with Session(self.engine) as session, session.begin():
+            session.merge(row)
+
+    def remove(self, name: str) -> None:
+        with Session(self.engine) as session, session.begin():
+            session.execute(delete(TopicRow).where(TopicRow.name == name))

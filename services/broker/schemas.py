@@ -1,0 +1,54 @@
+"""The broker's internal HTTP schemas (topic admin)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from libs.topic import MAX_QUEUES, MessageType, Perm, TopicConfig
+
+
+class TopicUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    read_queues: int = Field(ge=1, le=MAX_QUEUES)
+    write_queues: int = Field(ge=1, le=MAX_QUEUES)
+    perm: int = Field(default=Perm.READ_WRITE, ge=0, le=7)
+    message_type: MessageType = MessageType.NORMAL
+
+
+class BrokerTopic(BaseModel):
+    topic: str
+    broker_name: str
+    read_queues: int
+    write_queues: int
+    perm: int
+    message_type: MessageType
+    created: bool = Field(default=False, description="true when this call created the topic")
+
+    def to_config(self) -> TopicConfig:
+        return TopicConfig(self.topic, self.read_queues, self.write_queues, self.perm, self.message_type)
+
+    @classmethod
+    def of(cls, config: TopicConfig, broker_name: str, created: bool = False) -> BrokerTopic:
+        return cls(
+            topic=config.name,
+            broker_name=broker_name,
+            read_queues=config.read_queues,
+            write_queues=config.write_queues,
+            perm=config.perm,
+            message_type=config.message_type,
+            created=created,
+        )
+
+
+class BrokerTopicList(BaseModel):
+    topics: list[BrokerTopic]
+
+
+class BrokerIdentity(BaseModel):
+    cluster: str
+    broker_name: str
+    broker_id: int
+    address: str
+    data_version: int
+    nameservers: dict[str, bool] = Field(description="nameserver -> registered with it now")

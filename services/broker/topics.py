@@ -1,0 +1,61 @@
+"""TopicTable: the broker's topics, in memory for lookups, persisted on every change.
+
+`data_version` increases with each change; nameservers compare it on heartbeats
+to know when a broker's registration is stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from libs.errors import TopicNotFound
+from libs.topic import TopicConfig
+from services.broker.metadata import TopicStore
+
+
+class TopicTable:
+    def __init__(self, store: TopicStore) -> None:
+        self.store = store
+        self._topics: dict[str, TopicConfig] = {}
+        self.data_version = 0
+        self._listeners: list[Callable[[], Awaitable[None]]] = []
+
+    async def load(self) -> None:
+        self._topics = {t.name: t for t in await asyncio.to_thread(self.store.load)}
+        self.data_version = 1
+
+    def on_change(self, listener: Callable[[], Awaitable[None]]) -> None:
+        self._listeners.append(listener)
+
+    def get(self, name: str) -> TopicConfig:
+        config = self._topics.get(name)
+        if config is None:
+            raise TopicNotFound(f"topic {name!r} does not exist on this broker")
+        return config
+
+    def find(self, name: str) -> TopicConfig | None:
+        return self._topics.get(name)
+
+    def all(self) -> list[TopicConfig]:
+        return sorted(self._topics.values(), key=lambda t: t.name)
+
+    async def put(self, config: TopicConfig) -> bool:
+        """Create or update; True when the topic is new. Listeners run before it returns."""
+        created = config.name not in self._topics
+        if self._topics.get(config.name) != config:
+            await asyncio.to_thread(self.store.save, config)
+            self._topics[config.name] = config
+            await self._changed()
+        return created
+
+    async def delete(self, name: str) -> None:
+        self.get(name)
+        await asyncio.to_thread(self.store.remove, name)
+        del self._topics[name]
+        await self._changed()
+
+    async def _changed(self) -> None:
+        self.data_version += 1
+        for listener in self._listeners:
+            await listener()

@@ -1,0 +1,1 @@
+"""The nameserver: broker registry and topic routes, in memory, no disk."""

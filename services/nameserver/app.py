@@ -1,0 +1,134 @@
+"""The nameserver's HTTP API: register, heartbeat, unregister, routes, clusters."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, cast
+
+from fastapi import APIRouter, Depends, FastAPI, Path, Request, Response
+from prometheus_client import Gauge
+
+from libs.errors import BrokerNotFound, InvalidRequest, TopicNotFound
+from libs.http.app import service_app
+from libs.problem import PROBLEM_RESPONSES
+from libs.routing import (
+    BrokerRegistration,
+    ClusterListing,
+    Heartbeat,
+    HeartbeatAck,
+    RegistrationAck,
+    TopicRoute,
+    TopicRouteList,
+    check_broker_name,
+)
+from services.nameserver.route_table import RouteTable
+from services.nameserver.settings import NameserverSettings
+
+log = logging.getLogger(__name__)
+
+
+def _route_table(request: Request) -> RouteTable:
+    return cast(RouteTable, request.state.route_table)
+
+
+def _broker_name(broker_name: Annotated[str, Path(description="the broker's name")]) -> str:
+    try:
+        return check_broker_name(broker_name)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from exc
+
+
+Table = Annotated[RouteTable, Depends(_route_table)]
+BrokerName = Annotated[str, Depends(_broker_name)]
+BrokerId = Annotated[int, Path(ge=0, le=1024, description="0 is the master")]
+
+router = APIRouter(prefix="/internal", tags=["routing"], responses=PROBLEM_RESPONSES)
+
+
+@router.put("/brokers/{broker_name}/{broker_id}", operation_id="registerBroker", response_model=RegistrationAck)
+async def register_broker(
+    table: Table, broker_name: BrokerName, broker_id: BrokerId, body: BrokerRegistration, request: Request
+) -> RegistrationAck:
+    """Register (or re-register) a broker instance with its full topic configuration."""
+    table.register(broker_name, broker_id, body)
+    settings = cast(NameserverSettings, request.app.state.settings)
+    return RegistrationAck(
+        broker_name=broker_name,
+        broker_id=broker_id,
+        data_version=body.data_version,
+        expires_after_ms=int(settings.broker_expiry_seconds * 1000),
+    )
+
+
+@router.post(
+    "/brokers/{broker_name}/{broker_id}/heartbeat", operation_id="heartbeatBroker", response_model=HeartbeatAck
+)
+async def heartbeat_broker(table: Table, broker_name: BrokerName, broker_id: BrokerId, body: Heartbeat) -> HeartbeatAck:
+    """Keep a registered broker alive; the answer says whether it must register again."""
+    return table.heartbeat(broker_name, broker_id, body.data_version)
+
+
+@router.delete("/brokers/{broker_name}/{broker_id}", operation_id="unregisterBroker", status_code=204)
+async def unregister_broker(table: Table, broker_name: BrokerName, broker_id: BrokerId) -> Response:
+    """Forget a broker instance at once (a clean broker shutdown)."""
+    if not table.unregister(broker_name, broker_id):
+        raise BrokerNotFound(f"broker {broker_name}/{broker_id} is not registered")
+    return Response(status_code=204)
+
+
+@router.get("/routes/{topic}", operation_id="getTopicRoute", response_model=TopicRoute)
+async def get_topic_route(table: Table, topic: str) -> TopicRoute:
+    """Which brokers hold the topic, with how many queues, and where they are."""
+    route = table.route(topic)
+    if route is None:
+        raise TopicNotFound(f"no live broker holds topic {topic!r}")
+    return route
+
+
+@router.get("/routes", operation_id="listTopicRoutes", response_model=TopicRouteList)
+async def list_topic_routes(table: Table) -> TopicRouteList:
+    """The route of every topic any live broker holds."""
+    return TopicRouteList(routes=table.routes())
+
+
+@router.get("/clusters", operation_id="listClusters", response_model=ClusterListing)
+async def list_clusters(table: Table) -> ClusterListing:
+    """Every live broker instance, by cluster and broker name."""
+    return table.clusters()
+
+
+async def _expiry_scan(table: RouteTable, settings: NameserverSettings, live: Gauge) -> None:
+    while True:
+        await asyncio.sleep(settings.scan_interval_seconds)
+        for instance in table.expire_inactive(settings.broker_expiry_seconds):
+            log.warning(
+                "dropped broker %s/%s at %s: not heard from for %.0f s",
+                instance.broker_name,
+                instance.broker_id,
+                instance.address,
+                settings.broker_expiry_seconds,
+            )
+        live.set(table.instance_count)
+
+
+def create_app(settings: NameserverSettings, clock: Callable[[], float] = time.time) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
+        table = RouteTable(clock)
+        live = Gauge("petrel_nameserver_live_brokers", "Live broker instances", registry=app.state.metrics.registry)
+        scan = asyncio.create_task(_expiry_scan(table, settings, live), name="nameserver-expiry-scan")
+        try:
+            yield {"route_table": table}
+        finally:
+            scan.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await scan
+
+    app = service_app("nameserver", settings, lifespan=lifespan, description="Broker registry and topic routes.")
+    app.state.settings = settings
+    app.include_router(router)
+    return app

@@ -1,0 +1,137 @@
+"""RouteTable: which brokers are alive and which queues of which topic each one holds.
+
+The state of a broker is what it last registered: a full registration replaces
+its topics wholesale, so a topic deleted on a broker leaves its route on the
+next registration. A broker instance not heard from for `expiry` seconds is
+dropped by `expire_inactive`; a broker name whose last instance is gone takes
+its queues with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from libs.routing import (
+    MASTER_ID,
+    BrokerData,
+    BrokerLiveness,
+    BrokerRegistration,
+    ClusterBroker,
+    ClusterInfo,
+    ClusterListing,
+    HeartbeatAck,
+    QueueData,
+    TopicRoute,
+)
+from libs.topic import TopicConfig
+
+
+@dataclass(slots=True)
+class BrokerInstance:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    address: str
+    data_version: int
+    last_update: float
+
+
+class RouteTable:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self._instances: dict[tuple[str, int], BrokerInstance] = {}
+        self._topics: dict[str, dict[str, TopicConfig]] = {}
+        """broker name -> topic -> config, as the broker's master registered them."""
+
+    def register(self, broker_name: str, broker_id: int, registration: BrokerRegistration) -> None:
+        self._instances[(broker_name, broker_id)] = BrokerInstance(
+            registration.cluster,
+            broker_name,
+            broker_id,
+            registration.address,
+            registration.data_version,
+            self.clock(),
+        )
+        if broker_id == MASTER_ID:
+            self._topics[broker_name] = {t.name: t.to_config() for t in registration.topics}
+
+    def heartbeat(self, broker_name: str, broker_id: int, data_version: int) -> HeartbeatAck:
+        instance = self._instances.get((broker_name, broker_id))
+        if instance is None:
+            return HeartbeatAck(known=False, in_sync=False)
+        instance.last_update = self.clock()
+        return HeartbeatAck(known=True, in_sync=instance.data_version == data_version)
+
+    def unregister(self, broker_name: str, broker_id: int) -> bool:
+        removed = self._instances.pop((broker_name, broker_id), None)
+        if removed is not None:
+            self._forget_if_gone(broker_name)
+        return removed is not None
+
+    def expire_inactive(self, expiry: float) -> list[BrokerInstance]:
+        deadline = self.clock() - expiry
+        expired = [i for i in self._instances.values() if i.last_update < deadline]
+        for instance in expired:
+            del self._instances[(instance.broker_name, instance.broker_id)]
+            self._forget_if_gone(instance.broker_name)
+        return expired
+
+    def _forget_if_gone(self, broker_name: str) -> None:
+        if not any(name == broker_name for name, _ in self._instances):
+            self._topics.pop(broker_name, None)
+
+    def route(self, topic: str) -> TopicRoute | None:
+        queues = [
+            _queue_data(broker_name, configs[topic])
+            for broker_name, configs in sorted(self._topics.items())
+            if topic in configs
+        ]
+        if not queues:
+            return None
+        return TopicRoute(topic=topic, queues=queues, brokers=[self._broker_data(q.broker_name) for q in queues])
+
+    def routes(self) -> list[TopicRoute]:
+        names = sorted({topic for configs in self._topics.values() for topic in configs})
+        return [route for name in names if (route := self.route(name)) is not None]
+
+    def clusters(self) -> ClusterListing:
+        by_cluster: dict[str, dict[str, list[BrokerLiveness]]] = {}
+        for instance in sorted(self._instances.values(), key=lambda i: (i.broker_name, i.broker_id)):
+            by_cluster.setdefault(instance.cluster, {}).setdefault(instance.broker_name, []).append(
+                BrokerLiveness(
+                    broker_id=instance.broker_id,
+                    address=instance.address,
+                    data_version=instance.data_version,
+                    last_update_ms=int(instance.last_update * 1000),
+                )
+            )
+        return ClusterListing(
+            clusters=[
+                ClusterInfo(
+                    name=cluster, brokers=[ClusterBroker(broker_name=b, instances=i) for b, i in brokers.items()]
+                )
+                for cluster, brokers in sorted(by_cluster.items())
+            ]
+        )
+
+    @property
+    def instance_count(self) -> int:
+        return len(self._instances)
+
+    def _broker_data(self, broker_name: str) -> BrokerData:
+        instances = [i for (name, _), i in self._instances.items() if name == broker_name]
+        cluster = instances[0].cluster if instances else ""
+        return BrokerData(
+            cluster=cluster, broker_name=broker_name, addresses={i.broker_id: i.address for i in instances}
+        )
+
+
+def _queue_data(broker_name: str, config: TopicConfig) -> QueueData:
+    return QueueData(
+        broker_name=broker_name,
+        read_queues=config.read_queues,
+        write_queues=config.write_queues,
+        perm=config.perm,
+        message_type=config.message_type,
+    )

@@ -1,0 +1,76 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploy.plan import ProcessSpec, UpOptions, broker_name, plan_cluster
+from deploy.redis_server import RedisNotAvailable, private_redis_command, redis_answers
+from deploy.supervisor import StartupFailed, Supervisor
+from tests.support.serving import free_port
+
+
+def test_broker_names_run_a_to_z_then_double_letters() -> None:
+    assert [broker_name(i) for i in (0, 1, 25, 26, 27)] == [
+        "broker-a",
+        "broker-b",
+        "broker-z",
+        "broker-aa",
+        "broker-ab",
+    ]
+
+
+def test_plan_starts_nameservers_first_and_the_gateway_last() -> None:
+    specs = plan_cluster(UpOptions(brokers=3, nameservers=2), "redis://127.0.0.1:6379/0")
+
+    assert [s.name for s in specs] == [
+        "nameserver-0",
+        "nameserver-1",
+        "broker-a",
+        "broker-b",
+        "broker-c",
+        "timer",
+        "txcheck",
+        "gateway",
+    ]
+    assert [s.port for s in specs if s.module == "services.broker"] == [10911, 10912, 10913]
+    assert specs[2].env["PETREL_NAMESERVERS"] == "127.0.0.1:9876,127.0.0.1:9877"
+    assert specs[2].env["PETREL_BROKER_BROKER_NAME"] == "broker-a"
+
+
+def test_plan_refuses_an_empty_cluster() -> None:
+    with pytest.raises(ValueError, match="at least one nameserver and one broker"):
+        plan_cluster(UpOptions(brokers=0), "redis://x")
+
+
+def test_the_local_redis_answers_and_a_free_port_does_not() -> None:
+    assert redis_answers("127.0.0.1", 6379), "the tests expect Redis on 127.0.0.1:6379"
+    assert not redis_answers("127.0.0.1", free_port())
+
+
+def test_no_redis_server_installed_is_a_clear_message(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RedisNotAvailable, match="no redis-server is installed"):
+        private_redis_command(6390, tmp_path)
+
+
+def test_a_child_that_dies_while_starting_is_reported_with_its_log(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path)
+    spec = ProcessSpec("doomed", "", free_port())
+    command = [sys.executable, "-c", "import sys; print('cannot open the store'); sys.exit(3)"]
+
+    with pytest.raises(StartupFailed, match="doomed exited with code 3") as failure:
+        supervisor.start(spec, command=command)
+
+    assert "cannot open the store" in str(failure.value)
+    supervisor.stop_all()
+
+
+def test_busy_ports_are_named(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(StartupFailed, match=f"gateway :{port}"):
+            Supervisor(tmp_path).check_ports([ProcessSpec("gateway", "gateway", port)])

@@ -1,0 +1,149 @@
+"""`petrel up --brokers 2` as a real subprocess, driven the way a curl user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.serving import free_port
+
+pytestmark = pytest.mark.e2e
+
+EXPIRY_SECONDS = 3
+
+
+def free_port_pair() -> int:
+    for _ in range(50):
+        port = free_port()
+        if port < 65000 and free_port_is(port + 1):
+            return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+def free_port_is(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass
+class Cluster:
+    process: subprocess.Popen[str]
+    data_dir: Path
+    gateway: str
+    nameserver: str
+    output: Path
+
+    def state(self) -> dict[str, object]:
+        return json.loads((self.data_dir / "run" / "cluster.json").read_text())  # type: ignore[no-any-return]
+
+    def pid_of(self, name: str) -> int:
+        processes = self.state()["processes"]
+        assert isinstance(processes, list)
+        return int(next(p["pid"] for p in processes if p["name"] == name))
+
+    def all_pids(self) -> list[int]:
+        processes = self.state()["processes"]
+        assert isinstance(processes, list)
+        return [int(p["pid"]) for p in processes]
+
+
+def wait_until(check: object, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    data_dir = tmp_path / "data"
+    ports = {
+        "--gateway-port": free_port(),
+        "--nameserver-port": free_port(),
+        "--broker-port": free_port_pair(),
+        "--timer-port": free_port(),
+        "--txcheck-port": free_port(),
+    }
+    argv = [sys.executable, "-m", "deploy", "up", "--brokers", "2", "--data-dir", str(data_dir)]
+    for flag, port in ports.items():
+        argv += [flag, str(port)]
+    env = os.environ | {
+        "PETREL_NAMESERVER_BROKER_EXPIRY_SECONDS": str(EXPIRY_SECONDS),
+        "PETREL_NAMESERVER_SCAN_INTERVAL_SECONDS": "0.5",
+        "PETREL_BROKER_REGISTER_INTERVAL_SECONDS": "0.5",
+    }
+    output = tmp_path / "petrel-up.out"
+    with output.open("w") as out:
+        process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    cluster = Cluster(
+        process,
+        data_dir,
+        f"http://127.0.0.1:{ports['--gateway-port']}",
+        f"http://127.0.0.1:{ports['--nameserver-port']}",
+        output,
+    )
+    try:
+        wait_until(lambda: "Petrel is up." in output.read_text() or process.poll() is not None, "cluster up", 90)
+        assert process.poll() is None, f"petrel up exited:\n{output.read_text()}"
+        yield cluster
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+
+
+def test_cluster_serves_routes_survives_a_dead_broker_and_stops_clean(cluster: Cluster) -> None:
+    pids = cluster.all_pids()
+    assert len(pids) == 6, cluster.state()
+
+    created = httpx.put(f"{cluster.gateway}/v1/topics/orders", timeout=10)
+    assert created.status_code == 201, created.text
+    assert created.json()["queues"] == 16
+
+    route = httpx.get(f"{cluster.nameserver}/internal/routes/orders").json()
+    assert [q["broker_name"] for q in route["queues"]] == ["broker-a", "broker-b"]
+
+    os.kill(cluster.pid_of("broker-b"), signal.SIGKILL)
+
+    def only_broker_a() -> bool:
+        answer = httpx.get(f"{cluster.nameserver}/internal/routes/orders").json()
+        return [q["broker_name"] for q in answer["queues"]] == ["broker-a"]
+
+    wait_until(only_broker_a, "broker-b dropped from the route after the expiry", EXPIRY_SECONDS + 10)
+    described = httpx.get(f"{cluster.gateway}/v1/topics/orders").json()
+    assert [b["broker"] for b in described["brokers"]] == ["broker-a"]
+    wait_until(lambda: "broker-b (pid" in cluster.output.read_text(), "the dead broker reported", 10)
+    assert "exited with code -9" in cluster.output.read_text()
+
+    cluster.process.send_signal(signal.SIGTERM)
+    assert cluster.process.wait(30) == 0, cluster.output.read_text()
+    leftovers = [pid for pid in pids if alive(pid)]
+    assert leftovers == [], f"processes left after stop: {leftovers}"
+    assert not (cluster.data_dir / "run" / "cluster.json").exists()
+    assert (cluster.data_dir / "logs" / "gateway.log").exists()
