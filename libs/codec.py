@@ -86,8 +86,8 @@ PROPERTY_SEPARATOR: Final = "\x02"
 def pack_host(host: str) -> bytes:
     """'ip:port' (IPv6 as '[ip]:port') to 20 bytes."""
     address, sep, port = host.rpartition(":")
-    if not sep or not port.isdigit():
-        raise InvalidMessage(f"host {host!r} is not 'address:port'")
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise InvalidMessage(f"host {host!r} is not 'address:port' with a port from 0 to 65535")
     try:
         ip = ipaddress.ip_address(address.strip("[]"))
     except ValueError as exc:
@@ -127,8 +127,11 @@ def decode_properties(raw: bytes) -> dict[str, str]:
 def encode_record(record: MessageRecord) -> bytes:
     """Encode one message; raises InvalidMessage for what the format cannot hold."""
     body = record.body
-    topic = record.topic.encode()
-    properties = encode_properties(record.properties)
+    try:
+        topic = record.topic.encode()
+        properties = encode_properties(record.properties)
+    except UnicodeEncodeError as exc:
+        raise InvalidMessage(f"topic or a property is not valid Unicode text: {exc.reason}") from exc
     if len(body) > MAX_BODY_SIZE:
         raise InvalidMessage(f"body is {len(body)} bytes; the limit is {MAX_BODY_SIZE}")
     if not topic or len(topic) > MAX_TOPIC_BYTES:
@@ -136,7 +139,17 @@ def encode_record(record: MessageRecord) -> bytes:
     if len(properties) > MAX_PROPERTIES_BYTES:
         raise InvalidMessage(f"properties are {len(properties)} bytes encoded; the limit is {MAX_PROPERTIES_BYTES}")
     total = MIN_RECORD_SIZE + len(body) + len(topic) + len(properties)
-    header = HEADER.pack(
+    try:
+        header = _pack_header(record, total, len(body))
+    except struct.error as exc:
+        raise InvalidMessage(f"a numeric field is out of its range: {exc}") from exc
+    buf = bytearray(b"".join((header, body, U16.pack(len(topic)), topic, U16.pack(len(properties)), properties)))
+    U32.pack_into(buf, 8, zlib.crc32(memoryview(buf)[CRC_START:]))
+    return bytes(buf)
+
+
+def _pack_header(record: MessageRecord, total: int, body_length: int) -> bytes:
+    return HEADER.pack(
         total,
         MESSAGE_MAGIC,
         0,
@@ -151,11 +164,8 @@ def encode_record(record: MessageRecord) -> bytes:
         pack_host(record.store_host),
         record.reconsume_times,
         record.prepared_transaction_offset,
-        len(body),
+        body_length,
     )
-    buf = bytearray(b"".join((header, body, U16.pack(len(topic)), topic, U16.pack(len(properties)), properties)))
-    U32.pack_into(buf, 8, zlib.crc32(memoryview(buf)[CRC_START:]))
-    return bytes(buf)
 
 
 def stamp_record(

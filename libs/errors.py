@@ -137,6 +137,11 @@ class CorruptRecord(PetrelError):
         self.offset = offset
         self.reason = reason
 
+    @classmethod
+    def rebuild(cls, detail: str, extensions: dict[str, Any]) -> PetrelError:
+        offset = int(extensions.get("offset", -1))
+        return cls(offset, detail.removeprefix(f"record at offset {offset}: "))
+
 
 class UpstreamError(PetrelError):
     status = 502

@@ -1,10 +1,12 @@
 """The lifecycle event writer: buffered JSON lines, rotated hourly, never blocking a request.
 
-`emit` only appends to an in-memory buffer; a background thread writes the
+`emit` checks the event against the contract, encodes it (a value JSON cannot
+hold is a ValueError there, at the caller) and appends it to a buffer; a background thread writes the
 buffer every `flush_interval` seconds to the file of each event's UTC hour.
 When the buffer is full (the disk cannot keep up), new events are dropped and
 counted in `dropped` rather than slowing a send down. `close` writes what is
-left, so a clean shutdown loses nothing.
+left, so a clean shutdown loses nothing. A disabled writer still checks each
+event against the contract, then drops it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ class EventWriter:
         flush_interval: float = 1.0,
         max_buffered: int = 200_000,
         clock: Callable[[], float] = time.time,
+        enabled: bool = True,
     ) -> None:
+        self.enabled = enabled
         self.root = export_root / "events"
         self.service = service
         self.pid = os.getpid()
@@ -44,7 +48,8 @@ class EventWriter:
         self.clock = clock
         self.dropped = 0
         self.written = 0
-        self._buffer: deque[dict[str, Any]] = deque()
+        self._buffer: deque[tuple[int, bytes]] = deque()
+        """(ts in ms, the encoded line) in emit order."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._write_lock = threading.Lock()
@@ -59,14 +64,23 @@ class EventWriter:
         unknown = fields.keys() - spec.fields
         if missing or unknown:
             raise ValueError(f"event {event!r}: missing {sorted(missing)}, not in the contract {sorted(unknown)}")
+        if not self.enabled:
+            return
         if len(self._buffer) >= self.max_buffered:
             self.dropped += 1
             return
-        line = {"ts": int(self.clock() * 1000), "event": event, "service": self.service, "pid": self.pid}
+        ts = int(self.clock() * 1000)
+        line = {"ts": ts, "event": event, "service": self.service, "pid": self.pid}
         line.update(fields)
-        self._buffer.append(line)
+        try:
+            encoded = orjson.dumps(line) + b"\n"
+        except TypeError as exc:
+            raise ValueError(f"event {event!r}: a field value cannot be written as JSON: {exc}") from exc
+        self._buffer.append((ts, encoded))
 
     def start(self) -> None:
+        if not self.enabled:
+            return
         self._thread = threading.Thread(target=self._run, name=f"events-{self.service}", daemon=True)
         self._thread.start()
 
@@ -84,9 +98,9 @@ class EventWriter:
         with self._write_lock:
             while self._buffer:
                 batch: list[bytes] = []
-                path = self.path_for(self._buffer[0]["ts"])
-                while self._buffer and self.path_for(self._buffer[0]["ts"]) == path:
-                    batch.append(orjson.dumps(self._buffer.popleft()) + b"\n")
+                path = self.path_for(self._buffer[0][0])
+                while self._buffer and self.path_for(self._buffer[0][0]) == path:
+                    batch.append(self._buffer.popleft()[1])
                 self._append(path, b"".join(batch))
                 self.written += len(batch)
 
@@ -115,5 +129,5 @@ class EventWriter:
         while not self._stop.wait(self.flush_interval):
             try:
                 self.flush()
-            except OSError:
+            except Exception:
                 log.exception("writing lifecycle events under %s failed; will try again", self.root)

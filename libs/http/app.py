@@ -6,7 +6,8 @@ balancers and Prometheus can treat them alike; the service adds its routers.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -16,6 +17,7 @@ from pydantic import BaseModel
 from starlette.responses import Response
 from starlette.types import Lifespan
 
+from libs.events.writer import EventWriter
 from libs.http.middleware import (
     BodyLimitMiddleware,
     InternalTokenMiddleware,
@@ -60,7 +62,12 @@ def service_app(
     Internal services (public=False) require the internal token when one is
     configured; the gateway (public=True) has its own auth.
     """
-    app = FastAPI(title=f"Petrel {name}", version=version, description=description, lifespan=lifespan)
+    app = FastAPI(
+        title=f"Petrel {name}",
+        version=version,
+        description=description,
+        lifespan=_with_events(name, settings, lifespan),
+    )
     metrics = RequestMetrics(name)
     app.state.metrics = metrics
     install_problem_handlers(app)
@@ -96,6 +103,26 @@ def service_app(
         app.add_middleware(InternalTokenMiddleware, token=token.get_secret_value())
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     return app
+
+
+def _with_events(name: str, settings: ServiceSettings, lifespan: Lifespan[Any]) -> Lifespan[Any]:
+    """The service's lifespan, inside one that opens its lifecycle event writer.
+
+    Handlers reach the writer as `request.state.events`; it is flushed when the
+    service stops, after the service's own shutdown.
+    """
+
+    @contextlib.asynccontextmanager
+    async def combined(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        events = EventWriter(settings.data_dir / "export", name, enabled=settings.events_enabled)
+        events.start()
+        try:
+            async with lifespan(app) as state:
+                yield {**(state or {}), "events": events}
+        finally:
+            events.close()
+
+    return combined
 
 
 def _document_problems(app: FastAPI) -> None:

@@ -7,8 +7,10 @@ Built on aiohttp: `make bench` (scenario `internal-client`) measured it at about
 - Connect and total timeouts; a per-call timeout for long polls.
 - The cluster's internal token header on every call when one is configured.
 - Retries (with short backoff) only for idempotent calls, and only when the
-  request never reached the peer or the peer said 503; a POST is retried only
-  when the caller declares it idempotent.
+  connection could not be made or the peer said 503; a POST is retried only
+  when the caller declares it idempotent. (aiohttp itself already re-sends an
+  idempotent request once when a pooled keep-alive connection turns out to be
+  closed; a timeout is never retried, so a long poll never doubles.)
 - A peer's problem+json comes back as the same `PetrelError` subclass;
   transport failures become `ServiceUnavailable`.
 """
@@ -146,9 +148,9 @@ class InternalClient:
 
 
 def _safe_to_retry(exc: BaseException) -> bool:
-    # A refused or failed connect never reached the peer; a dropped keep-alive
-    # connection or a timeout on an idempotent call is also safe to repeat.
-    return isinstance(exc, aiohttp.ClientConnectionError | TimeoutError)
+    # A failed connect never reached the peer. A connection dropped mid-call may
+    # have been processed: aiohttp has already re-sent it once if that was safe.
+    return isinstance(exc, aiohttp.ClientConnectorError)
 
 
 def _describe(exc: BaseException) -> str:
@@ -171,6 +173,7 @@ def _translate(method: str, url: str, status: int, content_type: str, body: byte
             }
             if cls is not None:
                 return cls.rebuild(detail, extensions)
-            return UpstreamError(f"{method} {url} answered {status}: {detail}", upstream_status=status)
+            if "detail" in problem or "title" in problem:
+                return UpstreamError(f"{method} {url} answered {status}: {detail}", upstream_status=status)
     text = body[:200].decode(errors="replace")
     return UpstreamError(f"{method} {url} answered {status}: {text}", upstream_status=status)

@@ -131,7 +131,7 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
     def _too_large(self, size: int, at_least: bool = False) -> PayloadTooLarge:
-        qualifier = "more than " if at_least else ""
+        qualifier = "at least " if at_least else ""
         return PayloadTooLarge(
             f"the body is {qualifier}{size} bytes; the limit is {self.max_bytes}", limit=self.max_bytes
         )

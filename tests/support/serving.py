@@ -1,7 +1,8 @@
 """Serving an app on a loopback port from a background thread, for in-process service tests.
 
 Used where the code under test calls another service over real HTTP (the
-aiohttp internal client cannot call an ASGI app in-process).
+aiohttp internal client cannot call an ASGI app in-process). The socket is
+bound before the server starts, so no other test can take the port meanwhile.
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ import asyncio
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import uvicorn
-from fastapi import FastAPI
+from starlette.types import ASGIApp
+
+STARTUP_TIMEOUT = 5.0
 
 
 def free_port() -> int:
@@ -23,12 +27,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def bound_socket(port: int = 0) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    return sock
+
+
 @dataclass
 class ServedApp:
-    app: FastAPI
+    app: ASGIApp
     port: int
     server: uvicorn.Server
     thread: threading.Thread
+    sock: socket.socket
 
     @property
     def address(self) -> str:
@@ -41,35 +53,31 @@ class ServedApp:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(15)
+        self.sock.close()
         if self.thread.is_alive():
             raise RuntimeError(f"the app on port {self.port} did not stop")
 
 
-def start_app(app: FastAPI, port: int | None = None) -> ServedApp:
-    port = port or free_port()
+def start_app(app: ASGIApp, port: int = 0) -> ServedApp:
+    sock = bound_socket(port)
+    port = int(sock.getsockname()[1])
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", loop="asyncio")
     server = uvicorn.Server(config)
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            asyncio.run(server.serve())
-        except BaseException as exc:  # noqa: BLE001 - reported by start_app below
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, name=f"serve-{port}", daemon=True)
+    thread = threading.Thread(
+        target=lambda: asyncio.run(server.serve(sockets=[sock])), name=f"serve-{port}", daemon=True
+    )
     thread.start()
-    for _ in range(500):
-        if server.started or failure or not thread.is_alive():
-            break
-        threading.Event().wait(0.01)
-    if not server.started:
-        raise RuntimeError(f"the app on port {port} did not start: {failure or 'timeout'}")
-    return ServedApp(app, port, server, thread)
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            sock.close()
+            raise RuntimeError(f"the app on port {port} did not start within {STARTUP_TIMEOUT} s")
+        time.sleep(0.005)
+    return ServedApp(app, port, server, thread, sock)
 
 
 @contextlib.contextmanager
-def serving(app: FastAPI, port: int | None = None) -> Iterator[ServedApp]:
+def serving(app: ASGIApp, port: int = 0) -> Iterator[ServedApp]:
     served = start_app(app, port)
     try:
         yield served

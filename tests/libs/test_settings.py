@@ -1,0 +1,117 @@
+"""ServiceSettings: a service's own PETREL_<SERVICE>_ names, plus the cluster-wide bare PETREL_ ones."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from libs.settings import ServiceSettings
+
+
+class TestServiceSettings(ServiceSettings):
+    __test__ = False  # not a pytest test class
+    model_config = SettingsConfigDict(env_prefix="PETREL_TESTSVC_")
+
+    queue_depth: int = 16
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.upper().startswith("PETREL_"):
+            monkeypatch.delenv(name)
+
+
+def test_defaults_apply_when_nothing_is_set() -> None:
+    settings = TestServiceSettings()
+    assert (settings.host, settings.port, settings.data_dir) == ("127.0.0.1", 0, Path("data"))
+    assert settings.nameservers == ["127.0.0.1:9876"]
+    assert settings.internal_token is None
+    assert settings.base_url == "http://127.0.0.1:0"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "field", "expected"),
+    [
+        ("PETREL_DATA_DIR", "/srv/petrel", "data_dir", Path("/srv/petrel")),
+        ("PETREL_REDIS_URL", "redis://cache:6379/2", "redis_url", "redis://cache:6379/2"),
+        ("PETREL_NAMESERVERS", "ns1:9876", "nameservers", ["ns1:9876"]),
+    ],
+)
+def test_shared_field_is_read_from_the_bare_petrel_name(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, field: str, expected: object
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert getattr(TestServiceSettings(), field) == expected
+
+
+def test_internal_token_is_read_from_the_bare_petrel_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PETREL_INTERNAL_TOKEN", "cluster-secret")
+    token = TestServiceSettings().internal_token
+    assert token is not None
+    assert token.get_secret_value() == "cluster-secret"
+
+
+@pytest.mark.parametrize(
+    ("field", "shared", "specific", "expected"),
+    [
+        ("data_dir", "/srv/shared", "/srv/testsvc", Path("/srv/testsvc")),
+        ("redis_url", "redis://shared", "redis://testsvc", "redis://testsvc"),
+        ("nameservers", "shared:1", "testsvc:1", ["testsvc:1"]),
+        ("internal_token", "shared", "testsvc", SecretStr("testsvc")),
+    ],
+)
+def test_service_specific_name_wins_over_the_shared_one(
+    monkeypatch: pytest.MonkeyPatch, field: str, shared: str, specific: str, expected: object
+) -> None:
+    monkeypatch.setenv(f"PETREL_{field.upper()}", shared)
+    monkeypatch.setenv(f"PETREL_TESTSVC_{field.upper()}", specific)
+    assert getattr(TestServiceSettings(), field) == expected
+
+
+def test_port_and_host_are_not_taken_from_the_bare_petrel_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PETREL_PORT", "8080")
+    monkeypatch.setenv("PETREL_HOST", "0.0.0.0")
+    settings = TestServiceSettings()
+    assert (settings.host, settings.port) == ("127.0.0.1", 0)
+
+
+def test_port_is_taken_from_the_service_specific_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PETREL_PORT", "8080")
+    monkeypatch.setenv("PETREL_TESTSVC_PORT", "9100")
+    assert TestServiceSettings().port == 9100
+
+
+def test_service_only_field_is_not_taken_from_the_bare_petrel_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PETREL_QUEUE_DEPTH", "99")
+    assert TestServiceSettings().queue_depth == 16
+    monkeypatch.setenv("PETREL_TESTSVC_QUEUE_DEPTH", "32")
+    assert TestServiceSettings().queue_depth == 32
+
+
+@pytest.mark.parametrize("raw", ["a:1,b:2", "a:1;b:2", " a:1 ; b:2 ,", "a:1,;b:2"])
+def test_nameservers_parse_from_a_comma_or_semicolon_separated_list(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("PETREL_TESTSVC_NAMESERVERS", raw)
+    assert TestServiceSettings().nameservers == ["a:1", "b:2"]
+
+
+def test_shared_nameservers_parse_the_same_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PETREL_NAMESERVERS", "a:1;b:2")
+    assert TestServiceSettings().nameservers == ["a:1", "b:2"]
+
+
+def test_keyword_arguments_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PETREL_TESTSVC_PORT", "9100")
+    assert TestServiceSettings(port=9200).port == 9200
+
+
+def test_internal_token_is_hidden_from_repr_and_str(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PETREL_INTERNAL_TOKEN", "hunter2-cluster")
+    settings = TestServiceSettings()
+    assert isinstance(settings.internal_token, SecretStr)
+    assert "hunter2-cluster" not in repr(settings)
+    assert "hunter2-cluster" not in str(settings)
