@@ -5,13 +5,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
+import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 
-from gateway.api import topics
+from gateway.api import messages, topics
 from gateway.brokers import BrokerClient
 from gateway.context import GatewayContext, gateway_context
+from gateway.idempotency import IdempotencyKeys
 from gateway.nameserver import NameserverClient
 from gateway.routes import RouteCache
+from gateway.sender import Sender
 from gateway.settings import GatewaySettings
 from libs.errors import PetrelError
 from libs.http.app import service_app
@@ -30,15 +33,23 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
         options = ClientOptions(token=token, timeout=settings.broker_timeout_seconds)
-        async with InternalClient(options) as client:
-            nameservers = NameserverClient(client, settings.nameservers)
-            context = GatewayContext(
-                settings=settings,
-                nameservers=nameservers,
-                routes=RouteCache(nameservers, settings.route_refresh_seconds),
-                brokers=BrokerClient(client),
-            )
-            yield {"gateway": context}
+        redis = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=1, socket_timeout=2)
+        try:
+            async with InternalClient(options) as client:
+                nameservers = NameserverClient(client, settings.nameservers)
+                routes = RouteCache(nameservers, settings.route_refresh_seconds)
+                brokers = BrokerClient(client)
+                context = GatewayContext(
+                    settings=settings,
+                    nameservers=nameservers,
+                    routes=routes,
+                    brokers=brokers,
+                    sender=Sender(routes, brokers, born_host=f"{settings.host}:{settings.port}"),
+                    idempotency=IdempotencyKeys(redis),
+                )
+                yield {"gateway": context}
+        finally:
+            await redis.aclose()
 
     async def readiness(request: Request) -> dict[str, str]:
         ctx = gateway_context(request)
@@ -59,4 +70,5 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         description=DESCRIPTION,
     )
     app.include_router(topics.router)
+    app.include_router(messages.router)
     return app

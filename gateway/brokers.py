@@ -6,10 +6,23 @@ sees which broker is down rather than an address.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from libs.errors import BrokerUnavailable, ServiceUnavailable
-from libs.http.client import InternalClient
+from libs.http.client import BinaryResponse, InternalClient
 from libs.topic import TopicConfig
-from services.broker.schemas import BrokerTopic
+from services.broker.messages import MAX_OFFSET, MIN_OFFSET, NEXT_OFFSET
+from services.broker.schemas import BrokerTopic, PutAnswer
+
+
+class PulledBatch:
+    """A broker's pull answer: records (binary codec, end to end) and the queue's offsets."""
+
+    def __init__(self, response: BinaryResponse) -> None:
+        self.records = response.body
+        self.next_offset = int(response.headers[NEXT_OFFSET])
+        self.min_offset = int(response.headers[MIN_OFFSET])
+        self.max_offset = int(response.headers[MAX_OFFSET])
 
 
 class BrokerClient:
@@ -40,3 +53,41 @@ class BrokerClient:
 
     async def delete_topic(self, broker: str, address: str, topic: str) -> None:
         await self._json(broker, address, "DELETE", f"/internal/topics/{topic}")
+
+    async def _binary(
+        self,
+        broker: str,
+        address: str,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        params: Mapping[str, str | int] | None = None,
+        timeout: float | None = None,
+    ) -> BinaryResponse:
+        try:
+            return await self.client.binary(
+                method, f"http://{address}{path}", body=body, params=params, timeout=timeout
+            )
+        except ServiceUnavailable as exc:
+            raise BrokerUnavailable(
+                f"broker {broker} at {address} did not answer: {exc.detail}", broker=broker
+            ) from exc
+
+    async def put(self, broker: str, address: str, records: bytes | bytearray) -> PutAnswer:
+        response = await self._binary(broker, address, "POST", "/internal/messages", body=bytes(records))
+        return PutAnswer.model_validate_json(response.body)
+
+    async def pull(
+        self, broker: str, address: str, topic: str, queue_id: int, params: Mapping[str, str | int], wait_ms: int
+    ) -> PulledBatch:
+        path = f"/internal/topics/{topic}/queues/{queue_id}/messages"
+        timeout = wait_ms / 1000 + self.client.options.timeout
+        return PulledBatch(await self._binary(broker, address, "GET", path, params=params, timeout=timeout))
+
+    async def query_key(self, broker: str, address: str, params: Mapping[str, str | int]) -> bytes:
+        return (await self._binary(broker, address, "GET", "/internal/messages", params=params)).body
+
+    async def query_id(self, broker: str, address: str, message_id: str, params: Mapping[str, str | int]) -> bytes:
+        path = f"/internal/messages/by-id/{message_id}"
+        return (await self._binary(broker, address, "GET", path, params=params)).body

@@ -8,8 +8,10 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 
 from gateway.brokers import BrokerClient
+from gateway.idempotency import IdempotencyKeys
 from gateway.nameserver import NameserverClient
 from gateway.routes import RouteCache
+from gateway.sender import Sender
 from gateway.settings import GatewaySettings
 
 
@@ -19,6 +21,8 @@ class GatewayContext:
     nameservers: NameserverClient
     routes: RouteCache
     brokers: BrokerClient
+    sender: Sender
+    idempotency: IdempotencyKeys
 
 
 def gateway_context(request: Request) -> GatewayContext:

@@ -42,9 +42,11 @@ decodes and re-encodes what the gateway sent.
 from __future__ import annotations
 
 import ipaddress
+import mmap
 import struct
 import zlib
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
@@ -60,6 +62,7 @@ STAMP_OFFSETS: Final = struct.Struct(">qq")
 STAMP_STORE: Final = struct.Struct(">q20s")
 U16: Final = struct.Struct(">H")
 U32: Final = struct.Struct(">I")
+QUEUE_ID: Final = struct.Struct(">i")
 
 assert HEADER.size == 112, HEADER.size
 assert LENGTH_MAGIC.size == 8
@@ -77,6 +80,10 @@ MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 MAX_TOPIC_BYTES: Final = 255
 MAX_PROPERTIES_BYTES: Final = 32 * 1024
 MAX_RECORD_SIZE: Final = MIN_RECORD_SIZE + MAX_BODY_SIZE + MAX_TOPIC_BYTES + MAX_PROPERTIES_BYTES
+
+Readable = bytes | bytearray | memoryview | mmap.mmap
+"""Anything a record can be read from: a request body, a batch, a CommitLog segment's map."""
+Writable = bytearray | memoryview | mmap.mmap
 
 NAME_VALUE_SEPARATOR: Final = "\x01"
 PROPERTY_SEPARATOR: Final = "\x02"
@@ -169,7 +176,7 @@ def _pack_header(record: MessageRecord, total: int, body_length: int) -> bytes:
 
 
 def stamp_record(
-    buf: bytearray | memoryview,
+    buf: Writable,
     offset: int,
     *,
     queue_offset: int,
@@ -190,7 +197,7 @@ def encode_blank(size: int) -> bytes:
     return LENGTH_MAGIC.pack(size, BLANK_MAGIC) + b"\x00" * (size - BLANK_MIN_SIZE)
 
 
-def record_size(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[int, bool]:
+def record_size(buf: Readable, offset: int = 0) -> tuple[int, bool]:
     """(total_size, is_blank) of the record at `offset`, checking only length and magic."""
     if len(buf) - offset < LENGTH_MAGIC.size:
         raise CorruptRecord(offset, f"only {len(buf) - offset} bytes left, a record header needs 8")
@@ -208,7 +215,7 @@ def record_size(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[i
     return total, False
 
 
-def decode_record(buf: bytes | bytearray | memoryview, offset: int = 0, *, verify_crc: bool = True) -> MessageRecord:
+def decode_record(buf: Readable, offset: int = 0, *, verify_crc: bool = True) -> MessageRecord:
     """Decode the message record at `offset`; CorruptRecord names exactly what is wrong."""
     total, blank = record_size(buf, offset)
     if blank:
@@ -253,12 +260,50 @@ def decode_record(buf: bytes | bytearray | memoryview, offset: int = 0, *, verif
     )
 
 
+@dataclass(frozen=True, slots=True)
+class RecordHead:
+    """What the write path needs of an encoded record, read without decoding the body."""
+
+    total_size: int
+    queue_id: int
+    topic: str
+    properties: dict[str, str]
+
+
+def peek_head(buf: Readable, offset: int = 0) -> RecordHead:
+    """Topic, queue id and properties of the record at `offset`, checking its framing (not its CRC)."""
+    total, blank = record_size(buf, offset)
+    if blank:
+        raise CorruptRecord(offset, "expected a message record, found a blank filler")
+    queue_id = QUEUE_ID.unpack_from(buf, offset + 12)[0]
+    body_len = QUEUE_ID.unpack_from(buf, offset + BODY_START - 4)[0]
+    pos = offset + BODY_START + body_len
+    end = offset + total
+    if body_len < 0 or pos + U16.size > end:
+        raise CorruptRecord(offset, f"body length {body_len} overruns the record of {total} bytes")
+    topic_len = U16.unpack_from(buf, pos)[0]
+    props_pos = pos + U16.size + topic_len
+    if props_pos + U16.size > end or props_pos + U16.size + U16.unpack_from(buf, props_pos)[0] != end:
+        raise CorruptRecord(offset, "topic and properties lengths do not add up to the record length")
+    try:
+        topic = bytes(buf[pos + U16.size : props_pos]).decode()
+        properties = decode_properties(bytes(buf[props_pos + U16.size : end]))
+    except UnicodeDecodeError as exc:
+        raise CorruptRecord(offset, f"topic or properties are not UTF-8: {exc}") from exc
+    return RecordHead(total, queue_id, topic, properties)
+
+
+def set_queue_id(buf: Writable, offset: int, queue_id: int) -> None:
+    """Change the queue id of an encoded record (the CRC is refreshed by `stamp_record`)."""
+    QUEUE_ID.pack_into(buf, offset + 12, queue_id)
+
+
 def encode_batch(records: list[MessageRecord]) -> bytes:
     """Records laid end to end: the body of a batch put or a pull answer."""
     return b"".join(encode_record(r) for r in records)
 
 
-def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[MessageRecord]:
+def iter_records(buf: Readable) -> Iterator[MessageRecord]:
     """Decode records laid end to end; raises CorruptRecord at the first bad one."""
     offset = 0
     while offset < len(buf):

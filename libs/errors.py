@@ -5,16 +5,22 @@
      │    ├── MalformedBody            400 malformed-body
      │    ├── InvalidTopicName         400 invalid-topic-name
      │    ├── ReservedTopicName        400 reserved-topic-name
-     │    └── InvalidMessage           400 invalid-message
+     │    ├── InvalidMessage           400 invalid-message
+     │    └── InvalidFilter            400 invalid-filter
      ├── Unauthorized                  401 unauthorized
      ├── NotFound                      404 not-found
      │    ├── TopicNotFound            404 topic-not-found
-     │    └── BrokerNotFound           404 broker-not-found
+     │    ├── BrokerNotFound           404 broker-not-found
+     │    ├── QueueNotFound            404 queue-not-found
+     │    └── MessageNotFound          404 message-not-found
      ├── PayloadTooLarge               413 payload-too-large
+     ├── OffsetOutOfRange              416 offset-out-of-range
      ├── ValidationFailed              422 validation-failed
      ├── CorruptRecord                 500 corrupt-record
+     ├── StoreFull                     507 store-full
      ├── UpstreamError                 502 upstream-error
      └── ServiceUnavailable            503 service-unavailable
+          ├── FlushTimeout             503 flush-timeout
           ├── NameserverUnavailable    503 nameserver-unavailable
           └── BrokerUnavailable        503 broker-unavailable
 
@@ -94,6 +100,11 @@ class InvalidMessage(InvalidRequest):
     title = "Invalid message"
 
 
+class InvalidFilter(InvalidRequest):
+    slug = "invalid-filter"
+    title = "Invalid filter expression"
+
+
 class Unauthorized(PetrelError):
     status = 401
     slug = "unauthorized"
@@ -114,6 +125,22 @@ class TopicNotFound(NotFound):
 class BrokerNotFound(NotFound):
     slug = "broker-not-found"
     title = "Broker not found"
+
+
+class QueueNotFound(NotFound):
+    slug = "queue-not-found"
+    title = "Queue not found"
+
+
+class MessageNotFound(NotFound):
+    slug = "message-not-found"
+    title = "Message not found"
+
+
+class OffsetOutOfRange(PetrelError):
+    status = 416
+    slug = "offset-out-of-range"
+    title = "Offset out of range"
 
 
 class PayloadTooLarge(PetrelError):
@@ -143,6 +170,12 @@ class CorruptRecord(PetrelError):
         return cls(offset, detail.removeprefix(f"record at offset {offset}: "))
 
 
+class StoreFull(PetrelError):
+    status = 507
+    slug = "store-full"
+    title = "Store full"
+
+
 class UpstreamError(PetrelError):
     status = 502
     slug = "upstream-error"
@@ -153,6 +186,11 @@ class ServiceUnavailable(PetrelError):
     status = 503
     slug = "service-unavailable"
     title = "Service unavailable"
+
+
+class FlushTimeout(ServiceUnavailable):
+    slug = "flush-timeout"
+    title = "Flush timed out"
 
 
 class NameserverUnavailable(ServiceUnavailable):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -40,6 +41,16 @@ KEY_SEPARATOR: Final = " "
 """Keys are kept in one property, separated by a space (as RocketMQ does)."""
 
 
+def tags_code(tag: str | None) -> int:
+    """The tag's hash code kept in ConsumeQueue units (0 for no tag).
+
+    CRC32 of the UTF-8 tag: stable across processes and machines (unlike
+    Python's hash), cheap, and collisions are harmless because a filter that
+    matches the code rechecks the tag string.
+    """
+    return zlib.crc32(tag.encode()) if tag else 0
+
+
 class SysFlag:
     """Bits of a record's `sysflag` field."""
 
@@ -50,6 +61,8 @@ class SysFlag:
     TRANSACTION_COMMIT: Final = 0x2 << 2
     TRANSACTION_ROLLBACK: Final = 0x3 << 2
     TRANSACTION_MASK: Final = 0x3 << 2
+    BINARY_BODY: Final = 0x1 << 8
+    """The producer sent body_base64: consumers get body_base64 back."""
 
 
 @dataclass(frozen=True, slots=True)

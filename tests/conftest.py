@@ -34,10 +34,20 @@ def nameserver() -> Iterator[ServedApp]:
         yield served
 
 
+SMALL_STORE: dict[str, object] = {
+    "segment_size": 4 * 1024 * 1024 + 64 * 1024,
+    "index_slot_count": 4096,
+    "index_max_entries": 100_000,
+    "cq_units_per_file": 1000,
+}
+"""Store sizes for tests: real files, small enough to preallocate in a blink."""
+
+
 def broker_settings(nameserver: ServedApp | str, name: str = "broker-a", **overrides: object) -> BrokerSettings:
     port = free_port()
     address = nameserver if isinstance(nameserver, str) else nameserver.address
-    return BrokerSettings(port=port, broker_name=name, nameservers=[address], **overrides)  # type: ignore[arg-type]
+    values = SMALL_STORE | {"port": port, "broker_name": name, "nameservers": [address]} | overrides
+    return BrokerSettings(**values)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -7,9 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Query, Response
 
+from gateway.cluster import create_topic, first_detail, master_address
 from gateway.context import Context, GatewayContext
 from gateway.schemas import Topic, TopicList, TopicOnBroker, TopicQueue, TopicSpec, TopicSummary
-from libs.errors import BrokerUnavailable, PetrelError, ServiceUnavailable, TopicNotFound
+from libs.errors import BrokerUnavailable, ServiceUnavailable, TopicNotFound
 from libs.names import is_system_topic, validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.routing import TopicRoute
@@ -44,20 +45,7 @@ async def put_topic(
     spec = spec or TopicSpec()
     queues = spec.queues or ctx.settings.default_queues
     config = TopicConfig(topic, queues, queues, Perm.READ_WRITE, spec.message_type)
-    masters = await _cluster_masters(ctx)
-    results = await asyncio.gather(
-        *(ctx.brokers.put_topic(name, address, config) for name, address in masters), return_exceptions=True
-    )
-    ctx.routes.invalidate(topic)
-    failed = [(name, r) for (name, _), r in zip(masters, results, strict=True) if isinstance(r, BaseException)]
-    if failed:
-        names = ", ".join(name for name, _ in failed)
-        raise BrokerUnavailable(
-            f"topic {topic!r} could not be written to broker(s) {names}: {_first_detail(failed)}; "
-            "the call is idempotent, repeat it",
-            brokers=[name for name, _ in failed],
-        )
-    stored = [r for r in results if isinstance(r, BrokerTopic)]
+    stored = await create_topic(ctx, config)
     response.status_code = 201 if any(r.created for r in stored) else 200
     return _describe(topic, config, stored, [])
 
@@ -95,7 +83,7 @@ async def delete_topic(ctx: Context, topic: UserTopic) -> Response:
     """Delete the topic from every broker that holds it."""
     ctx.routes.invalidate(topic)
     route = await ctx.routes.get(topic)
-    targets = [(q.broker_name, _master(route, q.broker_name)) for q in route.queues]
+    targets = [(q.broker_name, master_address(route, q.broker_name)) for q in route.queues]
     results = await asyncio.gather(
         *(ctx.brokers.delete_topic(name, address, topic) for name, address in targets), return_exceptions=True
     )
@@ -107,37 +95,15 @@ async def delete_topic(ctx: Context, topic: UserTopic) -> Response:
     ]
     if failed:
         raise BrokerUnavailable(
-            f"topic {topic!r} is still on {', '.join(n for n, _ in failed)}: {_first_detail(failed)}"
+            f"topic {topic!r} is still on {', '.join(n for n, _ in failed)}: {first_detail(failed)}"
         )
     return Response(status_code=204)
-
-
-async def _cluster_masters(ctx: GatewayContext) -> list[tuple[str, str]]:
-    listing = await ctx.nameservers.clusters()
-    cluster = next((c for c in listing.clusters if c.name == ctx.settings.cluster), None)
-    masters = [
-        (b.broker_name, i.address)
-        for b in (cluster.brokers if cluster else [])
-        for i in b.instances
-        if i.broker_id == 0
-    ]
-    if not masters:
-        raise ServiceUnavailable(f"no broker of cluster {ctx.settings.cluster!r} is registered with the nameservers")
-    return masters
-
-
-def _master(route: TopicRoute, broker_name: str) -> str:
-    broker = route.broker(broker_name)
-    address = broker.master if broker else None
-    if address is None:
-        raise BrokerUnavailable(f"broker {broker_name} has no live master", broker=broker_name)
-    return address
 
 
 async def _describe_route(ctx: GatewayContext, topic: str, route: TopicRoute) -> Topic:
     async def fetch(broker_name: str) -> BrokerTopic | None:
         try:
-            return await ctx.brokers.get_topic(broker_name, _master(route, broker_name), topic)
+            return await ctx.brokers.get_topic(broker_name, master_address(route, broker_name), topic)
         except ServiceUnavailable:
             return None
 
@@ -180,8 +146,3 @@ def _summary(route: TopicRoute) -> TopicSummary:
         queues=sum(q.write_queues for q in route.queues),
         brokers=[q.broker_name for q in route.queues],
     )
-
-
-def _first_detail(failed: list[tuple[str, BaseException]]) -> str:
-    exc = failed[0][1]
-    return exc.detail if isinstance(exc, PetrelError) else str(exc)

@@ -1,16 +1,15 @@
 """The broker's HTTP API: internal topic admin and identity.
 
-The storage engine (CommitLog, ConsumeQueue, IndexFile) plugs in beside the
-TopicTable in `BrokerContext`; its routes join `router` here.
+The data API (put, pull, queries, offsets) is in `services.broker.messages`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Annotated, cast
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 
@@ -18,31 +17,28 @@ from libs.http.app import service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
+from libs.store.message_store import MessageStore
 from libs.topic import TopicConfig
-from services.broker.metadata import TopicStore, open_engine
+from services.broker import messages
+from services.broker.context import BrokerContext, Context, broker_context
+from services.broker.long_polling import PullWaiters
+from services.broker.metadata import OffsetStore, TopicStore, open_engine
+from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
 from services.broker.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerContext:
-    settings: BrokerSettings
-    topics: TopicTable
-    registrar: NameserverRegistrar
-
-
-def _context(request: Request) -> BrokerContext:
-    return cast(BrokerContext, request.state.broker)
-
-
 def _topic_name(topic: str) -> str:
     return validate_topic_name(topic, allow_system=True)
 
 
-Context = Annotated[BrokerContext, Depends(_context)]
 TopicName = Annotated[str, Depends(_topic_name)]
+
+log = logging.getLogger(__name__)
+
+RETENTION_SCAN_SECONDS = 10.0
 
 router = APIRouter(prefix="/internal", tags=["broker"], responses=PROBLEM_RESPONSES)
 
@@ -95,28 +91,58 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         engine = open_engine(settings.metadata_url)
         topics = TopicTable(TopicStore(engine))
         await topics.load()
+        offsets = ConsumerOffsets(OffsetStore(engine), settings.offset_persist_interval_seconds)
+        await offsets.load()
+        store = MessageStore(settings.store_config(), store_host=settings.address)
+        report = await asyncio.to_thread(store.open)
+        log.info("store open at %s: %s", settings.store_dir, report)
+        waiters = PullWaiters()
+        store.listeners.append(waiters.on_dispatch)
+        store.start()
+        offsets.start()
+        retention = asyncio.create_task(_retention(store), name="store-retention")
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
-        async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1)) as client:
-            registrar = NameserverRegistrar(settings, topics, client)
-            topics.on_change(registrar.register_all)
-            await registrar.register_all()
-            periodic = asyncio.create_task(registrar.run(), name="broker-registration")
-            try:
-                yield {"broker": BrokerContext(settings, topics, registrar)}
-            finally:
-                periodic.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await periodic
-                await registrar.unregister_all()
-                engine.dispose()
+        try:
+            async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1)) as client:
+                registrar = NameserverRegistrar(settings, topics, client)
+                topics.on_change(registrar.register_all)
+                await registrar.register_all()
+                periodic = asyncio.create_task(registrar.run(), name="broker-registration")
+                try:
+                    yield {"broker": BrokerContext(settings, topics, registrar, store, offsets, waiters)}
+                finally:
+                    periodic.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await periodic
+                    await registrar.unregister_all()
+        finally:
+            retention.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await retention
+            await offsets.stop()
+            await store.close()
+            engine.dispose()
 
     async def readiness(request: Request) -> dict[str, str]:
-        ctx = _context(request)
+        ctx = broker_context(request)
         known = [ns for ns in ctx.settings.nameservers if ns in ctx.registrar.registered]
         return {"nameservers": "ok" if known else "registered with none of " + ", ".join(ctx.settings.nameservers)}
 
     app = service_app(
-        "broker", settings, lifespan=lifespan, readiness=readiness, description="Topics and (soon) message storage."
+        "broker", settings, lifespan=lifespan, readiness=readiness, description="Topics, message storage and pulls."
     )
     app.include_router(router)
+    app.include_router(messages.router)
     return app
+
+
+async def _retention(store: MessageStore) -> None:
+    while True:
+        await asyncio.sleep(RETENTION_SCAN_SECONDS)
+        try:
+            deleted = store.retention_tick()
+        except OSError:
+            log.exception("deleting expired CommitLog segments failed; will try again")
+            continue
+        if deleted:
+            log.info("retention deleted %d CommitLog segment(s)", deleted)

@@ -1,12 +1,12 @@
 """The broker's metadata tables (SQLAlchemy): SQLite in its store dir by default.
 
-Topics now; subscription groups and consumer offsets join them with the storage
-engine. Calls are synchronous: the app runs them in a worker thread.
+Topics and consumer offsets (subscription groups join them with consumer groups).
+Calls are synchronous: the app runs them in a worker thread.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, Integer, MetaData, String, create_engine, delete, event, select
+from sqlalchemy import BigInteger, Engine, Integer, MetaData, String, create_engine, delete, event, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from libs.topic import MessageType, TopicConfig
@@ -24,6 +24,15 @@ class TopicRow(Base):
     write_queues: Mapped[int] = mapped_column(Integer)
     perm: Mapped[int] = mapped_column(Integer)
     message_type: Mapped[str] = mapped_column(String(16))
+
+
+class ConsumerOffsetRow(Base):
+    __tablename__ = "consumer_offsets"
+
+    group: Mapped[str] = mapped_column(String(255), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(255), primary_key=True)
+    queue_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    offset: Mapped[int] = mapped_column(BigInteger)
 
 
 def open_engine(url: str) -> Engine:
@@ -66,3 +75,22 @@ class TopicStore:
     def remove(self, name: str) -> None:
         with Session(self.engine) as session, session.begin():
             session.execute(delete(TopicRow).where(TopicRow.name == name))
+
+
+OffsetKey = tuple[str, str, int]
+"""(group, topic, queue_id)"""
+
+
+class OffsetStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def load(self) -> dict[OffsetKey, int]:
+        with Session(self.engine) as session:
+            rows = session.scalars(select(ConsumerOffsetRow)).all()
+            return {(r.group, r.topic, r.queue_id): r.offset for r in rows}
+
+    def save(self, offsets: dict[OffsetKey, int]) -> None:
+        with Session(self.engine) as session, session.begin():
+            for (group, topic, queue_id), offset in offsets.items():
+                session.merge(ConsumerOffsetRow(group=group, topic=topic, queue_id=queue_id, offset=offset))

@@ -52,3 +52,46 @@ class BrokerIdentity(BaseModel):
     address: str
     data_version: int
     nameservers: dict[str, bool] = Field(description="nameserver -> registered with it now")
+
+
+class PutEntry(BaseModel):
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    store_timestamp: int
+    message_id: str | None
+
+
+class PutFailure(BaseModel):
+    index: int = Field(description="the first record not stored; the ones after it were not tried")
+    type: str
+    status: int
+    detail: str
+
+
+class PutAnswer(BaseModel):
+    stored: list[PutEntry]
+    failure: PutFailure | None = None
+
+
+class QueueOffsets(BaseModel):
+    min_offset: int
+    max_offset: int
+    offset_for_timestamp: int | None = None
+
+
+class ConsumerOffset(BaseModel):
+    topic: str
+    queue_id: int
+    offset: int
+
+
+class ConsumerOffsetList(BaseModel):
+    offsets: list[ConsumerOffset]
+
+
+class ConsumerOffsetCommit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    offset: int = Field(ge=0)

@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from libs.settings import ServiceSettings
+from libs.store.config import FlushMode, StoreConfig
 from libs.topic import DEFAULT_QUEUES, MAX_QUEUES
 
 
@@ -22,6 +23,19 @@ class BrokerSettings(ServiceSettings):
     register_interval_seconds: float = Field(default=30.0, gt=0)
     default_queues: int = Field(default=DEFAULT_QUEUES, ge=1, le=MAX_QUEUES)
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite in the store dir")
+    flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
+    flush_interval_ms: int = Field(default=500, ge=10)
+    sync_flush_timeout_ms: int = Field(default=5_000, ge=10)
+    segment_size: int = Field(default=1024 * 1024 * 1024, ge=64 * 1024 * 1024 // 1024)
+    cq_units_per_file: int = Field(default=300_000, ge=16)
+    index_slot_count: int = Field(default=5_000_000, ge=16)
+    index_max_entries: int = Field(default=20_000_000, ge=16)
+    file_reserved_hours: float = Field(default=72.0, gt=0)
+    delete_when_hour: int = Field(default=4, ge=0, le=23)
+    disk_max_used_ratio: float = Field(default=0.75, gt=0, le=1)
+    disk_refuse_ratio: float = Field(default=0.95, gt=0, le=1)
+    offset_persist_interval_seconds: float = Field(default=5.0, gt=0)
+    max_pull_wait_ms: int = Field(default=30_000, ge=0)
 
     @property
     def address(self) -> str:
@@ -30,6 +44,22 @@ class BrokerSettings(ServiceSettings):
     @property
     def store_dir(self) -> Path:
         return self.data_dir / "brokers" / self.broker_name
+
+    def store_config(self) -> StoreConfig:
+        return StoreConfig(
+            root=self.store_dir,
+            segment_size=self.segment_size,
+            flush_mode=self.flush_mode,
+            flush_interval_ms=self.flush_interval_ms,
+            sync_flush_timeout_ms=self.sync_flush_timeout_ms,
+            cq_units_per_file=self.cq_units_per_file,
+            index_slot_count=self.index_slot_count,
+            index_max_entries=self.index_max_entries,
+            file_reserved_hours=self.file_reserved_hours,
+            delete_when_hour=self.delete_when_hour,
+            disk_max_used_ratio=self.disk_max_used_ratio,
+            disk_refuse_ratio=self.disk_refuse_ratio,
+        )
 
     @property
     def metadata_url(self) -> str:

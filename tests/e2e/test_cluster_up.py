@@ -97,6 +97,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         "PETREL_NAMESERVER_BROKER_EXPIRY_SECONDS": str(EXPIRY_SECONDS),
         "PETREL_NAMESERVER_SCAN_INTERVAL_SECONDS": "0.5",
         "PETREL_BROKER_REGISTER_INTERVAL_SECONDS": "0.5",
+        "PETREL_BROKER_SEGMENT_SIZE": str(16 * 1024 * 1024),
+        "PETREL_BROKER_INDEX_SLOT_COUNT": "65536",
+        "PETREL_BROKER_INDEX_MAX_ENTRIES": "1000000",
     }
     output = tmp_path / "petrel-up.out"
     with output.open("w") as out:

@@ -1,0 +1,247 @@
+"""`/v1` messages: send one, send a batch, pull by offset, find by id and by key."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+
+from gateway.cluster import create_topic, default_topic, master_address, masters
+from gateway.context import Context, GatewayContext
+from gateway.message_schemas import (
+    BatchEntry,
+    BatchError,
+    BatchResult,
+    Message,
+    MessageList,
+    PullResult,
+    SendBatch,
+    SendMessage,
+    SendResult,
+)
+from gateway.sender import Prepared
+from libs.codec import iter_records
+from libs.errors import InvalidRequest, MessageNotFound, PetrelError, TopicNotFound
+from libs.message import MessageRecord, Prop, SysFlag
+from libs.names import validate_topic_name
+from libs.problem import PROBLEM_RESPONSES
+from libs.routing import TopicRoute
+from libs.timeparse import parse_time_ms
+
+router = APIRouter(prefix="/v1", tags=["messages"], responses=PROBLEM_RESPONSES)
+
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", description="repeat-safe sends for 24 h")]
+MAX_WAIT_MS = 30_000
+
+
+@router.post("/topics/{topic}/messages", operation_id="sendMessage", response_model=SendResult, status_code=201)
+async def send_message(
+    ctx: Context, topic: str, message: SendMessage, request: Request, idempotency_key: IdempotencyKey = None
+) -> Any:
+    """Send one message; answers where it was stored."""
+    validate_topic_name(topic)
+
+    async def run() -> dict[str, Any]:
+        prepared = ctx.sender.prepare(topic, message)
+        await _ensure_topic(ctx, topic)
+        (result,) = await ctx.sender.send(topic, [prepared])
+        if isinstance(result, PetrelError):
+            raise result
+        _emit_sent(request, topic, [prepared], [result], idempotency_key)
+        return result.model_dump()
+
+    return await _idempotent(ctx, f"send:{topic}", idempotency_key, message.model_dump_json().encode(), run)
+
+
+@router.post("/topics/{topic}/messages:batch", operation_id="sendMessageBatch", response_model=BatchResult)
+async def send_batch(
+    ctx: Context, topic: str, batch: SendBatch, request: Request, idempotency_key: IdempotencyKey = None
+) -> Any:
+    """Send up to 256 messages; one result (or error) per message, in order."""
+    validate_topic_name(topic)
+
+    async def run() -> dict[str, Any]:
+        entries: list[BatchEntry | None] = [None] * len(batch.messages)
+        prepared: list[tuple[int, Prepared]] = []
+        for index, message in enumerate(batch.messages):
+            try:
+                prepared.append((index, ctx.sender.prepare(topic, message)))
+            except PetrelError as exc:
+                entries[index] = BatchEntry(index=index, error=_batch_error(exc))
+        if prepared:
+            await _ensure_topic(ctx, topic)
+            results = await ctx.sender.send(topic, [p for _, p in prepared])
+            for (index, _), result in zip(prepared, results, strict=True):
+                if isinstance(result, PetrelError):
+                    entries[index] = BatchEntry(index=index, error=_batch_error(result))
+                else:
+                    entries[index] = BatchEntry(index=index, result=result)
+            sent = [(p, r) for (_, p), r in zip(prepared, results, strict=True) if isinstance(r, SendResult)]
+            _emit_sent(request, topic, [p for p, _ in sent], [r for _, r in sent], idempotency_key)
+        return BatchResult(results=[e for e in entries if e is not None]).model_dump()
+
+    return await _idempotent(ctx, f"batch:{topic}", idempotency_key, batch.model_dump_json().encode(), run)
+
+
+@router.get("/topics/{topic}/queues/{queue_id}/messages", operation_id="pullMessages", response_model=PullResult)
+async def pull_messages(
+    ctx: Context,
+    topic: str,
+    queue_id: int,
+    offset: Annotated[int, Query(ge=0, description="the first queue offset to read")] = 0,
+    max: Annotated[int, Query(ge=1, le=256, description="at most this many messages")] = 32,
+    wait_ms: Annotated[int, Query(ge=0, le=MAX_WAIT_MS, description="hold an empty pull this long")] = 0,
+    tag: Annotated[str | None, Query(description="TAG filter: TagA || TagB, or *")] = None,
+    sql: Annotated[str | None, Query(description="SQL92 filter over properties and TAGS")] = None,
+    broker: Annotated[str | None, Query(description="the broker, when several hold the topic")] = None,
+) -> PullResult:
+    """Messages of one queue from an offset; with wait_ms, waits for the first one to arrive."""
+    validate_topic_name(topic, allow_system=True)
+    route = await ctx.routes.get(topic)
+    name, address = _pick_broker(route, broker)
+    params: dict[str, str | int] = {"offset": offset, "max": max, "wait_ms": wait_ms}
+    if tag is not None:
+        params["tag"] = tag
+    if sql is not None:
+        params["sql"] = sql
+    pulled = await ctx.brokers.pull(name, address, topic, queue_id, params, wait_ms)
+    return PullResult(
+        messages=[to_message(r, name) for r in iter_records(pulled.records)],
+        next_offset=pulled.next_offset,
+        min_offset=pulled.min_offset,
+        max_offset=pulled.max_offset,
+        broker=name,
+    )
+
+
+@router.get("/messages/{message_id}", operation_id="getMessage", response_model=Message)
+async def get_message(ctx: Context, message_id: str) -> Message:
+    """The message with this id, wherever it is stored."""
+    born = _id_time(message_id)
+    params = {"begin": max(0, born - 60_000), "end": int(time.time() * 1000) + 60_000}
+    found: list[Message] = []
+    for name, _, raw in await _ask_every_broker(ctx, lambda n, a: ctx.brokers.query_id(n, a, message_id, params)):
+        found.extend(to_message(r, name) for r in iter_records(raw))
+    if not found:
+        raise MessageNotFound(f"no broker holds a message with id {message_id}")
+    return min(found, key=lambda m: m.stored_at)
+
+
+@router.get("/topics/{topic}/messages", operation_id="queryMessagesByKey", response_model=MessageList)
+async def query_by_key(
+    ctx: Context,
+    topic: str,
+    key: Annotated[str, Query(min_length=1, description="a key the message was sent with")],
+    begin: Annotated[str | None, Query(description="RFC 3339 or epoch ms (default: 3 days ago)")] = None,
+    end: Annotated[str | None, Query(description="RFC 3339 or epoch ms (default: now)")] = None,
+    max: Annotated[int, Query(ge=1, le=64)] = 32,
+) -> MessageList:
+    """Messages of the topic sent with `key`, stored between begin and end, newest first."""
+    validate_topic_name(topic, allow_system=True)
+    now = int(time.time() * 1000)
+    begin_ms = parse_time_ms(begin, "begin") if begin else now - 72 * 3600 * 1000
+    end_ms = parse_time_ms(end, "end") if end else now + 60_000
+    if begin_ms > end_ms:
+        raise InvalidRequest(f"begin ({begin_ms}) is after end ({end_ms})")
+    route = await ctx.routes.get(topic)
+    params: dict[str, str | int] = {"topic": topic, "key": key, "begin": begin_ms, "end": end_ms, "max": max}
+    answers = await asyncio.gather(
+        *(ctx.brokers.query_key(q.broker_name, master_address(route, q.broker_name), params) for q in route.queues)
+    )
+    messages = [
+        to_message(r, q.broker_name) for q, raw in zip(route.queues, answers, strict=True) for r in iter_records(raw)
+    ]
+    return MessageList(messages=sorted(messages, key=lambda m: m.stored_at, reverse=True)[:max])
+
+
+def to_message(record: MessageRecord, broker: str) -> Message:
+    properties = dict(record.properties)
+    binary = bool(record.sysflag & SysFlag.BINARY_BODY)
+    return Message(
+        message_id=record.message_id or "",
+        topic=record.topic,
+        body=None if binary else record.body.decode(errors="replace"),
+        body_base64=base64.b64encode(record.body).decode() if binary else None,
+        tag=record.tag,
+        keys=record.keys,
+        properties=record.user_properties,
+        message_group=properties.get(Prop.MESSAGE_GROUP),
+        born_at=record.born_timestamp,
+        stored_at=record.store_timestamp,
+        broker=broker,
+        queue_id=record.queue_id,
+        queue_offset=record.queue_offset,
+        reconsume_times=record.reconsume_times,
+    )
+
+
+async def _ensure_topic(ctx: GatewayContext, topic: str) -> None:
+    """With auto_create_topics on, a send to an unknown topic creates it (default queues)."""
+    try:
+        await ctx.routes.get(topic)
+    except TopicNotFound:
+        if not ctx.settings.auto_create_topics:
+            raise
+        await create_topic(ctx, default_topic(ctx, topic))
+
+
+async def _idempotent(ctx: GatewayContext, scope: str, key: str | None, payload: bytes, run: Any) -> Any:
+    if key is None:
+        return await run()
+    claim = await ctx.idempotency.claim(scope, key, payload)
+    if claim.replay is not None:
+        return claim.replay
+    try:
+        answer = await run()
+    except BaseException:
+        await ctx.idempotency.release(claim)
+        raise
+    await ctx.idempotency.complete(claim, answer)
+    return answer
+
+
+def _batch_error(exc: PetrelError) -> BatchError:
+    return BatchError(type=exc.problem_type(), title=exc.title, status=exc.status, detail=exc.detail)
+
+
+def _emit_sent(
+    request: Request, topic: str, prepared: list[Prepared], results: list[SendResult], key: str | None
+) -> None:
+    events = request.state.events
+    for p, r in zip(prepared, results, strict=True):
+        optional: dict[str, Any] = {"size": len(p.encoded)}
+        if p.message.tag is not None:
+            optional["tag"] = p.message.tag
+        if p.message.keys:
+            optional["keys"] = p.message.keys
+        if key is not None:
+            optional["idempotency_key"] = key
+        events.emit("sent", message_id=r.message_id, topic=topic, **optional)
+
+
+def _pick_broker(route: TopicRoute, broker: str | None) -> tuple[str, str]:
+    names = [q.broker_name for q in route.queues]
+    if broker is None:
+        if len(names) > 1:
+            raise InvalidRequest(
+                f"topic {route.topic!r} has queues on {', '.join(names)}: say which with ?broker=", brokers=names
+            )
+        broker = names[0]
+    if broker not in names:
+        raise TopicNotFound(f"broker {broker!r} holds no queue of {route.topic!r} (brokers: {', '.join(names)})")
+    return broker, master_address(route, broker)
+
+
+def _id_time(message_id: str) -> int:
+    if len(message_id) != 32 or not all(c in "0123456789ABCDEFabcdef" for c in message_id):
+        raise MessageNotFound(f"{message_id!r} is not a Petrel message id (32 hex digits)")
+    return int(message_id[:12], 16)
+
+
+async def _ask_every_broker(ctx: GatewayContext, call: Any) -> list[tuple[str, str, bytes]]:
+    targets = masters(await ctx.nameservers.clusters())
+    answers = await asyncio.gather(*(call(n, a) for n, a in targets), return_exceptions=True)
+    return [(n, a, r) for (n, a), r in zip(targets, answers, strict=True) if isinstance(r, bytes)]

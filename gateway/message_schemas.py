@@ -1,0 +1,83 @@
+"""Public `/v1` schemas of messages: sending, pulling, querying."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_BATCH = 256
+
+
+class SendMessage(BaseModel):
+    """One message to send: exactly one of `body` (text) or `body_base64` (bytes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    body: str | None = Field(default=None, description="the body as text (UTF-8)")
+    body_base64: str | None = Field(default=None, description="the body as base64, for bytes")
+    tag: str | None = Field(default=None, max_length=255, description="one tag, for TAG filters")
+    keys: list[str] = Field(default_factory=list, max_length=64, description="keys to find the message by")
+    properties: dict[str, str] = Field(default_factory=dict, description="user properties, for SQL92 filters")
+    message_group: str | None = Field(
+        default=None, min_length=1, max_length=255, description="messages of one group go to one queue, in order"
+    )
+
+
+class SendResult(BaseModel):
+    message_id: str
+    topic: str
+    broker: str
+    queue_id: int
+    queue_offset: int
+    stored_at: int = Field(description="ms since the epoch")
+
+
+class SendBatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[SendMessage] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class BatchError(BaseModel):
+    type: str
+    title: str
+    status: int
+    detail: str
+
+
+class BatchEntry(BaseModel):
+    index: int
+    result: SendResult | None = None
+    error: BatchError | None = None
+
+
+class BatchResult(BaseModel):
+    results: list[BatchEntry] = Field(description="one per message, in the order sent")
+
+
+class Message(BaseModel):
+    message_id: str
+    topic: str
+    body: str | None = None
+    body_base64: str | None = None
+    tag: str | None = None
+    keys: list[str]
+    properties: dict[str, str]
+    message_group: str | None = None
+    born_at: int = Field(description="ms since the epoch, when the gateway accepted it")
+    stored_at: int = Field(description="ms since the epoch, when the broker stored it")
+    broker: str
+    queue_id: int
+    queue_offset: int
+    reconsume_times: int = 0
+
+
+class PullResult(BaseModel):
+    messages: list[Message]
+    next_offset: int = Field(description="where the next pull starts")
+    min_offset: int
+    max_offset: int
+    broker: str
+
+
+class MessageList(BaseModel):
+    messages: list[Message]

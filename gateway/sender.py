@@ -1,0 +1,164 @@
+"""Sender: turns public send requests into records and puts them on brokers.
+
+A request's messages are encoded once (libs.codec) and grouped by the broker
+chosen for each; each broker gets one binary put. A broker that does not
+answer is avoided for a while and its messages go to another broker (up to
+two retries), except messages with a `message_group`, which must stay on their
+queue to stay in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import time
+from dataclasses import dataclass
+
+from gateway.brokers import BrokerClient
+from gateway.message_schemas import SendMessage, SendResult
+from gateway.producer import BrokerAvoidance, QueueSelector, QueueTarget
+from gateway.routes import RouteCache
+from libs.codec import MAX_BODY_SIZE, encode_record, set_queue_id
+from libs.errors import BrokerUnavailable, InvalidMessage, PayloadTooLarge, PetrelError, TopicNotFound
+from libs.message import KEY_SEPARATOR, SYSTEM_PROPERTIES, MessageIdFactory, MessageRecord, Prop, SysFlag
+from libs.routing import TopicRoute
+
+SEND_RETRIES = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    message_id: str
+    message: SendMessage
+    encoded: bytes
+    """The record in the binary codec; its queue id is set when the queue is chosen."""
+
+
+class Sender:
+    def __init__(self, routes: RouteCache, brokers: BrokerClient, born_host: str) -> None:
+        self.routes = routes
+        self.brokers = brokers
+        self.born_host = born_host
+        self.avoidance = BrokerAvoidance()
+        self.selector = QueueSelector(self.avoidance)
+        self.ids = MessageIdFactory()
+
+    def prepare(self, topic: str, message: SendMessage) -> Prepared:
+        """Validate and build the record; InvalidMessage / PayloadTooLarge say what is wrong."""
+        body, binary = _body(message)
+        properties = dict(message.properties)
+        reserved = sorted(properties.keys() & SYSTEM_PROPERTIES)
+        if reserved:
+            raise InvalidMessage(f"property name(s) {', '.join(reserved)} are reserved for Petrel")
+        message_id = self.ids.new_id()
+        properties[Prop.UNIQ_KEY] = message_id
+        if message.tag is not None:
+            properties[Prop.TAGS] = _tag(message.tag)
+        if message.keys:
+            properties[Prop.KEYS] = KEY_SEPARATOR.join(_key(k) for k in message.keys)
+        if message.message_group is not None:
+            properties[Prop.MESSAGE_GROUP] = message.message_group
+        record = MessageRecord(
+            topic=topic,
+            body=body,
+            properties=properties,
+            sysflag=SysFlag.BINARY_BODY if binary else 0,
+            born_timestamp=int(time.time() * 1000),
+            born_host=self.born_host,
+        )
+        return Prepared(message_id, message, encode_record(record))
+
+    async def send(self, topic: str, prepared: list[Prepared]) -> list[SendResult | PetrelError]:
+        """Put every prepared message; one result or error per message, in order."""
+        results: list[SendResult | PetrelError | None] = [None] * len(prepared)
+        pending = list(range(len(prepared)))
+        tried: dict[int, set[str]] = {i: set() for i in pending}
+        for attempt in range(SEND_RETRIES + 1):
+            route = await self.routes.get(topic)
+            by_target: dict[str, list[tuple[int, QueueTarget]]] = {}
+            for i in pending:
+                target = self.selector.select(topic, route, prepared[i].message.message_group, tried[i])
+                by_target.setdefault(target.broker, []).append((i, target))
+            outcomes = await asyncio.gather(*(self._put(route, prepared, batch) for batch in by_target.values()))
+            pending = []
+            for batch, outcome in zip(by_target.values(), outcomes, strict=True):
+                for (i, target), result in zip(batch, outcome, strict=True):
+                    results[i] = result
+                    retryable = isinstance(result, BrokerUnavailable) and prepared[i].message.message_group is None
+                    if retryable and attempt < SEND_RETRIES:
+                        tried[i].add(target.broker)
+                        pending.append(i)
+            if not pending:
+                break
+        return [r if r is not None else BrokerUnavailable("not sent") for r in results]
+
+    async def _put(
+        self, route: TopicRoute, prepared: list[Prepared], batch: list[tuple[int, QueueTarget]]
+    ) -> list[SendResult | PetrelError]:
+        target = batch[0][1]
+        body = bytearray()
+        for i, t in batch:
+            start = len(body)
+            body += prepared[i].encoded
+            set_queue_id(body, start, t.queue_id)
+        try:
+            answer = await self.brokers.put(target.broker, target.address, body)
+        except BrokerUnavailable as exc:
+            self.avoidance.failed(target.broker)
+            return [exc] * len(batch)
+        except TopicNotFound as exc:
+            self.routes.invalidate(route.topic)  # the route was stale
+            return [BrokerUnavailable(f"broker {target.broker} no longer holds the topic: {exc.detail}")] * len(batch)
+        except PetrelError as exc:
+            return [exc] * len(batch)
+        self.avoidance.succeeded(target.broker)
+        results: list[SendResult | PetrelError] = []
+        for position, (i, t) in enumerate(batch):
+            if position < len(answer.stored):
+                stored = answer.stored[position]
+                results.append(
+                    SendResult(
+                        message_id=prepared[i].message_id,
+                        topic=route.topic,
+                        broker=t.broker,
+                        queue_id=stored.queue_id,
+                        queue_offset=stored.queue_offset,
+                        stored_at=stored.store_timestamp,
+                    )
+                )
+            else:
+                failure = answer.failure
+                detail = failure.detail if failure else "not stored"
+                cls = PetrelError.from_problem_type(failure.type) if failure else None
+                results.append((cls or BrokerUnavailable).rebuild(detail, {}))
+        return results
+
+
+def _body(message: SendMessage) -> tuple[bytes, bool]:
+    if (message.body is None) == (message.body_base64 is None):
+        raise InvalidMessage("give exactly one of body (text) or body_base64")
+    if message.body is not None:
+        body = message.body.encode()
+        binary = False
+    else:
+        try:
+            body = base64.b64decode(message.body_base64 or "", validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidMessage(f"body_base64 is not valid base64: {exc}") from exc
+        binary = True
+    if len(body) > MAX_BODY_SIZE:
+        raise PayloadTooLarge(f"the message body is {len(body)} bytes; the limit is {MAX_BODY_SIZE} (4 MiB)")
+    return body, binary
+
+
+def _tag(tag: str) -> str:
+    if not tag or "||" in tag or tag.strip() != tag or tag == "*":
+        raise InvalidMessage(f"tag {tag!r} is invalid: no '||', no surrounding spaces, not '*'")
+    return tag
+
+
+def _key(key: str) -> str:
+    if not key or KEY_SEPARATOR in key:
+        raise InvalidMessage(f"key {key!r} is invalid: keys are non-empty and have no spaces")
+    return key

@@ -1,0 +1,1 @@
+"""The broker's storage engine: CommitLog, ConsumeQueue, IndexFile, flush, recovery, retention."""

@@ -1,0 +1,135 @@
+"""Flusher: the background flush, the group commit behind SYNC_FLUSH, and checkpoints.
+
+Every `flush_interval_ms` (both modes): ConsumeQueue units are written to their
+files and the CommitLog is synced up to its write position. SYNC_FLUSH puts
+also wait on `wait_durable`: each waiting put kicks the group commit, which
+syncs once for every record written so far and wakes all whose records that
+sync covered. The sync runs in a worker thread (fdatasync releases the GIL), so
+new puts keep arriving, and join the next round, while one is in progress.
+Every `checkpoint_interval_ms` ConsumeQueue and index files are synced too and
+the checkpoint advances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from libs.errors import FlushTimeout
+from libs.store.checkpoint import Checkpoint
+from libs.store.commitlog import CommitLog
+from libs.store.config import StoreConfig
+from libs.store.queue_table import ConsumeQueueTable
+
+log = logging.getLogger(__name__)
+
+
+class Flusher:
+    def __init__(
+        self,
+        config: StoreConfig,
+        commitlog: CommitLog,
+        queues: ConsumeQueueTable,
+        sync_index: Callable[[], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.commitlog = commitlog
+        self.queues = queues
+        self.sync_index = sync_index
+        self.clock = clock
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._kick = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._round = asyncio.Lock()
+        self._last_checkpoint = 0.0
+        self.syncs = 0
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._periodic(), name="store-flush"),
+            asyncio.create_task(self._group_commit(), name="store-group-commit"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        await self.flush(checkpoint=True)
+
+    async def wait_durable(self, offset: int) -> None:
+        """Return once every CommitLog byte below `offset` is on disk (FlushTimeout past the limit)."""
+        if self.commitlog.flushed_offset >= offset:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, future))
+        self._kick.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self.config.sync_flush_timeout_ms / 1000)
+        except TimeoutError:
+            raise FlushTimeout(
+                f"the disk did not confirm the write within {self.config.sync_flush_timeout_ms} ms; "
+                "the message is stored but not known to be durable"
+            ) from None
+
+    async def flush(self, *, checkpoint: bool = False) -> None:
+        """One round: write queue units, sync the CommitLog, wake covered waiters, maybe checkpoint."""
+        async with self._round:
+            self.queues.write_pending()
+            target = self.commitlog.write_offset
+            await asyncio.to_thread(self.commitlog.sync, target)
+            self.syncs += 1
+            self._wake(target)
+            now = self.clock()
+            if checkpoint or now - self._last_checkpoint >= self.config.checkpoint_interval_ms / 1000:
+                dirty = self.queues.take_dirty_files()
+                await asyncio.to_thread(self._sync_dispatch, dirty)
+                Checkpoint(target, target, int(now * 1000)).write(self.config.checkpoint_path)
+                self._last_checkpoint = now
+
+    def _sync_dispatch(self, dirty: list[Path]) -> None:
+        self.queues.sync_files(dirty)
+        self.sync_index()
+
+    def _fail_waiters(self, exc: BaseException) -> None:
+        failure = FlushTimeout(f"the disk refused the write: {exc}; the message is stored but not durable")
+        for _, future in self._waiters:
+            if not future.done():
+                future.set_exception(failure)
+        self._waiters = []
+
+    def _wake(self, durable: int) -> None:
+        still: list[tuple[int, asyncio.Future[None]]] = []
+        for offset, future in self._waiters:
+            if offset <= durable:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                still.append((offset, future))
+        self._waiters = still
+
+    async def _periodic(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.flush_interval_ms / 1000)
+            try:
+                await self.flush()
+            except Exception as exc:
+                log.exception("flushing the store failed; will try again")
+                self._fail_waiters(exc)
+
+    async def _group_commit(self) -> None:
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            try:
+                await self.flush()
+            except Exception as exc:
+                log.exception("a group commit failed")
+                self._fail_waiters(exc)

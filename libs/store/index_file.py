@@ -1,0 +1,446 @@
+"""IndexFile: find CommitLog messages by key within a time range (RocketMQ's IndexFile).
+
+An index file is a hash table of fixed size whose slots head chains of entries,
+newest first, like a HashMap laid out on disk. `IndexService` keeps a directory
+of them, named by the 17-digit UTC time of their creation (yyyyMMddHHmmssSSS),
+and writes to the newest; when it is full a new one is started.
+
+Format of one index file, big-endian; the sizes are asserted below:
+
+    header, 52 bytes (the first 40 are RocketMQ's IndexHeader)
+       0  begin_timestamp   q   8  ms; the base of every entry's time_diff
+       8  end_timestamp     q   8  ms; the latest store timestamp put (an upper bound)
+      16  begin_phy_offset  q   8  CommitLog offset of the first entry
+      24  end_phy_offset    q   8  CommitLog offset of the last entry
+      32  hash_slot_count   I   4  slots in use (informational)
+      36  index_count       I   4  the number the next entry gets: entries written + 1,
+                                   so that entry number 0 means "no entry"
+      40  magic             4s  4  b"PIDX"
+      44  slot_count        I   4  } the geometry, so that a file opens without settings
+      48  max_entries       I   4  } and keeps working when the settings change
+    hash slots, slot_count x 4 bytes from byte 52
+          head              I   4  number of the newest entry in the slot's chain, 0 = empty
+    entries, max_entries x 20 bytes; entry n (1-based) at 52 + 4 * slot_count + 20 * (n - 1)
+       0  key_hash          I   4  zlib.crc32 of the UTF-8 key (unsigned); slot = key_hash % slot_count
+       4  phy_offset        q   8  the message's CommitLog offset
+      12  time_diff         i   4  whole SECONDS from begin_timestamp, floored (signed)
+      16  prev_index        I   4  the entry put before this one in the same slot; 0 ends the chain
+
+Entries hold only the key's hash, so a lookup also returns the offsets of other
+keys with the same crc32: the caller re-checks the key in the CommitLog record,
+as RocketMQ's client does. Times are kept to the second, so a lookup of
+[begin, end] ms returns every entry whose second overlaps it: a superset that
+the caller filters by the record's exact store timestamp. Queries choose files
+by [begin_timestamp, end_timestamp], begin_timestamp being the first entry's
+store time: an entry stored earlier than that (a clock stepped back) is found
+only by a range that reaches the file's begin, as in RocketMQ.
+
+Entries are put in CommitLog order, so phy offsets never decrease along a chain;
+`put_keys` skips a message below `max_phy_offset`, which makes recovery's
+re-dispatch idempotent, and lookups drop an offset equal to the one just found
+(the last message may be indexed twice when re-dispatched).
+
+Durability: the file is created sparse and written through a shared mmap, so what
+`put` wrote is in the page cache and survives the process being killed; `flush`
+makes it survive the machine (fdatasync on the file, which on Linux writes back
+pages dirtied through the map and, unlike `mmap.flush`, releases the GIL). A full
+disk shows as a SIGBUS on a write into a hole; the broker's disk-space check
+keeps it away. `put` writes the entry, then the header, then the slot, so a
+process killed between them leaves at most an entry no slot points to.
+
+Truncation (recovery after a torn CommitLog tail): the entries at or past the cut
+are a suffix of the newest file(s). They are undone newest first, each slot set
+back to the entry's prev_index (only where the slot still points at that entry),
+then index_count and end_phy_offset are lowered; so the offsets, which the
+CommitLog reuses, come back clean, and a second run does the same. end_timestamp
+stays as it was: it only chooses files, for which an upper bound is enough.
+
+A file that cannot be read raises `CorruptIndexFile` (a plain Exception, not a
+`libs.errors.PetrelError`: it stops the broker at startup and never crosses HTTP).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from mmap import mmap
+from pathlib import Path
+from typing import Final
+
+from libs.store.mapped_file import preallocate
+
+HEADER: Final = struct.Struct(">qqqqII")  # begin/end timestamp, begin/end phy offset, slots used, index count
+GEOMETRY: Final = struct.Struct(">4sII")  # magic, slot_count, max_entries
+SLOT: Final = struct.Struct(">I")
+ENTRY: Final = struct.Struct(">IqiI")  # key_hash, phy_offset, time_diff, prev_index
+assert HEADER.size == 40
+assert GEOMETRY.size == 12
+HEADER_SIZE: Final = HEADER.size + GEOMETRY.size
+assert HEADER_SIZE == 52
+assert SLOT.size == 4
+assert ENTRY.size == 20
+
+MAGIC: Final = b"PIDX"
+MAX_U32: Final = 0xFFFF_FFFF
+DEFAULT_SLOT_COUNT: Final = 5_000_000
+DEFAULT_MAX_ENTRIES: Final = 20_000_000
+DEFAULT_QUERY_LIMIT: Final = 32
+UNIQUE_KEY_PREFIX: Final = "#UNIQ#"  # topic names cannot contain '#', so no topic#key looks like this
+FILE_NAME: Final = re.compile(r"\d{17}")
+
+
+class CorruptIndexFile(Exception):
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"index file {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def file_size(slot_count: int, max_entries: int) -> int:
+    return HEADER_SIZE + SLOT.size * slot_count + ENTRY.size * max_entries
+
+
+def file_name(ms: int) -> str:
+    """yyyyMMddHHmmssSSS in UTC, so that names sort in creation order across DST changes."""
+    return datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y%m%d%H%M%S") + f"{ms % 1000:03d}"
+
+
+def file_name_ms(path: Path) -> int:
+    try:
+        stamp = datetime.strptime(path.name[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+    except ValueError as exc:
+        raise CorruptIndexFile(path, "name is not a yyyyMMddHHmmssSSS timestamp") from exc
+    return int(stamp.timestamp()) * 1000 + int(path.name[14:])
+
+
+class IndexFile:
+    """One memory-mapped index file; one writer thread, reads from the same thread."""
+
+    def __init__(self, path: Path, fd: int, mapping: mmap, geometry: tuple[int, int], header: tuple[int, ...]) -> None:
+        self.path = path
+        self.slot_count, self.max_entries = geometry
+        self._fd = fd
+        self._map = mapping
+        self._entries_at = HEADER_SIZE + SLOT.size * self.slot_count - ENTRY.size  # where entry 0 would be
+        self._begin_ts, self._end_ts, self._begin_phy, self._end_phy, self._used_slots, self._index_count = header
+        self._dirty = False
+        self._closing = threading.Lock()  # so that a flush never syncs a closed, perhaps reused, fd
+
+    @classmethod
+    def create(cls, path: Path, slot_count: int, max_entries: int, begin_timestamp: int) -> IndexFile:
+        if not (0 < slot_count < MAX_U32 and 0 < max_entries < MAX_U32):
+            raise ValueError(f"slot_count {slot_count} and max_entries {max_entries} must be in 1..{MAX_U32 - 1}")
+        size = file_size(slot_count, max_entries)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            preallocate(fd, size, f"index file {path.name}")
+            mapping = mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        header = (begin_timestamp, begin_timestamp, 0, 0, 0, 1)
+        HEADER.pack_into(mapping, 0, *header)
+        GEOMETRY.pack_into(mapping, HEADER.size, MAGIC, slot_count, max_entries)
+        index_file = cls(path, fd, mapping, (slot_count, max_entries), header)
+        index_file._dirty = True
+        return index_file
+
+    @classmethod
+    def open(cls, path: Path) -> IndexFile:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            if size < HEADER_SIZE:
+                raise CorruptIndexFile(path, f"{size} bytes is shorter than the {HEADER_SIZE}-byte header")
+            mapping = mmap(fd, size)
+            try:
+                geometry, header = _read_header(path, mapping)
+            except BaseException:
+                mapping.close()
+                raise
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, mapping, geometry, header)
+
+    @property
+    def begin_timestamp(self) -> int:
+        return self._begin_ts
+
+    @property
+    def end_timestamp(self) -> int:
+        return self._end_ts
+
+    @property
+    def begin_phy_offset(self) -> int:
+        return self._begin_phy
+
+    @property
+    def end_phy_offset(self) -> int:
+        return self._end_phy
+
+    @property
+    def entry_count(self) -> int:
+        return self._index_count - 1
+
+    @property
+    def is_full(self) -> bool:
+        return self._index_count > self.max_entries
+
+    def put(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """Index `key` for the message at `phy_offset`; False when the file is full."""
+        n = self._index_count
+        if n > self.max_entries:
+            return False
+        mapping = self._map
+        key_hash = zlib.crc32(key.encode())
+        slot_at = HEADER_SIZE + (key_hash % self.slot_count) * 4
+        (head,) = SLOT.unpack_from(mapping, slot_at)
+        if head >= n:  # only a damaged file points past its entries: start the chain afresh
+            head = 0
+        time_diff = (store_timestamp - self._begin_ts) // 1000
+        ENTRY.pack_into(mapping, self._entries_at + n * 20, key_hash, phy_offset, time_diff, head)
+        if n == 1:
+            self._begin_phy = phy_offset
+        if not head:
+            self._used_slots += 1
+        self._end_ts = max(self._end_ts, store_timestamp)
+        self._end_phy = phy_offset
+        self._index_count = n + 1
+        self._dirty = True
+        HEADER.pack_into(mapping, 0, self._begin_ts, self._end_ts, self._begin_phy, phy_offset, self._used_slots, n + 1)
+        SLOT.pack_into(mapping, slot_at, n)
+        return True
+
+    def lookup(self, key: str, begin: int, end: int, limit: int) -> list[int]:
+        """Phy offsets, newest first, of at most `limit` entries with key's hash in [begin, end] ms (to the second)."""
+        found: list[int] = []
+        if limit <= 0:
+            return found
+        key_hash = zlib.crc32(key.encode())
+        first = (begin - self._begin_ts) // 1000
+        last = (end - self._begin_ts) // 1000
+        mapping, entries_at, unpack_entry = self._map, self._entries_at, ENTRY.unpack_from
+        (n,) = SLOT.unpack_from(mapping, HEADER_SIZE + (key_hash % self.slot_count) * 4)
+        if n >= self._index_count:
+            return found
+        while n:
+            entry_hash, phy_offset, time_diff, prev = unpack_entry(mapping, entries_at + n * 20)
+            if entry_hash == key_hash and first <= time_diff <= last and (not found or found[-1] != phy_offset):
+                found.append(phy_offset)
+                if len(found) == limit:
+                    break
+            n = prev if prev < n else 0  # a chain only goes back; anything else is damage
+        return found
+
+    def truncate_after(self, phy_offset: int) -> None:
+        """Forget the entries at or past `phy_offset` (see the module docstring)."""
+        mapping, entries_at = self._map, self._entries_at
+        n = self._index_count - 1
+        while n:
+            key_hash, entry_phy, _, prev = ENTRY.unpack_from(mapping, entries_at + n * 20)
+            if entry_phy < phy_offset:
+                break
+            slot_at = HEADER_SIZE + (key_hash % self.slot_count) * 4
+            if SLOT.unpack_from(mapping, slot_at)[0] == n:  # an entry a crash left unlinked heads no chain
+                SLOT.pack_into(mapping, slot_at, prev)
+                if not prev:
+                    self._used_slots -= 1
+            n -= 1
+        if n == self._index_count - 1:
+            return
+        self._index_count = n + 1
+        self._end_phy = ENTRY.unpack_from(mapping, entries_at + n * 20)[1] if n else 0
+        if not n:
+            self._begin_phy = 0
+        self._dirty = True
+        HEADER.pack_into(
+            mapping, 0, self._begin_ts, self._end_ts, self._begin_phy, self._end_phy, self._used_slots, n + 1
+        )
+
+    def flush(self) -> None:
+        """Make everything put so far durable; blocks without the GIL, so a flusher thread may call it."""
+        with self._closing:
+            if self._dirty and not self._map.closed:
+                self._dirty = False  # first, so that a put racing the sync marks the file again
+                os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        """Unmap without syncing (the page cache still writes the pages back); waits for a running flush."""
+        with self._closing:
+            if not self._map.closed:
+                self._map.close()
+                os.close(self._fd)
+
+
+def _read_header(path: Path, mapping: mmap) -> tuple[tuple[int, int], tuple[int, ...]]:
+    magic, slot_count, max_entries = GEOMETRY.unpack_from(mapping, HEADER.size)
+    if magic != MAGIC:
+        raise CorruptIndexFile(path, f"magic is {magic!r}, not {MAGIC!r}")
+    if not (slot_count and max_entries):
+        raise CorruptIndexFile(path, f"{slot_count} slots and {max_entries} entries")
+    expected = file_size(slot_count, max_entries)
+    if len(mapping) != expected:
+        raise CorruptIndexFile(
+            path, f"{len(mapping)} bytes, but {slot_count} slots and {max_entries} entries take {expected}"
+        )
+    header = HEADER.unpack_from(mapping, 0)
+    used_slots, index_count = header[4], header[5]
+    if not 1 <= index_count <= max_entries + 1:
+        raise CorruptIndexFile(path, f"index_count {index_count} is outside 1..{max_entries + 1}")
+    if used_slots > slot_count:
+        raise CorruptIndexFile(path, f"{used_slots} slots in use of {slot_count}")
+    return (slot_count, max_entries), header
+
+
+class IndexService:
+    """The broker's directory of index files: `topic#key` and `#UNIQ#id` to CommitLog offsets."""
+
+    def __init__(
+        self,
+        directory: Path,
+        slot_count: int = DEFAULT_SLOT_COUNT,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.directory = directory
+        self.slot_count = slot_count
+        self.max_entries = max_entries
+        self._clock = clock
+        self._files: list[IndexFile] = []
+        self._current: IndexFile | None = None
+        self._last_name_ms = 0
+        self._directory_dirty = False
+
+    @property
+    def files(self) -> tuple[IndexFile, ...]:
+        return tuple(self._files)
+
+    @property
+    def max_phy_offset(self) -> int:
+        """The end_phy_offset of the newest file: recovery re-dispatches the CommitLog from here."""
+        return self._current.end_phy_offset if self._current else 0
+
+    def load(self) -> None:
+        """Open the files already in the directory, oldest first; writing goes on in the newest."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        names = sorted(path.name for path in self.directory.iterdir() if FILE_NAME.fullmatch(path.name))
+        try:
+            for name in names:
+                self._files.append(IndexFile.open(self.directory / name))
+            if names:
+                self._last_name_ms = file_name_ms(self.directory / names[-1])
+        except BaseException:
+            self.close()
+            raise
+        self._drop_empty_tail()
+        self._current = self._files[-1] if self._files else None
+
+    def put_keys(
+        self, topic: str, keys: Iterable[str], unique_key: str | None, phy_offset: int, store_timestamp: int
+    ) -> None:
+        """Index a message's keys as `topic#key` and its message id as `#UNIQ#id`."""
+        current = self._current
+        if current is not None and phy_offset < current.end_phy_offset:
+            return  # indexed before the crash: recovery re-dispatches from max_phy_offset
+        for key in keys:
+            if key:
+                self._put(f"{topic}#{key}", phy_offset, store_timestamp)
+        if unique_key:
+            self._put(UNIQUE_KEY_PREFIX + unique_key, phy_offset, store_timestamp)
+
+    def query(self, topic: str, key: str, begin: int, end: int, limit: int = DEFAULT_QUERY_LIMIT) -> list[int]:
+        """Phy offsets, newest first, of messages of `topic` with `key` (or a key of the same hash)."""
+        return self._query(f"{topic}#{key}", begin, end, limit)
+
+    def query_unique(self, message_id: str, begin: int, end: int, limit: int = DEFAULT_QUERY_LIMIT) -> list[int]:
+        return self._query(UNIQUE_KEY_PREFIX + message_id, begin, end, limit)
+
+    def truncate_after(self, phy_offset: int) -> None:
+        """Forget every entry at or past `phy_offset`: files that begin there go, the rest are rolled back."""
+        files = self._files
+        while files and (not files[-1].entry_count or files[-1].begin_phy_offset >= phy_offset):
+            self._delete(files.pop())
+        for index_file in reversed(files):
+            if index_file.end_phy_offset < phy_offset:
+                break
+            index_file.truncate_after(phy_offset)  # a message's keys may straddle two files
+        self._current = self._files[-1] if self._files else None
+
+    def delete_files_before(self, phy_offset: int) -> int:
+        """Retention: delete the oldest files whose entries all lie below `phy_offset`; never the newest."""
+        deleted = 0
+        while len(self._files) > 1 and self._files[0].end_phy_offset < phy_offset:
+            self._delete(self._files.pop(0))
+            deleted += 1
+        return deleted
+
+    def flush(self) -> None:
+        for index_file in tuple(self._files):  # the writer thread may roll or delete meanwhile
+            index_file.flush()
+        if self._directory_dirty:
+            self._directory_dirty = False
+            _sync_directory(self.directory)
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            for index_file in self._files:
+                index_file.close()
+            self._files.clear()
+            self._current = None
+
+    def _put(self, key: str, phy_offset: int, store_timestamp: int) -> None:
+        current = self._current
+        if current is None or not current.put(key, phy_offset, store_timestamp):
+            current = self._roll(store_timestamp)
+            current.put(key, phy_offset, store_timestamp)
+
+    def _roll(self, begin_timestamp: int) -> IndexFile:
+        name_ms = max(int(self._clock() * 1000), self._last_name_ms + 1)  # names keep creation order
+        path = self.directory / file_name(name_ms)
+        index_file = IndexFile.create(path, self.slot_count, self.max_entries, begin_timestamp)
+        self._last_name_ms = name_ms
+        self._directory_dirty = True
+        self._files.append(index_file)
+        self._current = index_file
+        return index_file
+
+    def _query(self, key: str, begin: int, end: int, limit: int) -> list[int]:
+        found: list[int] = []
+        for index_file in reversed(self._files):
+            if len(found) >= limit:
+                break
+            if index_file.begin_timestamp > end or index_file.end_timestamp < begin:
+                continue
+            # one more than needed: the first may repeat the last found (keys straddling two files)
+            for phy_offset in index_file.lookup(key, begin, end, limit - len(found) + 1):
+                if not found or found[-1] != phy_offset:
+                    found.append(phy_offset)
+        return found[:limit]
+
+    def _drop_empty_tail(self) -> None:
+        """A file created just before a crash holds nothing; it would hide the real max_phy_offset."""
+        while self._files and not self._files[-1].entry_count:
+            self._delete(self._files.pop())
+
+    def _delete(self, index_file: IndexFile) -> None:
+        index_file.close()
+        index_file.path.unlink()
+        self._directory_dirty = True
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,316 @@
+"""MessageStore: the storage engine as the broker uses it.
+
+put -> CommitLog append, then dispatch (ConsumeQueue unit, IndexFile keys,
+listeners such as long polling), all in the caller's thread; under SYNC_FLUSH
+`put` returns only when the group commit has the bytes on disk.
+pull -> ConsumeQueue units, tag codes matched without touching the CommitLog,
+then the records themselves (with the filter's full check).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from libs.codec import Readable, RecordHead, decode_record, peek_head, stamp_record
+from libs.errors import CorruptRecord, OffsetOutOfRange, PetrelError, StoreFull
+from libs.filters import MessageFilter
+from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
+from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from libs.store.commitlog import STAMPED, STORE_TIMESTAMP, CommitLog, ScannedRecord
+from libs.store.config import FlushMode, StoreConfig
+from libs.store.flush import Flusher
+from libs.store.index_file import IndexService
+from libs.store.queue_table import ConsumeQueueTable
+from libs.store.recovery import RecoveryReport, recover
+
+DispatchListener = Callable[[str, int, int, int], None]
+"""(topic, queue_id, queue_offset, tags_code), called after each message is dispatched."""
+
+MAX_PULL_BYTES = 8 * 1024 * 1024
+MAX_UNITS_SCANNED = 16_000
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    store_timestamp: int
+    message_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PutOutcome:
+    stored: list[PutResult]
+    failure: PetrelError | None = None
+    """Why the record after the last stored one was not stored; later ones were not tried."""
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    records: list[bytes]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(slots=True)
+class _DiskCheck:
+    ratio: float = 0.0
+    checked_at: float = field(default=-1e9)
+
+
+class MessageStore:
+    def __init__(self, config: StoreConfig, store_host: str = "127.0.0.1:0", clock: Callable[[], float] = time.time):
+        self.config = config
+        self.store_host = store_host
+        self.clock = clock
+        self.commitlog = CommitLog(config.commitlog_dir, config.segment_size)
+        self.index = IndexService(config.index_dir, config.index_slot_count, config.index_max_entries, clock=clock)
+        self.queues = ConsumeQueueTable(
+            config.consumequeue_dir, config.cq_units_per_file, config.max_open_cq_files, self._is_ours
+        )
+        self.listeners: list[DispatchListener] = []
+        self.flusher = Flusher(config, self.commitlog, self.queues, self.index.flush, clock)
+        self._disk = _DiskCheck()
+        self._recovering = False
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def open(self) -> RecoveryReport:
+        self.config.root.mkdir(parents=True, exist_ok=True)
+        self.index.load()
+        self._recovering = True
+        try:
+            report = recover(self.config, self.commitlog, self._redispatch)
+        finally:
+            self._recovering = False
+        self.queues.commitlog_min = self.commitlog.min_offset
+        if not report.clean:
+            self.index.truncate_after(report.commitlog_end)
+            for queue in self.queues.opened():
+                queue.load(self._is_ours, self.commitlog.min_offset)
+        self.config.abort_path.touch()
+        return report
+
+    def start(self) -> None:
+        self.flusher.start()
+
+    async def close(self) -> None:
+        await self.flusher.stop()
+        self.index.close()
+        self.queues.close()
+        self.commitlog.close()
+        self.config.abort_path.unlink(missing_ok=True)
+
+    # ---- writing -------------------------------------------------------------------------
+
+    async def put(self, batch: Readable) -> PutOutcome:
+        outcome = self.append(batch)
+        if outcome.stored and self.config.flush_mode is FlushMode.SYNC_FLUSH:
+            await self.flusher.wait_durable(self.commitlog.write_offset)
+        return outcome
+
+    def append(self, batch: Readable) -> PutOutcome:
+        """Store every record of the batch (records laid end to end), in order."""
+        stored: list[PutResult] = []
+        try:
+            self._check_disk()
+            offset = 0
+            while offset < len(batch):
+                stored.append(self._append_one(batch, offset))
+                offset += stored[-1].size
+        except PetrelError as exc:
+            return PutOutcome(stored, exc)
+        return PutOutcome(stored)
+
+    def _append_one(self, batch: Readable, offset: int) -> PutResult:
+        head = peek_head(batch, offset)
+        size = head.total_size
+        queue = self.queues.get(head.topic, head.queue_id)
+        segment, position = self.commitlog.reserve(size)
+        physical = segment.start_offset + position
+        now = int(self.clock() * 1000)
+        segment.map[position : position + size] = batch[offset : offset + size]
+        stamp_record(
+            segment.map,
+            position,
+            queue_offset=queue.max_offset,
+            physical_offset=physical,
+            store_timestamp=now,
+            store_host=self.store_host,
+        )
+        self.commitlog.write_offset = physical + size
+        queue_offset = queue.max_offset
+        self._dispatch(head, queue_offset, physical, size, now)
+        return PutResult(
+            head.topic, head.queue_id, queue_offset, physical, size, now, head.properties.get(Prop.UNIQ_KEY)
+        )
+
+    def _dispatch(self, head: RecordHead, queue_offset: int, physical: int, size: int, stored_at: int) -> None:
+        code = _unit_code(head)
+        self.queues.append(head.topic, head.queue_id, queue_offset, physical, size, code)
+        keys = head.properties.get(Prop.KEYS, "")
+        self.index.put_keys(
+            head.topic,
+            [k for k in keys.split(KEY_SEPARATOR) if k],
+            head.properties.get(Prop.UNIQ_KEY),
+            physical,
+            stored_at,
+        )
+        for listener in self.listeners:
+            listener(head.topic, head.queue_id, queue_offset, code)
+
+    def _redispatch(self, record: ScannedRecord) -> None:
+        self._dispatch(record.head, record.queue_offset, record.physical_offset, record.size, record.store_timestamp)
+
+    def _check_disk(self) -> None:
+        now = time.monotonic()
+        if now - self._disk.checked_at > 1.0:
+            usage = shutil.disk_usage(self.config.root)
+            self._disk = _DiskCheck(usage.used / usage.total, now)
+        if self._disk.ratio >= self.config.disk_refuse_ratio:
+            raise StoreFull(
+                f"the disk under {self.config.root} is {self._disk.ratio:.0%} full; writes are refused above "
+                f"{self.config.disk_refuse_ratio:.0%} (reads go on)"
+            )
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
+        queue = self.queues.get(topic, queue_id)
+        return queue.min_offset, queue.max_offset
+
+    def pull(
+        self, topic: str, queue_id: int, offset: int, max_count: int, message_filter: MessageFilter | None = None
+    ) -> PullResult:
+        queue = self.queues.get(topic, queue_id)
+        if not queue.min_offset <= offset <= queue.max_offset:
+            raise OffsetOutOfRange(
+                f"offset {offset} of {topic}/{queue_id} is outside [{queue.min_offset}, {queue.max_offset}]",
+                min_offset=queue.min_offset,
+                max_offset=queue.max_offset,
+            )
+        records: list[bytes] = []
+        size_total = 0
+        position = offset
+        limit = min(queue.max_offset, offset + MAX_UNITS_SCANNED)
+        while position < limit and len(records) < max_count and size_total < MAX_PULL_BYTES:
+            for physical, size, code in queue.read(position, min(256, limit - position)):
+                position += 1
+                if physical < self.commitlog.min_offset:
+                    continue
+                if message_filter is not None and not message_filter.matches_code(code):
+                    continue
+                raw = self.commitlog.read(physical, size)
+                if message_filter is not None and not _full_match(message_filter, raw):
+                    continue
+                records.append(raw)
+                size_total += size
+                if len(records) >= max_count or size_total >= MAX_PULL_BYTES:
+                    break
+        return PullResult(records, position, queue.min_offset, queue.max_offset)
+
+    def read(self, physical_offset: int) -> bytes:
+        return self.commitlog.read_record(physical_offset)
+
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose message was stored at or after `timestamp_ms`."""
+        queue = self.queues.get(topic, queue_id)
+        low, high = queue.min_offset, queue.max_offset
+        while low < high:
+            mid = (low + high) // 2
+            physical, _, _ = queue.read(mid, 1)[0]
+            if self._stored_at(physical) < timestamp_ms:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    def _stored_at(self, physical: int) -> int:
+        segment = self.commitlog.segment_at(physical)
+        return int(STORE_TIMESTAMP.unpack_from(segment.map, physical - segment.start_offset + 68)[0])
+
+    def query_key(self, topic: str, key: str, begin: int, end: int, limit: int = 32) -> list[MessageRecord]:
+        offsets = self.index.query(topic, key, begin, end, limit * 2)
+        return self._verified(offsets, lambda r: r.topic == topic and key in r.keys, begin, end, limit)
+
+    def query_id(self, message_id: str, begin: int, end: int, limit: int = 32) -> list[MessageRecord]:
+        offsets = self.index.query_unique(message_id, begin, end, limit * 2)
+        return self._verified(offsets, lambda r: r.message_id == message_id, begin, end, limit)
+
+    def _verified(
+        self, offsets: list[int], wanted: Callable[[MessageRecord], bool], begin: int, end: int, limit: int
+    ) -> list[MessageRecord]:
+        # Index entries hold only key hashes, and may outlive a truncated tail:
+        # every hit is read back and checked before it is answered.
+        found: dict[int, MessageRecord] = {}
+        for physical in offsets:
+            if physical in found or not self.commitlog.min_offset <= physical < self.commitlog.write_offset:
+                continue
+            try:
+                record = decode_record(self.commitlog.read_record(physical))
+            except (CorruptRecord, OffsetOutOfRange):
+                continue
+            if record.physical_offset == physical and begin <= record.store_timestamp <= end and wanted(record):
+                found[physical] = record
+        return sorted(found.values(), key=lambda r: r.physical_offset, reverse=True)[:limit]
+
+    def _is_ours(self, physical: int, size: int, queue_offset: int) -> bool:
+        if self._recovering:
+            return True
+        if not self.commitlog.min_offset <= physical or physical + size > self.commitlog.write_offset:
+            return False
+        segment = self.commitlog.segment_at(physical)
+        position = physical - segment.start_offset
+        stamped_queue_offset, stamped_physical = STAMPED.unpack_from(segment.map, position + 20)
+        return bool(stamped_queue_offset == queue_offset and stamped_physical == physical)
+
+    # ---- retention -----------------------------------------------------------------------
+
+    def retention_tick(self) -> int:
+        """Run by the broker every few seconds: delete what retention says is due; how many segments."""
+        usage = shutil.disk_usage(self.config.root)
+        if usage.used / usage.total > self.config.disk_max_used_ratio:
+            return self.delete_expired(force=True)
+        if time.localtime(self.clock()).tm_hour == self.config.delete_when_hour:
+            return self.delete_expired()
+        return 0
+
+    def delete_expired(self, *, force: bool = False) -> int:
+        """Delete CommitLog segments past `file_reserved_hours` (or the oldest, when forced)."""
+        deadline = self.clock() - self.config.file_reserved_hours * 3600
+        deleted = 0
+        while len(self.commitlog.segments) > 1:
+            oldest = self.commitlog.segments[0]
+            if not force and oldest.path.stat().st_mtime >= deadline:
+                break
+            if self.commitlog.delete_oldest() is None:
+                break
+            deleted += 1
+            force = False
+        if deleted:
+            minimum = self.commitlog.min_offset
+            self.queues.commitlog_min = minimum
+            for topic, queue_id in self.queues.on_disk():
+                self.queues.get(topic, queue_id).delete_files_below(minimum)
+            self.index.delete_files_before(minimum)
+        return deleted
+
+
+def _unit_code(head: RecordHead) -> int:
+    if head.topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
+        due = head.properties.get(Prop.TIMER_DELIVER_MS)
+        if due is not None and due.isdigit():
+            return int(due)
+    return tags_code(head.properties.get(Prop.TAGS))
+
+
+def _full_match(message_filter: MessageFilter, raw: bytes) -> bool:
+    head = peek_head(raw)
+    return message_filter.matches(head.properties.get(Prop.TAGS), head.properties)

@@ -1,0 +1,78 @@
+"""ConsumeQueueTable: every (topic, queue) ConsumeQueue of a store, opened on first use."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from libs.store.consume_queue import ConsumeQueue, FileHandles, RecordCheck
+
+
+class ConsumeQueueTable:
+    def __init__(self, root: Path, units_per_file: int, max_open_files: int, is_ours: RecordCheck) -> None:
+        self.root = root
+        self.units_per_file = units_per_file
+        self.handles = FileHandles(max_open_files)
+        self.is_ours = is_ours
+        self.commitlog_min = 0
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._unwritten: set[ConsumeQueue] = set()
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            queue = ConsumeQueue(self.root / topic / str(queue_id), topic, queue_id, self.units_per_file, self.handles)
+            queue.load(self.is_ours, self.commitlog_min)
+            self._queues[(topic, queue_id)] = queue
+        return queue
+
+    def append(self, topic: str, queue_id: int, queue_offset: int, phy: int, size: int, code: int) -> None:
+        queue = self.get(topic, queue_id)
+        queue.append(queue_offset, phy, size, code)
+        self._unwritten.add(queue)
+
+    def on_disk(self) -> Iterator[tuple[str, int]]:
+        """Every (topic, queue id) with a ConsumeQueue directory, opened or not."""
+        if not self.root.exists():
+            return
+        for topic_dir in self.root.iterdir():
+            for queue_dir in topic_dir.iterdir():
+                if queue_dir.name.isdigit():
+                    yield topic_dir.name, int(queue_dir.name)
+
+    def opened(self) -> list[ConsumeQueue]:
+        return list(self._queues.values())
+
+    def write_pending(self) -> None:
+        for queue in self._unwritten:
+            queue.write_pending()
+        self._unwritten.clear()
+
+    def take_dirty_files(self) -> list[Path]:
+        dirty: list[Path] = []
+        for queue in self._queues.values():
+            dirty.extend(queue.dirty_files)
+            queue.dirty_files.clear()
+        return dirty
+
+    @staticmethod
+    def sync_files(paths: list[Path]) -> None:
+        """fdatasync each file through a descriptor of its own (from a worker thread)."""
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # deleted by retention or truncation meanwhile
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
+    def drop(self, topic: str) -> None:
+        for key in [k for k in self._queues if k[0] == topic]:
+            queue = self._queues.pop(key)
+            self._unwritten.discard(queue)
+
+    def close(self) -> None:
+        self.handles.close()

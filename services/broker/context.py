@@ -1,0 +1,32 @@
+"""BrokerContext: what the broker's handlers use, opened in its lifespan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, cast
+
+from fastapi import Depends, Request
+
+from libs.store.message_store import MessageStore
+from services.broker.long_polling import PullWaiters
+from services.broker.offsets import ConsumerOffsets
+from services.broker.registration import NameserverRegistrar
+from services.broker.settings import BrokerSettings
+from services.broker.topics import TopicTable
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerContext:
+    settings: BrokerSettings
+    topics: TopicTable
+    registrar: NameserverRegistrar
+    store: MessageStore
+    offsets: ConsumerOffsets
+    waiters: PullWaiters
+
+
+def broker_context(request: Request) -> BrokerContext:
+    return cast(BrokerContext, request.state.broker)
+
+
+Context = Annotated[BrokerContext, Depends(broker_context)]

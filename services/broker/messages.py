@@ -1,0 +1,213 @@
+"""The broker's internal data API: put, pull (long polling), reads, queries, consumer offsets.
+
+Hot paths carry records in the shared binary codec (libs.codec), laid end to end:
+a put's request body and a pull's or query's answer. Control paths are JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+
+from libs.codec import encode_record, peek_head
+from libs.errors import InvalidRequest, QueueNotFound, TopicNotFound
+from libs.filters import FilterType, MessageFilter, compile_filter
+from libs.problem import PROBLEM_RESPONSES
+from libs.store.message_store import PutOutcome
+from services.broker.context import Context
+from services.broker.schemas import (
+    ConsumerOffset,
+    ConsumerOffsetCommit,
+    ConsumerOffsetList,
+    PutAnswer,
+    PutEntry,
+    PutFailure,
+    QueueOffsets,
+)
+
+BINARY = "application/octet-stream"
+NEXT_OFFSET = "x-petrel-next-offset"
+MIN_OFFSET = "x-petrel-min-offset"
+MAX_OFFSET = "x-petrel-max-offset"
+
+router = APIRouter(prefix="/internal", tags=["messages"], responses=PROBLEM_RESPONSES)
+
+BINARY_BODY = {"content": {BINARY: {"schema": {"type": "string", "format": "binary"}}}}
+
+
+@router.post(
+    "/messages",
+    operation_id="putMessages",
+    response_model=PutAnswer,
+    openapi_extra={"requestBody": {"required": True, **BINARY_BODY}},
+)
+async def put_messages(ctx: Context, request: Request) -> PutAnswer:
+    """Store records (the binary codec, end to end) in order; under SYNC_FLUSH, once on disk."""
+    body = await request.body()
+    if not body:
+        raise InvalidRequest("the body holds no record")
+    _check_destinations(ctx, body)
+    outcome = await ctx.store.put(body)
+    return _answer(outcome)
+
+
+def _check_destinations(ctx: Context, body: bytes) -> None:
+    offset = 0
+    index = 0
+    while offset < len(body):
+        head = peek_head(body, offset)
+        config = ctx.topics.find(head.topic)
+        if config is None:
+            raise TopicNotFound(f"record {index}: topic {head.topic!r} does not exist on this broker", index=index)
+        if not config.writable or not 0 <= head.queue_id < config.write_queues:
+            raise QueueNotFound(
+                f"record {index}: {head.topic} has no writable queue {head.queue_id} here "
+                f"(0 to {config.write_queues - 1})",
+                index=index,
+            )
+        offset += head.total_size
+        index += 1
+
+
+def _answer(outcome: PutOutcome) -> PutAnswer:
+    if outcome.failure is not None and not outcome.stored:
+        raise outcome.failure
+    failure = None
+    if outcome.failure is not None:
+        exc = outcome.failure
+        failure = PutFailure(index=len(outcome.stored), type=exc.problem_type(), status=exc.status, detail=exc.detail)
+    return PutAnswer(
+        stored=[
+            PutEntry(
+                topic=r.topic,
+                queue_id=r.queue_id,
+                queue_offset=r.queue_offset,
+                physical_offset=r.physical_offset,
+                store_timestamp=r.store_timestamp,
+                message_id=r.message_id,
+            )
+            for r in outcome.stored
+        ],
+        failure=failure,
+    )
+
+
+def _filter(tag: str | None, sql: str | None) -> MessageFilter | None:
+    if tag and sql:
+        raise InvalidRequest("give either a tag or an sql filter, not both")
+    if sql:
+        return compile_filter(FilterType.SQL92, sql)
+    if tag and tag.strip() != "*":
+        return compile_filter(FilterType.TAG, tag)
+    return None
+
+
+def _queue(ctx: Context, topic: str, queue_id: int) -> None:
+    config = ctx.topics.get(topic)
+    if not 0 <= queue_id < max(config.read_queues, config.write_queues):
+        raise QueueNotFound(f"{topic} has no queue {queue_id} on this broker (0 to {config.read_queues - 1})")
+
+
+@router.get(
+    "/topics/{topic}/queues/{queue_id}/messages",
+    operation_id="pullMessages",
+    response_class=Response,
+    responses={200: BINARY_BODY},
+)
+async def pull_messages(
+    ctx: Context,
+    topic: str,
+    queue_id: int,
+    offset: Annotated[int, Query(ge=0)],
+    max: Annotated[int, Query(ge=1, le=1024)] = 32,
+    wait_ms: Annotated[int, Query(ge=0)] = 0,
+    tag: str | None = None,
+    sql: str | None = None,
+) -> Response:
+    """Records from `offset` on that match the filter; with `wait_ms`, held until one arrives."""
+    _queue(ctx, topic, queue_id)
+    message_filter = _filter(tag, sql)
+    result = ctx.store.pull(topic, queue_id, offset, max, message_filter)
+    wait = min(wait_ms, ctx.settings.max_pull_wait_ms) / 1000
+    caught_up = not result.records and result.next_offset >= result.max_offset
+    if caught_up and wait > 0 and await ctx.waiters.wait(topic, queue_id, message_filter, wait):
+        result = ctx.store.pull(topic, queue_id, result.next_offset, max, message_filter)
+    headers = {
+        NEXT_OFFSET: str(result.next_offset),
+        MIN_OFFSET: str(result.min_offset),
+        MAX_OFFSET: str(result.max_offset),
+    }
+    return Response(b"".join(result.records), media_type=BINARY, headers=headers)
+
+
+@router.get("/topics/{topic}/queues/{queue_id}/offsets", operation_id="getQueueOffsets", response_model=QueueOffsets)
+async def get_queue_offsets(
+    ctx: Context, topic: str, queue_id: int, timestamp: Annotated[int | None, Query(ge=0)] = None
+) -> QueueOffsets:
+    """The queue's min and max offsets; with `timestamp` (ms), the first offset stored at or after it."""
+    _queue(ctx, topic, queue_id)
+    low, high = ctx.store.queue_offsets(topic, queue_id)
+    at = ctx.store.offset_for_time(topic, queue_id, timestamp) if timestamp is not None else None
+    return QueueOffsets(min_offset=low, max_offset=high, offset_for_timestamp=at)
+
+
+@router.get(
+    "/commitlog/{physical_offset}", operation_id="getRecord", response_class=Response, responses={200: BINARY_BODY}
+)
+async def get_record(ctx: Context, physical_offset: int) -> Response:
+    """The record stored at a CommitLog offset."""
+    return Response(ctx.store.read(physical_offset), media_type=BINARY)
+
+
+@router.get("/messages", operation_id="queryMessagesByKey", response_class=Response, responses={200: BINARY_BODY})
+async def query_by_key(
+    ctx: Context,
+    topic: str,
+    key: str,
+    begin: Annotated[int, Query(ge=0)] = 0,
+    end: Annotated[int, Query(ge=0)] = 2**62,
+    max: Annotated[int, Query(ge=1, le=64)] = 32,
+) -> Response:
+    """Records of `topic` carrying `key`, stored within [begin, end] (ms), newest first."""
+    records = ctx.store.query_key(topic, key, begin, end, max)
+    return Response(b"".join(encode_record(r) for r in records), media_type=BINARY)
+
+
+@router.get(
+    "/messages/by-id/{message_id}",
+    operation_id="queryMessageById",
+    response_class=Response,
+    responses={200: BINARY_BODY},
+)
+async def query_by_id(
+    ctx: Context,
+    message_id: str,
+    begin: Annotated[int, Query(ge=0)] = 0,
+    end: Annotated[int, Query(ge=0)] = 2**62,
+) -> Response:
+    """Every stored record with this message id (a retried message appears more than once)."""
+    records = ctx.store.query_id(message_id, begin, end)
+    return Response(b"".join(encode_record(r) for r in records), media_type=BINARY)
+
+
+@router.get("/consumer-offsets/{group}", operation_id="listConsumerOffsets", response_model=ConsumerOffsetList)
+async def list_consumer_offsets(ctx: Context, group: str) -> ConsumerOffsetList:
+    """The group's committed offsets on this broker."""
+    return ConsumerOffsetList(
+        offsets=[
+            ConsumerOffset(topic=t, queue_id=q, offset=o) for (t, q), o in sorted(ctx.offsets.of_group(group).items())
+        ]
+    )
+
+
+@router.put(
+    "/consumer-offsets/{group}/{topic}/{queue_id}", operation_id="commitConsumerOffset", response_model=ConsumerOffset
+)
+async def commit_consumer_offset(
+    ctx: Context, group: str, topic: str, queue_id: int, body: ConsumerOffsetCommit
+) -> ConsumerOffset:
+    """Commit the group's offset for one queue (persisted within a few seconds)."""
+    _queue(ctx, topic, queue_id)
+    ctx.offsets.commit(group, topic, queue_id, body.offset)
+    return ConsumerOffset(topic=topic, queue_id=queue_id, offset=body.offset)
