@@ -29,7 +29,8 @@ class RecoveryReport:
     commitlog_end: int
     scanned_from: int
     records_dispatched: int
-    bytes_truncated: int
+    bytes_after_end: int
+    """Bytes of the last segment past the end of the log, zeroed where they were not already."""
     seconds: float
 
 
