@@ -16,16 +16,10 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from libs import jsonutil
-from libs.errors import PetrelError, ServiceUnavailable, ValidationFailed
+from libs.errors import IdempotencyConflict, ServiceUnavailable, ValidationFailed
 
 TTL_SECONDS = 24 * 3600
 MAX_KEY_LENGTH = 255
-
-
-class IdempotencyConflict(PetrelError):
-    status = 409
-    slug = "idempotency-key-in-use"
-    title = "Idempotency key in use"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@
      │    ├── BrokerNotFound           404 broker-not-found
      │    ├── QueueNotFound            404 queue-not-found
      │    └── MessageNotFound          404 message-not-found
+     ├── IdempotencyConflict           409 idempotency-key-in-use
      ├── PayloadTooLarge               413 payload-too-large
      ├── OffsetOutOfRange              416 offset-out-of-range
      ├── ValidationFailed              422 validation-failed
@@ -141,6 +142,12 @@ class OffsetOutOfRange(PetrelError):
     status = 416
     slug = "offset-out-of-range"
     title = "Offset out of range"
+
+
+class IdempotencyConflict(PetrelError):
+    status = 409
+    slug = "idempotency-key-in-use"
+    title = "Idempotency key in use"
 
 
 class PayloadTooLarge(PetrelError):

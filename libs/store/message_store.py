@@ -271,6 +271,10 @@ class MessageStore:
         stamped_queue_offset, stamped_physical = STAMPED.unpack_from(segment.map, position + 20)
         return bool(stamped_queue_offset == queue_offset and stamped_physical == physical)
 
+    def delete_topic(self, topic: str) -> None:
+        """Delete the topic's ConsumeQueues: a topic created again with the name starts empty."""
+        self.queues.delete_topic(topic)
+
     # ---- retention -----------------------------------------------------------------------
 
     def retention_tick(self) -> int:

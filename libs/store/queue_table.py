@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,10 +70,16 @@ class ConsumeQueueTable:
             finally:
                 os.close(fd)
 
-    def drop(self, topic: str) -> None:
+    def delete_topic(self, topic: str) -> None:
+        """Forget the topic's queues and delete their files (its CommitLog records age out)."""
         for key in [k for k in self._queues if k[0] == topic]:
             queue = self._queues.pop(key)
             self._unwritten.discard(queue)
+        topic_dir = self.root / topic
+        if topic_dir.exists():
+            for path in topic_dir.rglob("*"):
+                self.handles.forget(path)
+            shutil.rmtree(topic_dir)
 
     def close(self) -> None:
         self.handles.close()

@@ -49,7 +49,26 @@ async def put_messages(ctx: Context, request: Request) -> PutAnswer:
         raise InvalidRequest("the body holds no record")
     _check_destinations(ctx, body)
     outcome = await ctx.store.put(body)
+    _emit_stored(request, ctx, outcome)
     return _answer(outcome)
+
+
+def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:
+    events = request.state.events
+    broker = ctx.settings.broker_name
+    flush = ctx.settings.flush_mode.value
+    for r in outcome.stored:
+        events.emit(
+            "stored",
+            message_id=r.message_id,
+            topic=r.topic,
+            queue_id=r.queue_id,
+            queue_offset=r.queue_offset,
+            broker=broker,
+            size=r.size,
+            physical_offset=r.physical_offset,
+            flush=flush,
+        )
 
 
 def _check_destinations(ctx: Context, body: bytes) -> None:

@@ -95,3 +95,17 @@ async def test_periodic_heartbeat_re_registers_with_a_nameserver_that_forgot_the
                     return (await route(restarted, "orders")).status_code == 200
 
                 await eventually(routed, "the broker registered again with the restarted nameserver")
+
+
+async def test_a_deleted_topic_created_again_starts_empty(broker: httpx.AsyncClient) -> None:
+    from libs.codec import encode_record
+    from libs.message import MessageRecord
+
+    await broker.put("/internal/topics/orders", json=TOPIC)
+    record = encode_record(MessageRecord(topic="orders", body=b"old", queue_id=0))
+    assert (await broker.post("/internal/messages", content=record)).status_code == 200
+    await broker.delete("/internal/topics/orders")
+    await broker.put("/internal/topics/orders", json=TOPIC)
+
+    offsets = (await broker.get("/internal/topics/orders/queues/0/offsets")).json()
+    assert (offsets["min_offset"], offsets["max_offset"]) == (0, 0)
