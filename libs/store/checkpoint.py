@@ -44,7 +44,7 @@ class Checkpoint:
         finally:
             os.close(fd)
         tmp.replace(path)
-        _fsync_dir(path.parent)
+        fsync_directory(path.parent)
 
     @classmethod
     def read(cls, path: Path) -> Checkpoint | None:
@@ -61,7 +61,8 @@ class Checkpoint:
         return cls(commitlog, dispatch, timestamp)
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Make a file's creation, rename or removal in `directory` durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

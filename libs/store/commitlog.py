@@ -94,11 +94,10 @@ class CommitLog:
         segment = self.segments[-1] if self.segments else self._new_segment(self.write_offset)
         position = self.write_offset - segment.start_offset
         if position + size + BLANK_MIN_SIZE > segment.size:
-            filler = segment.size - position
-            segment.map[position : segment.size] = encode_blank(filler)
-            self.write_offset += filler
-            segment = self._new_segment(self.write_offset)
-            position = 0
+            following = self._new_segment(segment.end_offset)  # StoreFull here leaves the log as it was
+            segment.map[position : segment.size] = encode_blank(segment.size - position)
+            self.write_offset = following.start_offset
+            segment, position = following, 0
         return segment, position
 
     def _new_segment(self, start: int) -> MappedFile:

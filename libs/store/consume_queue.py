@@ -32,8 +32,8 @@ assert UNIT.size == 20
 Unit = tuple[int, int, int]
 """(physical_offset, size, tags_code)"""
 
-RecordCheck = Callable[[int, int, int], bool]
-"""(physical_offset, size, queue_offset) -> the record there is this queue's message at that offset."""
+RecordCheck = Callable[[str, int, int, int, int], bool]
+"""(topic, queue_id, physical_offset, size, queue_offset) -> the record there is that queue's message."""
 
 
 class FileHandles:
@@ -43,12 +43,12 @@ class FileHandles:
         self.limit = limit
         self._open: OrderedDict[Path, int] = OrderedDict()
 
-    def get(self, path: Path) -> int:
+    def get(self, path: Path, *, create: bool = False) -> int:
         fd = self._open.get(path)
         if fd is not None:
             self._open.move_to_end(path)
             return fd
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
         self._open[path] = fd
         while len(self._open) > self.limit:
             _, old = self._open.popitem(last=False)
@@ -102,7 +102,7 @@ class ConsumeQueue:
         self.min_offset = starts[0]
         while self.max_offset > self.min_offset:
             phy, size, _ = self.read(self.max_offset - 1, 1)[0]
-            if is_ours(phy, size, self.max_offset - 1):
+            if is_ours(self.topic, self.queue_id, phy, size, self.max_offset - 1):
                 break
             self.truncate(self.max_offset - 1)
         self.min_offset = self._first_unit_at_or_after(commitlog_min)
@@ -153,7 +153,7 @@ class ConsumeQueue:
             chunk = data[taken : taken + in_file * UNIT.size]
             path = self._file(position)
             self.directory.mkdir(parents=True, exist_ok=True)
-            os.pwrite(self.handles.get(path), chunk, (position % self.units_per_file) * UNIT.size)
+            os.pwrite(self.handles.get(path, create=True), chunk, (position % self.units_per_file) * UNIT.size)
             self.dirty_files.add(path)
             taken += len(chunk)
             position += len(chunk) // UNIT.size

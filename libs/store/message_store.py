@@ -9,6 +9,7 @@ then the records themselves (with the filter's full check).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from collections.abc import Callable
@@ -19,12 +20,15 @@ from libs.errors import CorruptRecord, OffsetOutOfRange, PetrelError, StoreFull
 from libs.filters import MessageFilter
 from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from libs.store.checkpoint import fsync_directory
 from libs.store.commitlog import STAMPED, STORE_TIMESTAMP, CommitLog, ScannedRecord
 from libs.store.config import FlushMode, StoreConfig
 from libs.store.flush import Flusher
 from libs.store.index_file import IndexService
 from libs.store.queue_table import ConsumeQueueTable
 from libs.store.recovery import RecoveryReport, recover
+
+log = logging.getLogger(__name__)
 
 DispatchListener = Callable[[str, int, int, int], None]
 """(topic, queue_id, queue_offset, tags_code), called after each message is dispatched."""
@@ -79,6 +83,7 @@ class MessageStore:
         self.flusher = Flusher(config, self.commitlog, self.queues, self.index.flush, clock)
         self._disk = _DiskCheck()
         self._recovering = False
+        self.index_failures = 0
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -93,9 +98,13 @@ class MessageStore:
         self.queues.commitlog_min = self.commitlog.min_offset
         if not report.clean:
             self.index.truncate_after(report.commitlog_end)
+            # Re-dispatched units go to their files first, so that the tail check
+            # below sees them, and drops only units whose records are gone.
+            self.queues.write_pending()
             for queue in self.queues.opened():
                 queue.load(self._is_ours, self.commitlog.min_offset)
         self.config.abort_path.touch()
+        fsync_directory(self.config.root)
         return report
 
     def start(self) -> None:
@@ -155,18 +164,30 @@ class MessageStore:
     def _dispatch(self, head: RecordHead, queue_offset: int, physical: int, size: int, stored_at: int) -> None:
         code = _unit_code(head)
         self.queues.append(head.topic, head.queue_id, queue_offset, physical, size, code)
-        keys = head.properties.get(Prop.KEYS, "")
-        self.index.put_keys(
-            head.topic,
-            [k for k in keys.split(KEY_SEPARATOR) if k],
-            head.properties.get(Prop.UNIQ_KEY),
-            physical,
-            stored_at,
-        )
+        keys = [k for k in head.properties.get(Prop.KEYS, "").split(KEY_SEPARATOR) if k]
+        try:
+            self.index.put_keys(head.topic, keys, head.properties.get(Prop.UNIQ_KEY), physical, stored_at)
+        except (PetrelError, OSError):
+            # The message is stored and queued: a failed index write must not make
+            # its put look failed (the producer would send a duplicate).
+            self.index_failures += 1
+            log.exception("indexing the message at %d failed; it is stored but not findable by key", physical)
         for listener in self.listeners:
             listener(head.topic, head.queue_id, queue_offset, code)
 
     def _redispatch(self, record: ScannedRecord) -> None:
+        queue = self.queues.get(record.head.topic, record.head.queue_id)
+        if record.queue_offset > queue.max_offset:
+            log.warning(
+                "recovery: skipping the record at %d of %s/%d: its queue offset %d is past the queue's end %d "
+                "(its topic was deleted)",
+                record.physical_offset,
+                record.head.topic,
+                record.head.queue_id,
+                record.queue_offset,
+                queue.max_offset,
+            )
+            return
         self._dispatch(record.head, record.queue_offset, record.physical_offset, record.size, record.store_timestamp)
 
     def _check_disk(self) -> None:
@@ -261,18 +282,34 @@ class MessageStore:
                 found[physical] = record
         return sorted(found.values(), key=lambda r: r.physical_offset, reverse=True)[:limit]
 
-    def _is_ours(self, physical: int, size: int, queue_offset: int) -> bool:
+    def _is_ours(self, topic: str, queue_id: int, physical: int, size: int, queue_offset: int) -> bool:
+        """Is the record at `physical` this queue's message at `queue_offset`? (tail check at open)"""
         if self._recovering:
             return True
         if not self.commitlog.min_offset <= physical or physical + size > self.commitlog.write_offset:
             return False
         segment = self.commitlog.segment_at(physical)
         position = physical - segment.start_offset
+        try:
+            head = peek_head(segment.map, position)
+        except CorruptRecord:
+            return False
         stamped_queue_offset, stamped_physical = STAMPED.unpack_from(segment.map, position + 20)
-        return bool(stamped_queue_offset == queue_offset and stamped_physical == physical)
+        return (
+            head.total_size == size
+            and head.topic == topic
+            and head.queue_id == queue_id
+            and stamped_queue_offset == queue_offset
+            and stamped_physical == physical
+        )
 
-    def delete_topic(self, topic: str) -> None:
-        """Delete the topic's ConsumeQueues: a topic created again with the name starts empty."""
+    async def delete_topic(self, topic: str) -> None:
+        """Delete the topic's ConsumeQueues: a topic created again with the name starts empty.
+
+        A checkpoint comes first, so that recovery after a later crash never
+        re-dispatches the deleted topic's messages into queues that are gone.
+        """
+        await self.flusher.flush(checkpoint=True)
         self.queues.delete_topic(topic)
 
     # ---- retention -----------------------------------------------------------------------

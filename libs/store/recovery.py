@@ -53,7 +53,9 @@ def recover(config: StoreConfig, commitlog: CommitLog, dispatch: Callable[[Scann
         dispatched += 1
     high_water = commitlog.segments[-1].end_offset
     commitlog.truncate(end)
-    commitlog.flushed_offset = end
+    # What the crash left in the page cache may not be on disk yet: the next
+    # flush syncs every segment from the scan's start before a checkpoint.
+    commitlog.flushed_offset = start
     report = RecoveryReport(False, end, start, dispatched, high_water - end, time.monotonic() - started)
     log.warning(
         "recovered after an unclean stop: re-dispatched %d records from offset %d; the log ends at %d (%.2f s)",

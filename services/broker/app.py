@@ -81,7 +81,7 @@ async def list_topics(ctx: Context) -> BrokerTopicList:
 async def delete_topic(ctx: Context, topic: TopicName) -> Response:
     """Delete a topic's configuration here; answers once the nameservers have been told."""
     await ctx.topics.delete(topic)
-    ctx.store.delete_topic(topic)
+    await ctx.store.delete_topic(topic)
     return Response(status_code=204)
 
 

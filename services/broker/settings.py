@@ -26,6 +26,7 @@ class BrokerSettings(ServiceSettings):
     flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
     flush_interval_ms: int = Field(default=500, ge=10)
     sync_flush_timeout_ms: int = Field(default=5_000, ge=10)
+    checkpoint_interval_ms: int = Field(default=5_000, ge=10)
     segment_size: int = Field(default=1024 * 1024 * 1024, ge=64 * 1024 * 1024 // 1024)
     cq_units_per_file: int = Field(default=300_000, ge=16)
     index_slot_count: int = Field(default=5_000_000, ge=16)
@@ -52,6 +53,7 @@ class BrokerSettings(ServiceSettings):
             flush_mode=self.flush_mode,
             flush_interval_ms=self.flush_interval_ms,
             sync_flush_timeout_ms=self.sync_flush_timeout_ms,
+            checkpoint_interval_ms=self.checkpoint_interval_ms,
             cq_units_per_file=self.cq_units_per_file,
             index_slot_count=self.index_slot_count,
             index_max_entries=self.index_max_entries,

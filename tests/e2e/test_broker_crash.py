@@ -31,6 +31,7 @@ def specs(data_dir: Path) -> tuple[ProcessSpec, ProcessSpec, ProcessSpec]:
     broker_env = shared | {
         "PETREL_BROKER_PORT": str(broker_port),
         "PETREL_BROKER_FLUSH_MODE": "SYNC_FLUSH",
+        "PETREL_BROKER_CHECKPOINT_INTERVAL_MS": "100",  # checkpoints fall between a queue's messages
         "PETREL_BROKER_SEGMENT_SIZE": str(8 * 1024 * 1024),
         "PETREL_BROKER_INDEX_SLOT_COUNT": "65536",
         "PETREL_BROKER_INDEX_MAX_ENTRIES": "400000",

@@ -1,0 +1,144 @@
+"""Flush: SYNC_FLUSH answers only durable puts (group commit), ASYNC_FLUSH syncs in the background."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import threading
+
+import pytest
+
+from libs.errors import FlushTimeout
+from libs.store.checkpoint import Checkpoint
+from libs.store.config import FlushMode
+from libs.store.message_store import MessageStore
+from tests.libs.store.conftest import Stores, pull_all, record, stored
+
+
+def flush_done(store: MessageStore) -> asyncio.Event:
+    """Set once a background flush round has finished (the flusher runs on a real timer)."""
+    done = asyncio.Event()
+    real_flush = store.flusher.flush
+
+    async def flush(*, checkpoint: bool = False) -> None:
+        await real_flush(checkpoint=checkpoint)
+        done.set()
+
+    store.flusher.flush = flush  # type: ignore[method-assign]
+    return done
+
+
+def started(stores: Stores, **overrides: object) -> MessageStore:
+    store = stores.open(**overrides)
+    store.start()
+    return store
+
+
+async def test_a_sync_flush_put_returns_once_its_bytes_are_synced(stores: Stores) -> None:
+    store = started(stores, flush_mode=FlushMode.SYNC_FLUSH)
+    synced: list[int] = []
+    real_sync = store.commitlog.sync
+
+    def recording_sync(upto: int) -> None:
+        real_sync(upto)
+        synced.append(upto)
+
+    store.commitlog.sync = recording_sync  # type: ignore[method-assign]
+    [result] = stored(await store.put(record("T", 0, b"durable")))
+    end = result.physical_offset + result.size
+    assert synced
+    assert synced[-1] >= end
+    assert store.commitlog.flushed_offset >= end
+
+
+async def test_concurrent_sync_flush_puts_share_few_syncs(stores: Stores) -> None:
+    store = started(stores, flush_mode=FlushMode.SYNC_FLUSH)
+    outcomes = await asyncio.gather(*(store.put(record("T", i % 4, f"m{i}".encode())) for i in range(64)))
+    assert all(outcome.failure is None for outcome in outcomes)
+    assert store.commitlog.flushed_offset == store.commitlog.write_offset
+    assert 1 <= store.flusher.syncs <= 4, f"{store.flusher.syncs} syncs for 64 puts"
+    assert pull_all(store, "T", 3) == [f"m{i}".encode() for i in range(3, 64, 4)]
+
+
+async def test_a_put_that_stores_nothing_does_not_wait_for_the_disk(stores: Stores) -> None:
+    store = started(stores, flush_mode=FlushMode.SYNC_FLUSH)
+    outcome = await store.put(record("T", 0, b"x" * 70_000))
+    assert (outcome.stored, type(outcome.failure).__name__) == ([], "InvalidMessage")
+    assert store.flusher.syncs == 0
+
+
+def blocking_sync(store: MessageStore) -> threading.Event:
+    """Make the CommitLog's sync hang until released (a disk that stops answering)."""
+    release = threading.Event()
+    real_sync = store.commitlog.sync
+
+    def hanging(upto: int) -> None:
+        release.wait(10)
+        real_sync(upto)
+
+    store.commitlog.sync = hanging  # type: ignore[method-assign]
+    return release
+
+
+async def test_a_sync_flush_put_times_out_when_the_disk_does_not_answer(stores: Stores) -> None:
+    store = started(stores, flush_mode=FlushMode.SYNC_FLUSH, sync_flush_timeout_ms=50)
+    release = blocking_sync(store)
+    try:
+        with pytest.raises(FlushTimeout) as raised:
+            await store.put(record("T", 0, b"in limbo"))
+        assert raised.value.detail == (
+            "the disk did not confirm the write within 50 ms; the message is stored but not known to be durable"
+        )
+        assert pull_all(store, "T", 0) == [b"in limbo"]
+    finally:
+        release.set()
+    await stores.close(store)
+    store = stores.open()
+    assert pull_all(store, "T", 0) == [b"in limbo"]
+
+
+async def test_a_failing_sync_fails_the_waiting_puts_and_the_next_one_succeeds(stores: Stores) -> None:
+    store = started(stores, flush_mode=FlushMode.SYNC_FLUSH)
+    real_sync = store.commitlog.sync
+    failures = [OSError(errno.EIO, "Input/output error")]
+
+    def failing_once(upto: int) -> None:
+        if failures:
+            raise failures.pop()
+        real_sync(upto)
+
+    store.commitlog.sync = failing_once  # type: ignore[method-assign]
+    with pytest.raises(FlushTimeout) as raised:
+        await store.put(record("T", 0, b"first"))
+    assert raised.value.detail == (
+        "the disk refused the write: [Errno 5] Input/output error; the message is stored but not durable"
+    )
+    [result] = stored(await store.put(record("T", 0, b"second")))
+    assert store.commitlog.flushed_offset >= result.physical_offset + result.size
+
+
+async def test_async_flush_puts_are_synced_in_the_background(stores: Stores) -> None:
+    store = started(stores, flush_interval_ms=10, checkpoint_interval_ms=0)
+    flushed = flush_done(store)
+    [result] = stored(await store.put(record("T", 0, b"soon durable")))
+    end = result.physical_offset + result.size
+    assert store.commitlog.flushed_offset < end  # answered from the page cache
+    await asyncio.wait_for(flushed.wait(), 5)
+    assert store.commitlog.flushed_offset == end
+    assert Checkpoint.read(store.config.checkpoint_path) == Checkpoint(end, end, int(stores.clock() * 1000))
+
+
+async def test_the_periodic_flush_writes_queue_units_to_their_files(stores: Stores) -> None:
+    store = started(stores, flush_interval_ms=10)
+    flushed = flush_done(store)
+    await store.put(record("T", 0, b"a") + record("T", 0, b"b"))
+    await asyncio.wait_for(flushed.wait(), 5)
+    assert (store.config.consumequeue_dir / "T" / "0" / "00000000000000000000").stat().st_size == 40
+
+
+async def test_close_flushes_and_checkpoints_everything(stores: Stores) -> None:
+    store = stores.open()
+    await store.put(record("T", 0, b"a") * 3)
+    end = store.commitlog.write_offset
+    await stores.close(store)
+    assert Checkpoint.read(store.config.checkpoint_path) == Checkpoint(end, end, int(stores.clock() * 1000))
