@@ -1,8 +1,9 @@
-"""The `petrel` command: `up`, `openapi`, `bench`."""
+"""The `petrel` command: `up`, `openapi`, `bench`, `store check|dump`."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -24,10 +25,62 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--redis-url", default=None, help="use this Redis instead of finding or starting one")
 
 
+def _store_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser("store", help="check or dump a broker's store directory (read-only)")
+    tools = s.add_subparsers(dest="tool", required=True)
+    c = tools.add_parser("check", help="verify every record and ConsumeQueue unit; exit 1 on any error")
+    c.add_argument("dir", type=Path, help="the store directory, e.g. data/brokers/broker-a")
+    c.add_argument("--max-problems", type=int, default=20, help="stop after this many problems (0: never)")
+    d = tools.add_parser("dump", help="print the records in CommitLog order, or a ConsumeQueue's units")
+    d.add_argument("dir", type=Path, help="the store directory, e.g. data/brokers/broker-a")
+    d.add_argument("--topic", help="only this topic's records")
+    d.add_argument("--queue", type=int, help="only this queue id's records")
+    d.add_argument(
+        "--from",
+        dest="start",
+        metavar="OFFSET",
+        type=int,
+        default=0,
+        help="from this CommitLog offset (queue offset with --consumequeue)",
+    )
+    d.add_argument("--limit", type=int, help="at most this many lines")
+    d.add_argument("--json", action="store_true", help="one JSON object per line, with the whole body")
+    d.add_argument("--consumequeue", nargs=2, metavar=("TOPIC", "QUEUE"), help="print this queue's units instead")
+
+
+def _store(args: argparse.Namespace) -> int:
+    from libs.errors import CorruptRecord
+    from libs.store import dump
+    from libs.store.check import check_store
+    from libs.store.tools import StoreToolError
+
+    try:
+        if args.tool == "check":
+            report = check_store(args.dir, max_problems=args.max_problems)
+            print("\n".join([*report.summary_lines(), *(p.line() for p in report.problems)]))
+            return 0 if report.ok else 1
+        if args.consumequeue:
+            topic, queue = args.consumequeue
+            if not queue.isdigit():
+                raise StoreToolError(f"queue id {queue!r} is not a number")
+            for unit in dump.units(args.dir, topic, int(queue), start=args.start, limit=args.limit):
+                print(dump.unit_json(unit) if args.json else dump.unit_line(unit))
+            return 0
+        for stored in dump.records(args.dir, topic=args.topic, queue_id=args.queue, start=args.start, limit=args.limit):
+            print(dump.record_json(stored) if args.json else dump.record_line(stored))
+    except (StoreToolError, CorruptRecord) as exc:
+        print(f"petrel store {args.tool}: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `petrel store dump ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="petrel", description="Petrel: a message queue over plain HTTP.")
     sub = parser.add_subparsers(dest="command", required=True)
     _up_parser(sub)
+    _store_parser(sub)
     o = sub.add_parser("openapi", help="write the services' OpenAPI specs to openapi/")
     o.add_argument("--check", action="store_true", help="only check; exit 1 when a committed spec is stale")
     o.add_argument("--dir", type=Path, default=Path("openapi"))
@@ -62,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
         written = write_specs(args.dir)
         print(f"wrote {', '.join(written)}" if written else "OpenAPI specs are up to date")
         return
+    if args.command == "store":
+        sys.exit(_store(args))
     if args.command == "bench":
         from bench.__main__ import main as bench_main
 

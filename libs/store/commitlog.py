@@ -157,7 +157,11 @@ class CommitLog:
                 continue
             queue_offset, _ = STAMPED.unpack_from(segment.map, position + 20)
             stored = STORE_TIMESTAMP.unpack_from(segment.map, position + 68)[0]
-            yield ScannedRecord(offset, size, peek_head(segment.map, position), queue_offset, stored)
+            try:
+                head = peek_head(segment.map, position)
+            except CorruptRecord:
+                return  # framed and CRC-valid, yet its fields do not add up: the log ends before it
+            yield ScannedRecord(offset, size, head, queue_offset, stored)
             offset += size
 
     def truncate(self, end: int) -> None:

@@ -162,7 +162,7 @@ class MessageStore:
         )
 
     def _dispatch(self, head: RecordHead, queue_offset: int, physical: int, size: int, stored_at: int) -> None:
-        code = _unit_code(head)
+        code = unit_code(head)
         self.queues.append(head.topic, head.queue_id, queue_offset, physical, size, code)
         keys = [k for k in head.properties.get(Prop.KEYS, "").split(KEY_SEPARATOR) if k]
         try:
@@ -344,7 +344,8 @@ class MessageStore:
         return deleted
 
 
-def _unit_code(head: RecordHead) -> int:
+def unit_code(head: RecordHead) -> int:
+    """The third field of a message's ConsumeQueue unit: its tag's hash code, or its due time."""
     if head.topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
         due = head.properties.get(Prop.TIMER_DELIVER_MS)
         if due is not None and due.isdigit():
