@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -125,3 +127,11 @@ async def test_every_answered_send_survives_kill_9(tmp_path: Path) -> None:
         assert "recovered after an unclean stop" in log, "the broker did not go through crash recovery"
     finally:
         supervisor.stop_all()
+    check = subprocess.run(
+        [sys.executable, "-m", "deploy", "store", "check", str(data_dir / "brokers" / "broker-a")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "WARNING" not in check.stdout, check.stdout
