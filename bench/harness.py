@@ -59,13 +59,17 @@ def scenario(name: str) -> Callable[[Scenario], Scenario]:
     return register
 
 
+def _amount(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
+
+
 def render(figures: list[Figure]) -> str:
-    header = f"{'figure':44} {'ours':>14} {'reference':>14} {'ratio':>7} {'target':>7}  verdict  reference is"
+    header = f"{'figure':44} {'ours':>16} {'reference':>16} {'ratio':>7} {'target':>7}  verdict  reference is"
     lines = [header, "-" * len(header)]
     for f in figures:
         target = f"{f.target_ratio:.2f}x" if f.target_ratio is not None else "-"
         lines.append(
-            f"{f.name:44} {f.ours:>10.1f} {f.unit:<3} {f.reference:>10.1f} {f.unit:<3} "
+            f"{f.name:44} {_amount(f.ours):>10} {f.unit:<5} {_amount(f.reference):>10} {f.unit:<5} "
             f"{f.ratio:>6.2f}x {target:>7}  {f.verdict:7}  {f.reference_name}"
         )
     return "\n".join(lines)

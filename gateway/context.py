@@ -29,4 +29,9 @@ def gateway_context(request: Request) -> GatewayContext:
     return cast(GatewayContext, request.state.gateway)
 
 
-Context = Annotated[GatewayContext, Depends(gateway_context)]
+async def _gateway_context(request: Request) -> GatewayContext:
+    # async: FastAPI would run a plain def dependency in a thread pool, per request
+    return gateway_context(request)
+
+
+Context = Annotated[GatewayContext, Depends(_gateway_context)]

@@ -59,9 +59,17 @@ class QueueSelector:
     def __init__(self, avoidance: BrokerAvoidance) -> None:
         self.avoidance = avoidance
         self._counter = itertools.count()
+        self._targets: dict[str, tuple[TopicRoute, list[QueueTarget]]] = {}
+
+    def _writable(self, route: TopicRoute) -> list[QueueTarget]:
+        cached = self._targets.get(route.topic)
+        if cached is None or cached[0] is not route:  # a refreshed route is a new object
+            cached = (route, writable_queues(route))
+            self._targets[route.topic] = cached
+        return cached[1]
 
     def select(self, topic: str, route: TopicRoute, message_group: str | None, exclude: set[str]) -> QueueTarget:
-        targets = writable_queues(route)
+        targets = self._writable(route)
         if not targets:
             raise ServiceUnavailable(f"topic {topic!r} has no writable queue on any live broker")
         if message_group is not None:

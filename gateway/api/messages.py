@@ -8,6 +8,7 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
+from pydantic import BaseModel
 
 from gateway.cluster import create_topic, default_topic, master_address, masters
 from gateway.context import Context, GatewayContext
@@ -53,7 +54,7 @@ async def send_message(
         _emit_sent(request, topic, [prepared], [result], idempotency_key)
         return result.model_dump()
 
-    return await _idempotent(ctx, f"send:{topic}", idempotency_key, message.model_dump_json().encode(), run)
+    return await _idempotent(ctx, f"send:{topic}", idempotency_key, message, run)
 
 
 @router.post("/topics/{topic}/messages:batch", operation_id="sendMessageBatch", response_model=BatchResult)
@@ -83,7 +84,7 @@ async def send_batch(
             _emit_sent(request, topic, [p for p, _ in sent], [r for _, r in sent], idempotency_key)
         return BatchResult(results=[e for e in entries if e is not None]).model_dump()
 
-    return await _idempotent(ctx, f"batch:{topic}", idempotency_key, batch.model_dump_json().encode(), run)
+    return await _idempotent(ctx, f"batch:{topic}", idempotency_key, batch, run)
 
 
 @router.get("/topics/{topic}/queues/{queue_id}/messages", operation_id="pullMessages", response_model=PullResult)
@@ -188,10 +189,10 @@ async def _ensure_topic(ctx: GatewayContext, topic: str) -> None:
         await create_topic(ctx, default_topic(ctx, topic))
 
 
-async def _idempotent(ctx: GatewayContext, scope: str, key: str | None, payload: bytes, run: Any) -> Any:
+async def _idempotent(ctx: GatewayContext, scope: str, key: str | None, payload: BaseModel, run: Any) -> Any:
     if key is None:
         return await run()
-    claim = await ctx.idempotency.claim(scope, key, payload)
+    claim = await ctx.idempotency.claim(scope, key, payload.model_dump_json().encode())
     if claim.replay is not None:
         return claim.replay
     try:

@@ -20,11 +20,11 @@ from services.broker.schemas import BrokerTopic
 router = APIRouter(prefix="/v1/topics", tags=["topics"], responses=PROBLEM_RESPONSES)
 
 
-def _user_topic(topic: str) -> str:
+async def _user_topic(topic: str) -> str:
     return validate_topic_name(topic)
 
 
-def _any_topic(topic: str) -> str:
+async def _any_topic(topic: str) -> str:
     return validate_topic_name(topic, allow_system=True)
 
 

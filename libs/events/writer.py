@@ -54,6 +54,8 @@ class EventWriter:
         self._thread: threading.Thread | None = None
         self._write_lock = threading.Lock()
         self._open_path: Path | None = None
+        self._path_hour = -1
+        self._path = self.root
         self._open_file: IO[bytes] | None = None
 
     def emit(self, event: str, **fields: Any) -> None:
@@ -98,16 +100,20 @@ class EventWriter:
         with self._write_lock:
             while self._buffer:
                 batch: list[bytes] = []
+                hour = self._buffer[0][0] // 3_600_000
                 path = self.path_for(self._buffer[0][0])
-                while self._buffer and self.path_for(self._buffer[0][0]) == path:
+                while self._buffer and self._buffer[0][0] // 3_600_000 == hour:
                     batch.append(self._buffer.popleft()[1])
                 self._append(path, b"".join(batch))
                 self.written += len(batch)
 
     def path_for(self, ts_ms: int) -> Path:
-        moment = datetime.fromtimestamp(ts_ms / 1000, tz=UTC)
-        hour_dir = self.root / f"dt={moment:%Y-%m-%d}" / f"hour={moment:%H}"
-        return hour_dir / f"{self.service}-{self.pid}.jsonl"
+        hour = ts_ms // 3_600_000
+        if hour != self._path_hour:
+            moment = datetime.fromtimestamp(hour * 3600, tz=UTC)
+            hour_dir = self.root / f"dt={moment:%Y-%m-%d}" / f"hour={moment:%H}"
+            self._path_hour, self._path = hour, hour_dir / f"{self.service}-{self.pid}.jsonl"
+        return self._path
 
     def _append(self, path: Path, data: bytes) -> None:
         if path != self._open_path:

@@ -83,6 +83,7 @@ class ConsumeQueue:
         """Units below this are in the files; the rest are in `pending`."""
         self.pending = bytearray()
         self.dirty_files: set[Path] = set()
+        self._directory_made = False
 
     def _file(self, unit: int) -> Path:
         start = unit - unit % self.units_per_file
@@ -152,7 +153,9 @@ class ConsumeQueue:
             in_file = self.units_per_file - position % self.units_per_file
             chunk = data[taken : taken + in_file * UNIT.size]
             path = self._file(position)
-            self.directory.mkdir(parents=True, exist_ok=True)
+            if not self._directory_made:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._directory_made = True
             os.pwrite(self.handles.get(path, create=True), chunk, (position % self.units_per_file) * UNIT.size)
             self.dirty_files.add(path)
             taken += len(chunk)

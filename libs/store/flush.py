@@ -42,7 +42,8 @@ class Flusher:
         self.queues = queues
         self.sync_index = sync_index
         self.clock = clock
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._waiters: list[tuple[int, asyncio.Future[None], float]] = []
+        """(offset to be durable, the waiting put's future, its deadline on the loop clock)"""
         self._kick = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._round = asyncio.Lock()
@@ -53,6 +54,7 @@ class Flusher:
         self._tasks = [
             asyncio.create_task(self._periodic(), name="store-flush"),
             asyncio.create_task(self._group_commit(), name="store-group-commit"),
+            asyncio.create_task(self._watchdog(), name="store-flush-watchdog"),
         ]
 
     async def stop(self) -> None:
@@ -68,16 +70,11 @@ class Flusher:
         """Return once every CommitLog byte below `offset` is on disk (FlushTimeout past the limit)."""
         if self.commitlog.flushed_offset >= offset:
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((offset, future))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._waiters.append((offset, future, loop.time() + self.config.sync_flush_timeout_ms / 1000))
         self._kick.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(future), self.config.sync_flush_timeout_ms / 1000)
-        except TimeoutError:
-            raise FlushTimeout(
-                f"the disk did not confirm the write within {self.config.sync_flush_timeout_ms} ms; "
-                "the message is stored but not known to be durable"
-            ) from None
+        await future  # resolved by a group commit, or failed by the watchdog past the deadline
 
     async def flush(self, *, checkpoint: bool = False) -> None:
         """One round: write queue units, sync the CommitLog, wake covered waiters, maybe checkpoint."""
@@ -100,20 +97,38 @@ class Flusher:
 
     def _fail_waiters(self, exc: BaseException) -> None:
         failure = FlushTimeout(f"the disk refused the write: {exc}; the message is stored but not durable")
-        for _, future in self._waiters:
+        for _, future, _ in self._waiters:
             if not future.done():
                 future.set_exception(failure)
         self._waiters = []
 
     def _wake(self, durable: int) -> None:
-        still: list[tuple[int, asyncio.Future[None]]] = []
-        for offset, future in self._waiters:
-            if offset <= durable:
-                if not future.done():
-                    future.set_result(None)
-            else:
-                still.append((offset, future))
+        still: list[tuple[int, asyncio.Future[None], float]] = []
+        for waiter in self._waiters:
+            if waiter[0] <= durable:
+                if not waiter[1].done():
+                    waiter[1].set_result(None)
+            elif not waiter[1].done():
+                still.append(waiter)
         self._waiters = still
+
+    async def _watchdog(self) -> None:
+        """Fails puts whose sync is overdue; independent of the flush loop, which may be stuck."""
+        timeout = self.config.sync_flush_timeout_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(0.1, timeout / 4))
+            now = loop.time()
+            if not any(deadline <= now for _, _, deadline in self._waiters):
+                continue
+            late = FlushTimeout(
+                f"the disk did not confirm the write within {self.config.sync_flush_timeout_ms} ms; "
+                "the message is stored but not known to be durable"
+            )
+            for _, future, deadline in self._waiters:
+                if deadline <= now and not future.done():
+                    future.set_exception(late)
+            self._waiters = [w for w in self._waiters if not w[1].done()]
 
     async def _periodic(self) -> None:
         while True:

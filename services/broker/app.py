@@ -30,7 +30,7 @@ from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable
 
 
-def _topic_name(topic: str) -> str:
+async def _topic_name(topic: str) -> str:
     return validate_topic_name(topic, allow_system=True)
 
 

@@ -29,4 +29,9 @@ def broker_context(request: Request) -> BrokerContext:
     return cast(BrokerContext, request.state.broker)
 
 
-Context = Annotated[BrokerContext, Depends(broker_context)]
+async def _broker_context(request: Request) -> BrokerContext:
+    # async: FastAPI would run a plain def dependency in a thread pool, per request
+    return broker_context(request)
+
+
+Context = Annotated[BrokerContext, Depends(_broker_context)]

@@ -31,11 +31,11 @@ from services.nameserver.settings import NameserverSettings
 log = logging.getLogger(__name__)
 
 
-def _route_table(request: Request) -> RouteTable:
+async def _route_table(request: Request) -> RouteTable:
     return cast(RouteTable, request.state.route_table)
 
 
-def _broker_name(broker_name: Annotated[str, Path(description="the broker's name")]) -> str:
+async def _broker_name(broker_name: Annotated[str, Path(description="the broker's name")]) -> str:
     try:
         return check_broker_name(broker_name)
     except ValueError as exc:

@@ -1,0 +1,102 @@
+"""A whole Petrel cluster on loopback for a scenario, started by the launcher (`python -m deploy up`).
+
+Every port is a free one and the data directory a temporary one, deleted after;
+`PETREL_*` settings given here reach the services through the launcher's
+environment. The launcher's own output goes to a log whose tail is shown when
+the cluster does not come up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.loopback import free_port
+
+SHARED_REDIS = "redis://127.0.0.1:6379/0"
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    url: str
+    """The gateway's base URL."""
+    data_dir: Path
+    """Its data, and `run/cluster.json` with every process's pid (for py-spy while a scenario runs)."""
+
+
+@contextlib.contextmanager
+def petrel_cluster(env: dict[str, str] | None = None, timeout: float = 90.0) -> Iterator[Cluster]:
+    data_dir = Path(tempfile.mkdtemp(prefix="petrel-bench-cluster-"))
+    gateway_port = free_port()
+    command = [sys.executable, "-m", "deploy", "up", "--data-dir", str(data_dir), "--redis-url", SHARED_REDIS]
+    command += ["--gateway-port", str(gateway_port)]
+    for option in ("--nameserver-port", "--broker-port", "--timer-port", "--txcheck-port"):
+        command += [option, str(free_port())]
+    log_path = data_dir / "launcher.log"
+    with log_path.open("wb") as log:
+        launcher = subprocess.Popen(
+            command, env=os.environ | (env or {}), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        url = f"http://127.0.0.1:{gateway_port}"
+        _wait_ready(url, launcher, log_path, timeout)
+        yield Cluster(url, data_dir)
+    finally:
+        _stop(launcher)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _wait_ready(url: str, launcher: subprocess.Popen[bytes], log_path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if launcher.poll() is not None:
+            raise RuntimeError(f"the cluster did not start (exit {launcher.returncode}):\n{_tail(log_path)}")
+        if b"Petrel is up." in log_path.read_bytes() and _answers(f"{url}/readyz"):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the cluster was not ready after {timeout:.0f} s:\n{_tail(log_path)}")
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _stop(launcher: subprocess.Popen[bytes]) -> None:
+    if launcher.poll() is None:
+        launcher.send_signal(signal.SIGTERM)
+    try:
+        launcher.wait(60)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        launcher.wait()
+
+
+def request_json(method: str, url: str, body: object) -> object:
+    """One JSON request with the standard library (setup steps only, never measured)."""
+    data = json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"{method} {url} answered {exc.code}: {exc.read()[:500]!r}") from exc
