@@ -127,7 +127,8 @@ async def test_every_answered_send_survives_kill_9(tmp_path: Path) -> None:
         assert "recovered after an unclean stop" in log, "the broker did not go through crash recovery"
     finally:
         supervisor.stop_all()
-    check = subprocess.run(
+    check = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "deploy", "store", "check", str(data_dir / "brokers" / "broker-a")],
         capture_output=True,
         text=True,
