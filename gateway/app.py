@@ -12,12 +12,13 @@ from gateway.api import messages, topics
 from gateway.brokers import BrokerClient
 from gateway.context import GatewayContext, gateway_context
 from gateway.idempotency import IdempotencyKeys
+from gateway.message_schemas import SendBatch, SendMessage
 from gateway.nameserver import NameserverClient
 from gateway.routes import RouteCache
 from gateway.sender import Sender
 from gateway.settings import GatewaySettings
 from libs.errors import PetrelError
-from libs.http.app import service_app
+from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
 
 DESCRIPTION = """\
@@ -71,4 +72,5 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     )
     app.include_router(topics.router)
     app.include_router(messages.router)
+    register_schemas(app, [SendMessage, SendBatch])
     return app

@@ -88,7 +88,11 @@ def _describe(error: Any) -> dict[str, Any]:
     message = str(error.get("msg", "invalid"))
     if error.get("type") == "json_invalid":
         ctx = error.get("ctx") or {}
-        message = f"{ctx.get('error', message)} at position {error.get('loc', ('', '?'))[-1]}"
+        position = error.get("loc", ())[-1:]
+        if position and isinstance(position[0], int):  # FastAPI's own parse: loc ends at the position
+            message = f"{ctx.get('error', message)} at position {position[0]}"
+        else:  # pydantic-core: the message names line and column
+            message = str(ctx.get("error", message))
     return {"location": location, "message": message, "type": str(error.get("type", ""))}
 
 

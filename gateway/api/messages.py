@@ -7,7 +7,7 @@ import base64
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel
 
 from gateway.cluster import create_topic, default_topic, master_address, masters
@@ -24,8 +24,10 @@ from gateway.message_schemas import (
     SendResult,
 )
 from gateway.sender import Prepared
+from libs import jsonutil
 from libs.codec import iter_records
 from libs.errors import InvalidRequest, MessageNotFound, PetrelError, TopicNotFound
+from libs.http.app import json_body, parse_json
 from libs.message import MessageRecord, Prop, SysFlag
 from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
@@ -38,12 +40,17 @@ IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", descripti
 MAX_WAIT_MS = 30_000
 
 
-@router.post("/topics/{topic}/messages", operation_id="sendMessage", response_model=SendResult, status_code=201)
-async def send_message(
-    ctx: Context, topic: str, message: SendMessage, request: Request, idempotency_key: IdempotencyKey = None
-) -> Any:
+@router.post(
+    "/topics/{topic}/messages",
+    operation_id="sendMessage",
+    response_model=SendResult,
+    status_code=201,
+    openapi_extra=json_body(SendMessage),
+)
+async def send_message(ctx: Context, topic: str, request: Request, idempotency_key: IdempotencyKey = None) -> Response:
     """Send one message; answers where it was stored."""
     validate_topic_name(topic)
+    message = parse_json(SendMessage, await request.body())
 
     async def run() -> dict[str, Any]:
         prepared = ctx.sender.prepare(topic, message)
@@ -54,15 +61,20 @@ async def send_message(
         _emit_sent(request, topic, [prepared], [result], idempotency_key)
         return result.model_dump()
 
-    return await _idempotent(ctx, f"send:{topic}", idempotency_key, message, run)
+    answer = await _idempotent(ctx, f"send:{topic}", idempotency_key, message, run)
+    return Response(jsonutil.dumps(answer), status_code=201, media_type="application/json")
 
 
-@router.post("/topics/{topic}/messages:batch", operation_id="sendMessageBatch", response_model=BatchResult)
-async def send_batch(
-    ctx: Context, topic: str, batch: SendBatch, request: Request, idempotency_key: IdempotencyKey = None
-) -> Any:
+@router.post(
+    "/topics/{topic}/messages:batch",
+    operation_id="sendMessageBatch",
+    response_model=BatchResult,
+    openapi_extra=json_body(SendBatch),
+)
+async def send_batch(ctx: Context, topic: str, request: Request, idempotency_key: IdempotencyKey = None) -> Response:
     """Send up to 256 messages; one result (or error) per message, in order."""
     validate_topic_name(topic)
+    batch = parse_json(SendBatch, await request.body())
 
     async def run() -> dict[str, Any]:
         entries: list[BatchEntry | None] = [None] * len(batch.messages)
@@ -84,7 +96,8 @@ async def send_batch(
             _emit_sent(request, topic, [p for p, _ in sent], [r for _, r in sent], idempotency_key)
         return BatchResult(results=[e for e in entries if e is not None]).model_dump()
 
-    return await _idempotent(ctx, f"batch:{topic}", idempotency_key, batch, run)
+    answer = await _idempotent(ctx, f"batch:{topic}", idempotency_key, batch, run)
+    return Response(jsonutil.dumps(answer), media_type="application/json")
 
 
 @router.get("/topics/{topic}/queues/{queue_id}/messages", operation_id="pullMessages", response_model=PullResult)

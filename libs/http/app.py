@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 from starlette.types import Lifespan
 
@@ -26,6 +27,8 @@ from libs.http.middleware import (
 )
 from libs.problem import PROBLEM_MEDIA_TYPE, install_problem_handlers
 from libs.settings import ServiceSettings
+
+M = TypeVar("M", bound=BaseModel)
 
 ReadinessCheck = Callable[[Request], Awaitable[dict[str, str]]]
 """Returns check name -> "ok" or what is wrong; the service is ready when all are "ok"."""
@@ -139,6 +142,41 @@ def _document_problems(app: FastAPI) -> None:
                 for code, response in operation.get("responses", {}).items():
                     if code.startswith(("4", "5")) and "content" in response:
                         response["content"] = {PROBLEM_MEDIA_TYPE: problem}
+        app.openapi_schema = spec
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """`openapi_extra` documenting a request body that the handler parses itself (see `parse_json`)."""
+    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def parse_json(model: type[M], raw: bytes) -> M:
+    """Validate a JSON body straight from bytes (pydantic-core); errors map to problems as FastAPI's do."""
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False, include_input=False)]
+        raise RequestValidationError(errors) from None
+
+
+def register_schemas(app: FastAPI, models: list[type[BaseModel]]) -> None:
+    """Add models that only `json_body` refers to into the spec's components."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        spec = generate()
+        schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+        for model in models:
+            definition = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, nested in definition.pop("$defs", {}).items():
+                schemas.setdefault(name, nested)
+            schemas.setdefault(model.__name__, definition)
         app.openapi_schema = spec
         return spec
 

@@ -1,13 +1,13 @@
 """Flusher: the background flush, the group commit behind SYNC_FLUSH, and checkpoints.
 
-Every `flush_interval_ms` (both modes): ConsumeQueue units are written to their
-files and the CommitLog is synced up to its write position. SYNC_FLUSH puts
+Every `flush_interval_ms` (both modes): the CommitLog is synced up to its write
+position, and ConsumeQueues with a backlog are written to their files. SYNC_FLUSH puts
 also wait on `wait_durable`: each waiting put kicks the group commit, which
 syncs once for every record written so far and wakes all whose records that
 sync covered. The sync runs in a worker thread (fdatasync releases the GIL), so
 new puts keep arriving, and join the next round, while one is in progress.
-Every `checkpoint_interval_ms` ConsumeQueue and index files are synced too and
-the checkpoint advances.
+Every `checkpoint_interval_ms` every ConsumeQueue is written, ConsumeQueue and
+index files are synced, and the checkpoint advances.
 """
 
 from __future__ import annotations
@@ -79,13 +79,14 @@ class Flusher:
     async def flush(self, *, checkpoint: bool = False) -> None:
         """One round: write queue units, sync the CommitLog, wake covered waiters, maybe checkpoint."""
         async with self._round:
-            self.queues.write_pending()
+            now = self.clock()
+            checkpoint = checkpoint or now - self._last_checkpoint >= self.config.checkpoint_interval_ms / 1000
+            self.queues.write_pending(everything=checkpoint)
             target = self.commitlog.write_offset
             await asyncio.to_thread(self.commitlog.sync, target)
             self.syncs += 1
             self._wake(target)
-            now = self.clock()
-            if checkpoint or now - self._last_checkpoint >= self.config.checkpoint_interval_ms / 1000:
+            if checkpoint:
                 dirty = self.queues.take_dirty_files()
                 await asyncio.to_thread(self._sync_dispatch, dirty)
                 Checkpoint(target, target, int(now * 1000)).write(self.config.checkpoint_path)

@@ -9,6 +9,9 @@ from pathlib import Path
 
 from libs.store.consume_queue import ConsumeQueue, FileHandles, RecordCheck
 
+BACKLOG_BYTES = 4096
+"""A queue with this many bytes of units in memory is written at every flush, not only at checkpoints."""
+
 
 class ConsumeQueueTable:
     def __init__(self, root: Path, units_per_file: int, max_open_files: int, is_ours: RecordCheck) -> None:
@@ -45,10 +48,23 @@ class ConsumeQueueTable:
     def opened(self) -> list[ConsumeQueue]:
         return list(self._queues.values())
 
-    def write_pending(self) -> None:
-        for queue in self._unwritten:
+    def write_pending(self, *, everything: bool = True) -> None:
+        """Write in-memory units to their files.
+
+        Units need to be in their files only by the next checkpoint (recovery
+        rebuilds what came after it), so between checkpoints only queues with a
+        sizeable backlog are written: with 10,000 queues, most would otherwise
+        cost an open, a pwrite and a close of a few units at every flush.
+        """
+        if everything:
+            for queue in self._unwritten:
+                queue.write_pending()
+            self._unwritten.clear()
+            return
+        written = [q for q in self._unwritten if len(q.pending) >= BACKLOG_BYTES]
+        for queue in written:
             queue.write_pending()
-        self._unwritten.clear()
+        self._unwritten.difference_update(written)
 
     def take_dirty_files(self) -> list[Path]:
         dirty: list[Path] = []
