@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
+from libs import jsonutil
 from libs.codec import encode_record, peek_head
 from libs.errors import InvalidRequest, QueueNotFound, TopicNotFound
 from libs.filters import FilterType, MessageFilter, compile_filter
@@ -21,8 +22,6 @@ from services.broker.schemas import (
     ConsumerOffsetCommit,
     ConsumerOffsetList,
     PutAnswer,
-    PutEntry,
-    PutFailure,
     QueueOffsets,
 )
 
@@ -42,7 +41,7 @@ BINARY_BODY = {"content": {BINARY: {"schema": {"type": "string", "format": "bina
     response_model=PutAnswer,
     openapi_extra={"requestBody": {"required": True, **BINARY_BODY}},
 )
-async def put_messages(ctx: Context, request: Request) -> PutAnswer:
+async def put_messages(ctx: Context, request: Request) -> Response:
     """Store records (the binary codec, end to end) in order; under SYNC_FLUSH, once on disk."""
     body = await request.body()
     if not body:
@@ -50,7 +49,7 @@ async def put_messages(ctx: Context, request: Request) -> PutAnswer:
     _check_destinations(ctx, body)
     outcome = await ctx.store.put(body)
     _emit_stored(request, ctx, outcome)
-    return _answer(outcome)
+    return Response(jsonutil.dumps(_answer(outcome)), media_type="application/json")
 
 
 def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:
@@ -89,27 +88,26 @@ def _check_destinations(ctx: Context, body: bytes) -> None:
         index += 1
 
 
-def _answer(outcome: PutOutcome) -> PutAnswer:
+def _answer(outcome: PutOutcome) -> dict[str, object]:
+    """A PutAnswer as plain data: built by hand on this hot path (a model would cost more than the store)."""
     if outcome.failure is not None and not outcome.stored:
         raise outcome.failure
     failure = None
     if outcome.failure is not None:
         exc = outcome.failure
-        failure = PutFailure(index=len(outcome.stored), type=exc.problem_type(), status=exc.status, detail=exc.detail)
-    return PutAnswer(
-        stored=[
-            PutEntry(
-                topic=r.topic,
-                queue_id=r.queue_id,
-                queue_offset=r.queue_offset,
-                physical_offset=r.physical_offset,
-                store_timestamp=r.store_timestamp,
-                message_id=r.message_id,
-            )
-            for r in outcome.stored
-        ],
-        failure=failure,
-    )
+        failure = {"index": len(outcome.stored), "type": exc.problem_type(), "status": exc.status, "detail": exc.detail}
+    stored = [
+        {
+            "topic": r.topic,
+            "queue_id": r.queue_id,
+            "queue_offset": r.queue_offset,
+            "physical_offset": r.physical_offset,
+            "store_timestamp": r.store_timestamp,
+            "message_id": r.message_id,
+        }
+        for r in outcome.stored
+    ]
+    return {"stored": stored, "failure": failure}
 
 
 def _filter(tag: str | None, sql: str | None) -> MessageFilter | None:
