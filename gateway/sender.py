@@ -1,7 +1,8 @@
 """Sender: turns public send requests into records and puts them on brokers.
 
 A request's messages are encoded once (libs.codec) and grouped by the broker
-chosen for each; each broker gets one binary put. A broker that does not
+chosen for each; puts to one broker are coalesced across concurrent requests
+(gateway.coalescing). A broker that does not
 answer is avoided for a while and its messages go to another broker (up to
 two retries), except messages with a `message_group`, which must stay on their
 queue to stay in order.
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from gateway.brokers import BrokerClient
+from gateway.coalescing import PutCoalescer
 from gateway.message_schemas import SendMessage, SendResult
 from gateway.producer import BrokerAvoidance, QueueSelector, QueueTarget
 from gateway.routes import RouteCache
@@ -43,6 +45,7 @@ class Sender:
         self.avoidance = BrokerAvoidance()
         self.selector = QueueSelector(self.avoidance)
         self.ids = MessageIdFactory()
+        self._coalescers: dict[tuple[str, str], PutCoalescer] = {}
 
     def prepare(self, topic: str, message: SendMessage) -> Prepared:
         """Validate and build the record; InvalidMessage / PayloadTooLarge say what is wrong."""
@@ -93,6 +96,15 @@ class Sender:
                 break
         return [r if r is not None else BrokerUnavailable("not sent") for r in results]
 
+    def _coalescer(self, target: QueueTarget) -> PutCoalescer:
+        key = (target.broker, target.address)
+        coalescer = self._coalescers.get(key)
+        if coalescer is None:
+            address, broker = target.address, target.broker
+            coalescer = PutCoalescer(lambda records: self.brokers.put(broker, address, records))
+            self._coalescers[key] = coalescer
+        return coalescer
+
     async def _put(
         self, route: TopicRoute, prepared: list[Prepared], batch: list[tuple[int, QueueTarget]]
     ) -> list[SendResult | PetrelError]:
@@ -102,37 +114,32 @@ class Sender:
             start = len(body)
             body += prepared[i].encoded
             set_queue_id(body, start, t.queue_id)
-        try:
-            answer = await self.brokers.put(target.broker, target.address, body)
-        except BrokerUnavailable as exc:
-            self.avoidance.failed(target.broker)
-            return [exc] * len(batch)
-        except TopicNotFound as exc:
-            self.routes.invalidate(route.topic)  # the route was stale
-            return [BrokerUnavailable(f"broker {target.broker} no longer holds the topic: {exc.detail}")] * len(batch)
-        except PetrelError as exc:
-            return [exc] * len(batch)
-        self.avoidance.succeeded(target.broker)
+        outcome = await self._coalescer(target).submit(bytes(body), len(batch))
         results: list[SendResult | PetrelError] = []
-        for position, (i, t) in enumerate(batch):
-            if position < len(answer.stored):
-                stored = answer.stored[position]
-                results.append(
-                    SendResult(
-                        message_id=prepared[i].message_id,
-                        topic=route.topic,
-                        broker=t.broker,
-                        queue_id=stored.queue_id,
-                        queue_offset=stored.queue_offset,
-                        stored_at=stored.store_timestamp,
-                    )
+        for (i, t), stored in zip(batch, outcome, strict=True):
+            if isinstance(stored, PetrelError):
+                results.append(self._failed(route, target, stored))
+                continue
+            self.avoidance.succeeded(target.broker)
+            results.append(
+                SendResult(
+                    message_id=prepared[i].message_id,
+                    topic=route.topic,
+                    broker=t.broker,
+                    queue_id=stored.queue_id,
+                    queue_offset=stored.queue_offset,
+                    stored_at=stored.store_timestamp,
                 )
-            else:
-                failure = answer.failure
-                detail = failure.detail if failure else "not stored"
-                cls = PetrelError.from_problem_type(failure.type) if failure else None
-                results.append((cls or BrokerUnavailable).rebuild(detail, {}))
+            )
         return results
+
+    def _failed(self, route: TopicRoute, target: QueueTarget, error: PetrelError) -> PetrelError:
+        if isinstance(error, BrokerUnavailable):
+            self.avoidance.failed(target.broker)
+        elif isinstance(error, TopicNotFound):
+            self.routes.invalidate(route.topic)  # the route was stale
+            return BrokerUnavailable(f"broker {target.broker} no longer holds the topic: {error.detail}")
+        return error
 
 
 def _body(message: SendMessage) -> tuple[bytes, bool]:

@@ -1,0 +1,93 @@
+"""PutCoalescer: concurrent sends to one broker share binary puts.
+
+At most `max_in_flight` puts go to a broker at once. Records that arrive while
+all are in flight wait, and go out together in the next put as soon as one
+returns. An idle gateway sends at once (no timer, no added delay); a busy one
+turns many small HTTP hops into few larger ones, as group commit does for disk
+syncs. Each caller gets back exactly its own records' results, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from libs.errors import PetrelError
+from services.broker.schemas import PutAnswer, PutEntry
+
+PutCall = Callable[[bytes], Awaitable[PutAnswer]]
+"""Sends records (binary codec, end to end) to the broker; answers its PutAnswer."""
+
+Outcome = list[PutEntry | PetrelError]
+"""Per record, in order: where it was stored, or why not."""
+
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class _Waiting:
+    records: bytes
+    count: int
+    future: asyncio.Future[Outcome] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class PutCoalescer:
+    def __init__(self, put: PutCall, max_in_flight: int = 4) -> None:
+        self.put = put
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
+        self._queue: list[_Waiting] = []
+        self.puts = 0
+
+    async def submit(self, records: bytes, count: int) -> Outcome:
+        waiting = _Waiting(records, count)
+        self._queue.append(waiting)
+        if self.in_flight < self.max_in_flight:
+            self._start()
+        return await waiting.future
+
+    def _start(self) -> None:
+        batch: list[_Waiting] = []
+        size = 0
+        while self._queue and (not batch or size + len(self._queue[0].records) <= MAX_BATCH_BYTES):
+            batch.append(self._queue.pop(0))
+            size += len(batch[-1].records)
+        if batch:
+            self.in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._send(batch))
+            task.add_done_callback(lambda _: None)
+
+    async def _send(self, batch: list[_Waiting]) -> None:
+        try:
+            self.puts += 1
+            answer = await self.put(b"".join(w.records for w in batch))
+            outcome: Outcome | PetrelError = _per_record(answer, sum(w.count for w in batch))
+        except PetrelError as exc:
+            outcome = exc
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller, never lost
+            outcome = PetrelError(f"the put failed unexpectedly: {exc!r}")
+        finally:
+            self.in_flight -= 1
+            if self._queue:
+                self._start()
+        position = 0
+        for waiting in batch:
+            mine: Outcome
+            if isinstance(outcome, PetrelError):
+                mine = [outcome] * waiting.count
+            else:
+                mine = outcome[position : position + waiting.count]
+            position += waiting.count
+            if not waiting.future.done():  # a caller that went away (cancelled) needs no answer
+                waiting.future.set_result(mine)
+
+
+def _per_record(answer: PutAnswer, count: int) -> Outcome:
+    results: Outcome = list(answer.stored)
+    if len(results) < count:
+        failure = answer.failure
+        cls = PetrelError.from_problem_type(failure.type) if failure else None
+        error = (cls or PetrelError).rebuild(failure.detail if failure else "not stored", {})
+        results.extend([error] * (count - len(results)))
+    return results

@@ -1,0 +1,108 @@
+"""PutCoalescer: the algorithm, against a broker stand-in that records what it was sent."""
+
+import asyncio
+
+import pytest
+
+from gateway.coalescing import PutCoalescer
+from libs.errors import BrokerUnavailable, PetrelError, StoreFull
+from services.broker.schemas import PutAnswer, PutEntry, PutFailure
+
+
+def entry(n: int) -> PutEntry:
+    return PutEntry(topic="t", queue_id=0, queue_offset=n, physical_offset=n * 100, store_timestamp=0, message_id=None)
+
+
+class Broker:
+    """Stores everything it is sent (one byte per record), answering in order; can be held or failed."""
+
+    def __init__(self, store_at_most: int | None = None) -> None:
+        self.puts: list[bytes] = []
+        self.release = asyncio.Event()
+        self.release.set()
+        self.failure: PetrelError | None = None
+        self.store_at_most = store_at_most
+        self.stored = 0
+
+    async def put(self, records: bytes) -> PutAnswer:
+        self.puts.append(records)
+        await self.release.wait()
+        if self.failure is not None:
+            raise self.failure
+        count = len(records) if self.store_at_most is None else min(len(records), self.store_at_most)
+        stored = [entry(self.stored + i) for i in range(count)]
+        self.stored += count
+        failure = None
+        if count < len(records):
+            failure = PutFailure(index=count, type=StoreFull.problem_type(), status=507, detail="disk full")
+        return PutAnswer(stored=stored, failure=failure)
+
+
+async def test_an_idle_send_goes_at_once() -> None:
+    broker = Broker()
+    outcome = await PutCoalescer(broker.put).submit(b"ab", 2)
+    assert broker.puts == [b"ab"]
+    assert [o.queue_offset for o in outcome if isinstance(o, PutEntry)] == [0, 1]
+
+
+async def test_sends_waiting_for_a_free_slot_share_one_put() -> None:
+    broker = Broker()
+    broker.release.clear()
+    coalescer = PutCoalescer(broker.put, max_in_flight=1)
+    first = asyncio.create_task(coalescer.submit(b"a", 1))
+    await asyncio.sleep(0)
+    waiting = [asyncio.create_task(coalescer.submit(body, len(body))) for body in (b"bb", b"c", b"ddd")]
+    await asyncio.sleep(0)
+    broker.release.set()
+
+    outcomes = await asyncio.gather(first, *waiting)
+
+    assert broker.puts == [b"a", b"bbcddd"]
+    offsets = [[o.queue_offset for o in outcome if isinstance(o, PutEntry)] for outcome in outcomes]
+    assert offsets == [[0], [1, 2], [3], [4, 5, 6]]
+
+
+async def test_a_failed_put_fails_every_record_it_carried() -> None:
+    broker = Broker()
+    broker.failure = BrokerUnavailable("broker-a did not answer")
+    outcome = await PutCoalescer(broker.put).submit(b"abc", 3)
+    assert [type(o) for o in outcome] == [BrokerUnavailable] * 3
+
+
+async def test_a_partial_answer_fails_exactly_the_records_not_stored() -> None:
+    broker = Broker(store_at_most=3)
+    broker.release.clear()
+    coalescer = PutCoalescer(broker.put, max_in_flight=1)
+    blocker = asyncio.create_task(coalescer.submit(b"z", 1))
+    await asyncio.sleep(0)
+    first = asyncio.create_task(coalescer.submit(b"ab", 2))
+    second = asyncio.create_task(coalescer.submit(b"cde", 3))
+    await asyncio.sleep(0)
+    broker.release.set()
+    await blocker
+
+    a, b = await asyncio.gather(first, second)
+
+    assert [isinstance(o, PutEntry) for o in a + b] == [True, True, True, False, False]
+    assert isinstance(b[1], StoreFull)
+    assert b[1].detail == "disk full"
+
+
+async def test_a_caller_that_went_away_does_not_shift_the_others() -> None:
+    broker = Broker()
+    broker.release.clear()
+    coalescer = PutCoalescer(broker.put, max_in_flight=1)
+    blocker = asyncio.create_task(coalescer.submit(b"z", 1))
+    await asyncio.sleep(0)
+    gone = asyncio.create_task(coalescer.submit(b"ab", 2))
+    kept = asyncio.create_task(coalescer.submit(b"c", 1))
+    await asyncio.sleep(0)
+    gone.cancel()
+    broker.release.set()
+    await blocker
+
+    (only,) = await kept
+    assert isinstance(only, PutEntry)
+    assert only.queue_offset == 3, "the cancelled caller's two records were stored before this one"
+    with pytest.raises(asyncio.CancelledError):
+        await gone
