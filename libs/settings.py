@@ -36,6 +36,8 @@ class ServiceSettings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     log_level: str = "info"
     events_enabled: bool = True
+    otel_enabled: bool = False
+    """FastAPI's native OpenTelemetry hooks: off unless asked for (Petrel exports Prometheus metrics itself)."""
 
     @field_validator("nameservers", mode="before")
     @classmethod

@@ -65,7 +65,9 @@ def service_app(
     Internal services (public=False) require the internal token when one is
     configured; the gateway (public=True) has its own auth.
     """
+    telemetry_on = settings.otel_enabled
     app = FastAPI(
+        telemetry={"tracing": telemetry_on, "metrics": telemetry_on, "logs": telemetry_on},
         title=f"Petrel {name}",
         version=version,
         description=description,
