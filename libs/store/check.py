@@ -29,13 +29,11 @@ from typing import Final
 
 from libs.codec import (
     BLANK_MAGIC,
-    BODY_START,
     CRC_START,
     LENGTH_MAGIC,
     MESSAGE_MAGIC,
-    U16,
     RecordHead,
-    decode_properties,
+    peek_head,
     record_size,
 )
 from libs.errors import CorruptRecord
@@ -204,7 +202,7 @@ class _Checker:
         except CorruptRecord as exc:
             self._bad(Kind.BAD_LENGTH, segment, offset, exc.reason)
             return None
-        _, _, stored, queue_id, _, queue_offset, physical = PREFIX.unpack_from(view, pos)
+        _, _, stored, _, _, queue_offset, physical = PREFIX.unpack_from(view, pos)
         actual = zlib.crc32(view[pos + CRC_START : pos + total])
         if actual != stored:
             detail = f"CRC mismatch: stored 0x{stored:08x}, computed 0x{actual:08x}"
@@ -213,7 +211,7 @@ class _Checker:
         try:
             if physical != offset:
                 raise CorruptRecord(offset, f"the record says it is at offset {physical}")
-            head = _head(view, pos, total, queue_id)
+            head = peek_head(view, pos)
         except CorruptRecord as exc:
             self.add(Kind.BAD_FRAMING if physical == offset else Kind.WRONG_OFFSET, segment.path, offset, exc.reason)
             self.losses += 1
@@ -320,23 +318,6 @@ class _Checker:
 def _follows(queue_offset: int, previous: int, lost_between: bool) -> bool:
     """Whether a queue's record may come after its record at `previous` (records lost between may be its)."""
     return queue_offset == previous + 1 or (lost_between and queue_offset > previous)
-
-
-def _head(view: memoryview, pos: int, total: int, queue_id: int) -> RecordHead:
-    """libs.codec.peek_head for a record whose size is known: the walk's hot path."""
-    body_length = BODY_LENGTH.unpack_from(view, pos + BODY_START - BODY_LENGTH.size)[0]
-    topic_at, end = pos + BODY_START + body_length, pos + total
-    if body_length < 0 or topic_at + U16.size > end:
-        raise CorruptRecord(pos, f"body length {body_length} overruns the record of {total} bytes")
-    properties_at = topic_at + U16.size + U16.unpack_from(view, topic_at)[0]
-    if properties_at + U16.size > end or properties_at + U16.size + U16.unpack_from(view, properties_at)[0] != end:
-        raise CorruptRecord(pos, "topic and properties lengths do not add up to the record length")
-    try:
-        topic = bytes(view[topic_at + U16.size : properties_at]).decode()
-        properties = decode_properties(bytes(view[properties_at + U16.size : end]))
-    except UnicodeDecodeError as exc:
-        raise CorruptRecord(pos, f"topic or properties are not UTF-8: {exc}") from None
-    return RecordHead(total, queue_id, topic, properties)
 
 
 def _first_nonzero(view: memoryview, start: int) -> int | None:

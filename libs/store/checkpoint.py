@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from libs.store.mapped_file import fsync_directory
+
 LAYOUT: Final = struct.Struct(">qqqI")
 assert LAYOUT.size == 28
 
@@ -59,12 +61,3 @@ class Checkpoint:
         if zlib.crc32(raw[:24]) != crc:
             return None
         return cls(commitlog, dispatch, timestamp)
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a file's creation, rename or removal in `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

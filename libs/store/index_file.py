@@ -73,7 +73,7 @@ from mmap import mmap
 from pathlib import Path
 from typing import Final
 
-from libs.store.mapped_file import preallocate
+from libs.store.mapped_file import fsync_directory, preallocate
 
 HEADER: Final = struct.Struct(">qqqqII")  # begin/end timestamp, begin/end phy offset, slots used, index count
 GEOMETRY: Final = struct.Struct(">4sII")  # magic, slot_count, max_entries
@@ -387,7 +387,7 @@ class IndexService:
             index_file.flush()
         if self._directory_dirty:
             self._directory_dirty = False
-            _sync_directory(self.directory)
+            fsync_directory(self.directory)
 
     def close(self) -> None:
         try:
@@ -436,11 +436,3 @@ class IndexService:
         index_file.close()
         index_file.path.unlink()
         self._directory_dirty = True
-
-
-def _sync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -62,3 +62,12 @@ def preallocate(fd: int, size: int, what: str) -> None:
         if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise
         os.ftruncate(fd, size)  # a filesystem without fallocate: a sparse file is the best there is
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a file's creation, rename or removal in `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

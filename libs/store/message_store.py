@@ -20,11 +20,11 @@ from libs.errors import CorruptRecord, OffsetOutOfRange, PetrelError, StoreFull
 from libs.filters import MessageFilter
 from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
-from libs.store.checkpoint import fsync_directory
 from libs.store.commitlog import STAMPED, STORE_TIMESTAMP, CommitLog, ScannedRecord
 from libs.store.config import FlushMode, StoreConfig
 from libs.store.flush import Flusher
 from libs.store.index_file import IndexService
+from libs.store.mapped_file import fsync_directory
 from libs.store.queue_table import ConsumeQueueTable
 from libs.store.recovery import RecoveryReport, recover
 
