@@ -1,0 +1,20 @@
+"""Helpers shared by the SQL92 filter tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from libs.errors import InvalidFilter
+from libs.filters import compile_filter
+
+
+def matches(expression: str, properties: Mapping[str, str] | None = None, tag: str | None = None) -> bool:
+    return compile_filter("SQL92", expression).matches(tag, properties or {})
+
+
+def invalid(expression: str) -> InvalidFilter:
+    with pytest.raises(InvalidFilter) as raised:
+        compile_filter("SQL92", expression)
+    return raised.value
