@@ -22,6 +22,7 @@ from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from libs.store.commitlog import STAMPED, STORE_TIMESTAMP, CommitLog, ScannedRecord
 from libs.store.config import FlushMode, StoreConfig
+from libs.store.consume_queue import UNIT
 from libs.store.flush import Flusher
 from libs.store.index_file import IndexService
 from libs.store.mapped_file import fsync_directory
@@ -236,6 +237,19 @@ class MessageStore:
                 if len(records) >= max_count or size_total >= MAX_PULL_BYTES:
                     break
         return PullResult(records, position, queue.min_offset, queue.max_offset)
+
+    def units(self, topic: str, queue_id: int, offset: int, max_count: int) -> tuple[bytes, PullResult]:
+        """ConsumeQueue units from `offset` (20 bytes each, see consume_queue), without reading records."""
+        queue = self.queues.get(topic, queue_id)
+        if not queue.min_offset <= offset <= queue.max_offset:
+            raise OffsetOutOfRange(
+                f"offset {offset} of {topic}/{queue_id} is outside [{queue.min_offset}, {queue.max_offset}]",
+                min_offset=queue.min_offset,
+                max_offset=queue.max_offset,
+            )
+        units = queue.read(offset, max_count)
+        raw = b"".join(UNIT.pack(*unit) for unit in units)
+        return raw, PullResult([], offset + len(units), queue.min_offset, queue.max_offset)
 
     def read(self, physical_offset: int) -> bytes:
         return self.commitlog.read_record(physical_offset)

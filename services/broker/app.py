@@ -19,12 +19,13 @@ from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.store.message_store import MessageStore
 from libs.topic import TopicConfig
-from services.broker import messages
+from services.broker import messages, timers
 from services.broker.context import BrokerContext, Context, broker_context
 from services.broker.long_polling import PullWaiters
 from services.broker.metadata import OffsetStore, TopicStore, open_engine
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
+from services.broker.schedule import ensure_system_topics
 from services.broker.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable
@@ -92,6 +93,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         engine = open_engine(settings.metadata_url)
         topics = TopicTable(TopicStore(engine))
         await topics.load()
+        await ensure_system_topics(topics, len(settings.delay_level_ms))
         offsets = ConsumerOffsets(OffsetStore(engine), settings.offset_persist_interval_seconds)
         await offsets.load()
         store = MessageStore(settings.store_config(), store_host=settings.address)
@@ -134,6 +136,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     )
     app.include_router(router)
     app.include_router(messages.router)
+    app.include_router(timers.router)
     return app
 
 

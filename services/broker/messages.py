@@ -12,11 +12,14 @@ from fastapi import APIRouter, Query, Request, Response
 
 from libs import jsonutil
 from libs.codec import encode_record, peek_head
+from libs.delay import is_scheduled
 from libs.errors import InvalidRequest, QueueNotFound, TopicNotFound
 from libs.filters import FilterType, MessageFilter, compile_filter
+from libs.message import Prop
 from libs.problem import PROBLEM_RESPONSES
 from libs.store.message_store import PutOutcome
 from services.broker.context import Context
+from services.broker.schedule import schedule_batch
 from services.broker.schemas import (
     ConsumerOffset,
     ConsumerOffsetCommit,
@@ -46,8 +49,12 @@ async def put_messages(ctx: Context, request: Request) -> Response:
     body = await request.body()
     if not body:
         raise InvalidRequest("the body holds no record")
-    _check_destinations(ctx, body)
-    outcome = await ctx.store.put(body)
+    if _check_destinations(ctx, body):
+        body, scheduled = schedule_batch(body, ctx.settings.delay_level_ms)
+        outcome = await ctx.store.put(body)
+        _emit_scheduled(request, body, outcome, scheduled)
+    else:
+        outcome = await ctx.store.put(body)
     _emit_stored(request, ctx, outcome)
     return Response(jsonutil.dumps(_answer(outcome)), media_type="application/json")
 
@@ -70,9 +77,11 @@ def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:
         )
 
 
-def _check_destinations(ctx: Context, body: bytes) -> None:
+def _check_destinations(ctx: Context, body: bytes) -> bool:
+    """Every record's topic and queue exist here; True when some record asks for a delay."""
     offset = 0
     index = 0
+    scheduled = False
     while offset < len(body):
         head = peek_head(body, offset)
         config = ctx.topics.find(head.topic)
@@ -83,6 +92,28 @@ def _check_destinations(ctx: Context, body: bytes) -> None:
                 f"record {index}: {head.topic} has no writable queue {head.queue_id} here "
                 f"(0 to {config.write_queues - 1})",
                 index=index,
+            )
+        scheduled = scheduled or is_scheduled(head.properties)
+        offset += head.total_size
+        index += 1
+    return scheduled
+
+
+def _emit_scheduled(request: Request, body: bytes, outcome: PutOutcome, scheduled: list[int]) -> None:
+    events = request.state.events
+    stored = len(outcome.stored)
+    offset = index = 0
+    while offset < len(body) and index < stored:
+        head = peek_head(body, offset)
+        if index in scheduled:
+            level = head.properties.get(Prop.DELAY_LEVEL)
+            optional = {"delay_level": int(level)} if level else {}
+            events.emit(
+                "delay_scheduled",
+                message_id=head.properties.get(Prop.UNIQ_KEY),
+                topic=head.properties.get(Prop.REAL_TOPIC),
+                deliver_at=int(head.properties.get(Prop.TIMER_DELIVER_MS, "0")),
+                **optional,
             )
         offset += head.total_size
         index += 1
@@ -120,7 +151,8 @@ def _filter(tag: str | None, sql: str | None) -> MessageFilter | None:
     return None
 
 
-def _queue(ctx: Context, topic: str, queue_id: int) -> None:
+def check_queue(ctx: Context, topic: str, queue_id: int) -> None:
+    """The topic exists here and has this queue; else a clear 404."""
     config = ctx.topics.get(topic)
     if not 0 <= queue_id < max(config.read_queues, config.write_queues):
         raise QueueNotFound(f"{topic} has no queue {queue_id} on this broker (0 to {config.read_queues - 1})")
@@ -143,7 +175,7 @@ async def pull_messages(
     sql: str | None = None,
 ) -> Response:
     """Records from `offset` on that match the filter; with `wait_ms`, held until one arrives."""
-    _queue(ctx, topic, queue_id)
+    check_queue(ctx, topic, queue_id)
     message_filter = _filter(tag, sql)
     result = ctx.store.pull(topic, queue_id, offset, max, message_filter)
     wait = min(wait_ms, ctx.settings.max_pull_wait_ms) / 1000
@@ -163,7 +195,7 @@ async def get_queue_offsets(
     ctx: Context, topic: str, queue_id: int, timestamp: Annotated[int | None, Query(ge=0)] = None
 ) -> QueueOffsets:
     """The queue's min and max offsets; with `timestamp` (ms), the first offset stored at or after it."""
-    _queue(ctx, topic, queue_id)
+    check_queue(ctx, topic, queue_id)
     low, high = ctx.store.queue_offsets(topic, queue_id)
     at = ctx.store.offset_for_time(topic, queue_id, timestamp) if timestamp is not None else None
     return QueueOffsets(min_offset=low, max_offset=high, offset_for_timestamp=at)
@@ -225,6 +257,6 @@ async def commit_consumer_offset(
     ctx: Context, group: str, topic: str, queue_id: int, body: ConsumerOffsetCommit
 ) -> ConsumerOffset:
     """Commit the group's offset for one queue (persisted within a few seconds)."""
-    _queue(ctx, topic, queue_id)
+    check_queue(ctx, topic, queue_id)
     ctx.offsets.commit(group, topic, queue_id, body.offset)
     return ConsumerOffset(topic=topic, queue_id=queue_id, offset=body.offset)

@@ -95,3 +95,24 @@ class ConsumerOffsetCommit(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     offset: int = Field(ge=0)
+
+
+class DeliveryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    physical_offsets: list[int] = Field(min_length=1, max_length=1024, description="scheduled records now due")
+
+
+class DeliveryResult(BaseModel):
+    physical_offset: int
+    status: str = Field(description="delivered or failed")
+    topic: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    message_id: str | None = None
+    type: str | None = Field(default=None, description="the problem type, when failed")
+    detail: str | None = None
+
+
+class DeliveryResults(BaseModel):
+    results: list[DeliveryResult]

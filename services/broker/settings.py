@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from libs.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from libs.settings import ServiceSettings
 from libs.store.config import FlushMode, StoreConfig
 from libs.topic import DEFAULT_QUEUES, MAX_QUEUES
@@ -37,6 +38,17 @@ class BrokerSettings(ServiceSettings):
     disk_refuse_ratio: float = Field(default=0.95, gt=0, le=1)
     offset_persist_interval_seconds: float = Field(default=5.0, gt=0)
     max_pull_wait_ms: int = Field(default=30_000, ge=0)
+    delay_levels: str = Field(default=DEFAULT_DELAY_LEVELS, description="level 1 first, e.g. '1s 5s 10s 30s 1m'")
+
+    @field_validator("delay_levels")
+    @classmethod
+    def _valid_levels(cls, value: str) -> str:
+        parse_delay_levels(value)
+        return value
+
+    @property
+    def delay_level_ms(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.delay_levels)
 
     @property
     def address(self) -> str:

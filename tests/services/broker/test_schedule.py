@@ -1,0 +1,103 @@
+"""The broker's half of scheduled delivery: store until due, deliver by offset (the timer drives it)."""
+
+import struct
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from libs.codec import encode_record, iter_records
+from libs.message import MessageRecord, Prop
+from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from services.broker.app import create_app
+from tests.conftest import broker_settings, in_process
+from tests.support.serving import ServedApp
+
+UNIT = struct.Struct(">qiq")
+
+
+@pytest.fixture
+async def broker(nameserver: ServedApp) -> AsyncIterator[httpx.AsyncClient]:
+    async for client in in_process(create_app(broker_settings(nameserver))):
+        await client.put("/internal/topics/orders", json={"read_queues": 4, "write_queues": 4})
+        yield client
+
+
+def record(queue_id: int, **properties: str) -> bytes:
+    props = {Prop.UNIQ_KEY: "01A1FCE7BB289829373C3E9B000000AA", Prop.TAGS: "paid", "amount": "42"} | properties
+    return encode_record(MessageRecord(topic="orders", body=b"later", queue_id=queue_id, properties=props))
+
+
+async def units(broker: httpx.AsyncClient, topic: str, queue: int) -> list[tuple[int, int, int]]:
+    answer = await broker.get(f"/internal/topics/{topic}/queues/{queue}/units", params={"offset": 0})
+    assert answer.status_code == 200, answer.text
+    return list(UNIT.iter_unpack(answer.content))
+
+
+async def pulled(broker: httpx.AsyncClient, topic: str, queue: int) -> list[MessageRecord]:
+    answer = await broker.get(f"/internal/topics/{topic}/queues/{queue}/messages", params={"offset": 0})
+    return list(iter_records(answer.content))
+
+
+async def test_system_topics_exist_from_the_start(broker: httpx.AsyncClient) -> None:
+    topics = {t["topic"]: t["write_queues"] for t in (await broker.get("/internal/topics")).json()["topics"]}
+    assert topics[SCHEDULE_TOPIC] == 18
+    assert topics[TIMER_TOPIC] == 1
+
+
+async def test_a_level_message_waits_in_its_delay_queue_until_delivered(broker: httpx.AsyncClient) -> None:
+    before = int(time.time() * 1000)
+    stored = (await broker.post("/internal/messages", content=record(2, **{Prop.DELAY_LEVEL: "3"}))).json()
+
+    assert stored["stored"][0]["topic"] == SCHEDULE_TOPIC
+    assert stored["stored"][0]["queue_id"] == 2  # level 3 -> queue 2
+    assert await pulled(broker, "orders", 2) == [], "a consumer saw a message before it was due"
+    ((physical, _, due),) = await units(broker, SCHEDULE_TOPIC, 2)
+    assert before + 10_000 <= due <= int(time.time() * 1000) + 10_000  # level 3 is 10 s
+
+    answer = await broker.post("/internal/timers/deliveries", json={"physical_offsets": [physical]})
+
+    (result,) = answer.json()["results"]
+    assert (result["status"], result["topic"], result["queue_id"], result["queue_offset"]) == (
+        "delivered",
+        "orders",
+        2,
+        0,
+    )
+    (message,) = await pulled(broker, "orders", 2)
+    assert message.message_id == "01A1FCE7BB289829373C3E9B000000AA"
+    assert (message.body, message.tag, message.user_properties) == (b"later", "paid", {"amount": "42"})
+    assert Prop.REAL_TOPIC not in message.properties
+    assert Prop.TIMER_DELIVER_MS not in message.properties
+
+
+async def test_an_exact_time_message_waits_in_the_timer_topic(broker: httpx.AsyncClient) -> None:
+    due = int(time.time() * 1000) + 3_600_000
+    await broker.post("/internal/messages", content=record(1, **{Prop.TIMER_DELIVER_MS: str(due)}))
+
+    ((_, _, code),) = await units(broker, TIMER_TOPIC, 0)
+    assert code == due
+    assert await pulled(broker, "orders", 1) == []
+
+
+async def test_a_level_outside_the_table_is_refused(broker: httpx.AsyncClient) -> None:
+    answer = await broker.post("/internal/messages", content=record(0, **{Prop.DELAY_LEVEL: "19"}))
+    assert answer.status_code == 400
+    assert answer.json()["detail"] == "delay level '19' is not between 1 and 18"
+
+
+async def test_delivering_what_is_not_scheduled_fails_clearly(broker: httpx.AsyncClient) -> None:
+    stored = (await broker.post("/internal/messages", content=record(0))).json()["stored"][0]
+    answer = await broker.post("/internal/timers/deliveries", json={"physical_offsets": [stored["physical_offset"]]})
+    (result,) = answer.json()["results"]
+    assert result["status"] == "failed"
+    assert "not a schedule queue" in result["detail"]
+    assert len(await pulled(broker, "orders", 0)) == 1, "the message was put a second time"
+
+
+async def test_plain_and_delayed_records_in_one_put_each_go_their_way(broker: httpx.AsyncClient) -> None:
+    body = record(0) + record(0, **{Prop.DELAY_LEVEL: "1"}) + record(0)
+    stored = (await broker.post("/internal/messages", content=body)).json()["stored"]
+    assert [s["topic"] for s in stored] == ["orders", SCHEDULE_TOPIC, "orders"]
+    assert [m.queue_offset for m in await pulled(broker, "orders", 0)] == [0, 1]
