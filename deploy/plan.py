@@ -80,7 +80,11 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
             "txcheck", "services.txcheck", options.txcheck_port, shared | _port("TXCHECK", options.txcheck_port)
         )
     )
-    gateway_env = shared | _port("GATEWAY", options.gateway_port) | {"PETREL_GATEWAY_HOST": options.host}
+    gateway_env = (
+        shared
+        | _port("GATEWAY", options.gateway_port)
+        | {"PETREL_GATEWAY_HOST": options.host, "PETREL_GATEWAY_TIMER_ADDRESS": f"127.0.0.1:{options.timer_port}"}
+    )
     specs.append(ProcessSpec("gateway", "gateway", options.gateway_port, gateway_env, host=options.host))
     return specs
 

@@ -8,18 +8,19 @@ from collections.abc import AsyncIterator
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 
-from gateway.api import messages, topics
+from gateway.api import messages, timers, topics
 from gateway.brokers import BrokerClient
 from gateway.context import GatewayContext, gateway_context
 from gateway.idempotency import IdempotencyKeys
 from gateway.message_schemas import SendBatch, SendMessage
-from gateway.nameserver import NameserverClient
 from gateway.routes import RouteCache
 from gateway.sender import Sender
 from gateway.settings import GatewaySettings
+from libs.delay import parse_delay_levels
 from libs.errors import PetrelError
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
+from libs.nameserver_client import NameserverClient
 
 DESCRIPTION = """\
 Petrel is a message queue you use over plain HTTP.
@@ -45,7 +46,14 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                     nameservers=nameservers,
                     routes=routes,
                     brokers=brokers,
-                    sender=Sender(routes, brokers, born_host=f"{settings.host}:{settings.port}"),
+                    sender=Sender(
+                        routes,
+                        brokers,
+                        born_host=f"{settings.host}:{settings.port}",
+                        delay_levels=len(parse_delay_levels(settings.delay_levels)),
+                        max_delay_ms=int(settings.max_delay_days * 86_400_000),
+                    ),
+                    internal=client,
                     idempotency=IdempotencyKeys(redis),
                 )
                 yield {"gateway": context}
@@ -72,5 +80,6 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     )
     app.include_router(topics.router)
     app.include_router(messages.router)
+    app.include_router(timers.router)
     register_schemas(app, [SendMessage, SendBatch])
     return app

@@ -9,10 +9,11 @@ from fastapi import Depends, Request
 
 from gateway.brokers import BrokerClient
 from gateway.idempotency import IdempotencyKeys
-from gateway.nameserver import NameserverClient
 from gateway.routes import RouteCache
 from gateway.sender import Sender
 from gateway.settings import GatewaySettings
+from libs.http.client import InternalClient
+from libs.nameserver_client import NameserverClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,7 @@ class GatewayContext:
     brokers: BrokerClient
     sender: Sender
     idempotency: IdempotencyKeys
+    internal: InternalClient
 
 
 def gateway_context(request: Request) -> GatewayContext:

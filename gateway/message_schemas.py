@@ -20,6 +20,9 @@ class SendMessage(BaseModel):
     message_group: str | None = Field(
         default=None, min_length=1, max_length=255, description="messages of one group go to one queue, in order"
     )
+    delay_level: int | None = Field(default=None, description="deliver after level N's delay (1: 1 s ... 18: 2 h)")
+    delay_ms: int | None = Field(default=None, ge=0, description="deliver after this many milliseconds")
+    deliver_at: str | int | None = Field(default=None, description="deliver at this time: RFC 3339 or epoch ms")
 
 
 class SendResult(BaseModel):
@@ -27,8 +30,10 @@ class SendResult(BaseModel):
     topic: str
     broker: str
     queue_id: int
-    queue_offset: int
+    queue_offset: int | None = Field(description="null for a scheduled message until it is delivered")
     stored_at: int = Field(description="ms since the epoch")
+    deliver_at: int | None = Field(default=None, description="for a scheduled message: when it will be delivered")
+    warning: str | None = Field(default=None, description="something the sender should know, e.g. a past deliver_at")
 
 
 class SendBatch(BaseModel):

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.nameserver import NameserverClient
+from libs.nameserver_client import NameserverClient
 from libs.routing import TopicRoute
 
 

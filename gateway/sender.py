@@ -25,6 +25,7 @@ from libs.codec import MAX_BODY_SIZE, encode_record, set_queue_id
 from libs.errors import BrokerUnavailable, InvalidMessage, PayloadTooLarge, PetrelError, TopicNotFound
 from libs.message import KEY_SEPARATOR, SYSTEM_PROPERTIES, MessageIdFactory, MessageRecord, Prop, SysFlag
 from libs.routing import TopicRoute
+from libs.timeparse import parse_time_ms
 
 SEND_RETRIES = 2
 
@@ -35,10 +36,20 @@ class Prepared:
     message: SendMessage
     encoded: bytes
     """The record in the binary codec; its queue id is set when the queue is chosen."""
+    warning: str | None = None
 
 
 class Sender:
-    def __init__(self, routes: RouteCache, brokers: BrokerClient, born_host: str) -> None:
+    def __init__(
+        self,
+        routes: RouteCache,
+        brokers: BrokerClient,
+        born_host: str,
+        delay_levels: int = 18,
+        max_delay_ms: int = 30 * 86_400_000,
+    ) -> None:
+        self.delay_levels = delay_levels
+        self.max_delay_ms = max_delay_ms
         self.routes = routes
         self.brokers = brokers
         self.born_host = born_host
@@ -62,15 +73,43 @@ class Sender:
             properties[Prop.KEYS] = KEY_SEPARATOR.join(_key(k) for k in message.keys)
         if message.message_group is not None:
             properties[Prop.MESSAGE_GROUP] = message.message_group
+        now = int(time.time() * 1000)
+        warning = self._schedule(message, properties, now)
         record = MessageRecord(
             topic=topic,
             body=body,
             properties=properties,
             sysflag=SysFlag.BINARY_BODY if binary else 0,
-            born_timestamp=int(time.time() * 1000),
+            born_timestamp=now,
             born_host=self.born_host,
         )
-        return Prepared(message_id, message, encode_record(record))
+        return Prepared(message_id, message, encode_record(record), warning)
+
+    def _schedule(self, message: SendMessage, properties: dict[str, str], now: int) -> str | None:
+        """Set the scheduling property a delay field asks for; a warning for a time already past."""
+        given = [f for f in ("delay_level", "delay_ms", "deliver_at") if getattr(message, f) is not None]
+        if len(given) > 1:
+            raise InvalidMessage(f"give at most one of delay_level, delay_ms and deliver_at, not {' and '.join(given)}")
+        if message.delay_level is not None:
+            if not 1 <= message.delay_level <= self.delay_levels:
+                raise InvalidMessage(f"delay_level {message.delay_level} is not between 1 and {self.delay_levels}")
+            properties[Prop.DELAY_LEVEL] = str(message.delay_level)
+            return None
+        if message.delay_ms is not None:
+            due = now + message.delay_ms
+        elif message.deliver_at is not None:
+            due = parse_time_ms(message.deliver_at, "deliver_at")
+        else:
+            return None
+        if due - now > self.max_delay_ms:
+            raise InvalidMessage(
+                f"the delivery time is {(due - now) / 86_400_000:.1f} days away; the limit is "
+                f"{self.max_delay_ms / 86_400_000:g} days"
+            )
+        if due <= now:
+            return None if message.delay_ms is not None else "deliver_at is in the past: the message is delivered now"
+        properties[Prop.TIMER_DELIVER_MS] = str(due)
+        return None
 
     async def send(self, topic: str, prepared: list[Prepared]) -> list[SendResult | PetrelError]:
         """Put every prepared message; one result or error per message, in order."""
@@ -121,14 +160,17 @@ class Sender:
                 results.append(self._failed(route, target, stored))
                 continue
             self.avoidance.succeeded(target.broker)
+            scheduled = stored.deliver_at is not None
             results.append(
                 SendResult(
                     message_id=prepared[i].message_id,
                     topic=route.topic,
                     broker=t.broker,
-                    queue_id=stored.queue_id,
-                    queue_offset=stored.queue_offset,
+                    queue_id=t.queue_id if scheduled else stored.queue_id,
+                    queue_offset=None if scheduled else stored.queue_offset,
                     stored_at=stored.store_timestamp,
+                    deliver_at=stored.deliver_at,
+                    warning=prepared[i].warning,
                 )
             )
         return results

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from libs.delay import DEFAULT_DELAY_LEVELS
 from libs.settings import ServiceSettings
 from libs.topic import DEFAULT_QUEUES
 
@@ -19,3 +20,6 @@ class GatewaySettings(ServiceSettings):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     auto_create_topics: bool = True
     broker_timeout_seconds: float = Field(default=5.0, gt=0)
+    timer_address: str = Field(default="127.0.0.1:10931", description="the timer service, for stats and cancels")
+    delay_levels: str = DEFAULT_DELAY_LEVELS
+    max_delay_days: float = Field(default=30.0, gt=0)

@@ -13,6 +13,7 @@
      │    ├── BrokerNotFound           404 broker-not-found
      │    ├── QueueNotFound            404 queue-not-found
      │    └── MessageNotFound          404 message-not-found
+     ├── AlreadyDelivered              409 already-delivered
      ├── IdempotencyConflict           409 idempotency-key-in-use
      ├── PayloadTooLarge               413 payload-too-large
      ├── OffsetOutOfRange              416 offset-out-of-range
@@ -142,6 +143,12 @@ class OffsetOutOfRange(PetrelError):
     status = 416
     slug = "offset-out-of-range"
     title = "Offset out of range"
+
+
+class AlreadyDelivered(PetrelError):
+    status = 409
+    slug = "already-delivered"
+    title = "Already delivered"
 
 
 class IdempotencyConflict(PetrelError):

@@ -134,10 +134,10 @@ async def pull_messages(
 @router.get("/messages/{message_id}", operation_id="getMessage", response_model=Message)
 async def get_message(ctx: Context, message_id: str) -> Message:
     """The message with this id, wherever it is stored."""
-    born = _id_time(message_id)
+    born = id_time(message_id)
     params = {"begin": max(0, born - 60_000), "end": int(time.time() * 1000) + 60_000}
     found: list[Message] = []
-    for name, _, raw in await _ask_every_broker(ctx, lambda n, a: ctx.brokers.query_id(n, a, message_id, params)):
+    for name, _, raw in await ask_every_broker(ctx, lambda n, a: ctx.brokers.query_id(n, a, message_id, params)):
         found.extend(to_message(r, name) for r in iter_records(raw))
     if not found:
         raise MessageNotFound(f"no broker holds a message with id {message_id}")
@@ -249,13 +249,13 @@ def _pick_broker(route: TopicRoute, broker: str | None) -> tuple[str, str]:
     return broker, master_address(route, broker)
 
 
-def _id_time(message_id: str) -> int:
+def id_time(message_id: str) -> int:
     if len(message_id) != 32 or not all(c in "0123456789ABCDEFabcdef" for c in message_id):
         raise MessageNotFound(f"{message_id!r} is not a Petrel message id (32 hex digits)")
     return int(message_id[:12], 16)
 
 
-async def _ask_every_broker(ctx: GatewayContext, call: Any) -> list[tuple[str, str, bytes]]:
+async def ask_every_broker(ctx: GatewayContext, call: Any) -> list[tuple[str, str, bytes]]:
     targets = masters(await ctx.nameservers.clusters())
     answers = await asyncio.gather(*(call(n, a) for n, a in targets), return_exceptions=True)
     return [(n, a, r) for (n, a), r in zip(targets, answers, strict=True) if isinstance(r, bytes)]

@@ -121,6 +121,7 @@ def _with_events(name: str, settings: ServiceSettings, lifespan: Lifespan[Any]) 
     async def combined(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         events = EventWriter(settings.data_dir / "export", name, enabled=settings.events_enabled)
         events.start()
+        app.state.events = events  # for the service's own lifespan (background tasks emit too)
         try:
             async with lifespan(app) as state:
                 yield {**(state or {}), "events": events}

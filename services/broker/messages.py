@@ -49,6 +49,7 @@ async def put_messages(ctx: Context, request: Request) -> Response:
     body = await request.body()
     if not body:
         raise InvalidRequest("the body holds no record")
+    scheduled: dict[int, int] = {}
     if _check_destinations(ctx, body):
         body, scheduled = schedule_batch(body, ctx.settings.delay_level_ms)
         outcome = await ctx.store.put(body)
@@ -56,7 +57,7 @@ async def put_messages(ctx: Context, request: Request) -> Response:
     else:
         outcome = await ctx.store.put(body)
     _emit_stored(request, ctx, outcome)
-    return Response(jsonutil.dumps(_answer(outcome)), media_type="application/json")
+    return Response(jsonutil.dumps(_answer(outcome, scheduled)), media_type="application/json")
 
 
 def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:
@@ -99,7 +100,7 @@ def _check_destinations(ctx: Context, body: bytes) -> bool:
     return scheduled
 
 
-def _emit_scheduled(request: Request, body: bytes, outcome: PutOutcome, scheduled: list[int]) -> None:
+def _emit_scheduled(request: Request, body: bytes, outcome: PutOutcome, scheduled: dict[int, int]) -> None:
     events = request.state.events
     stored = len(outcome.stored)
     offset = index = 0
@@ -119,7 +120,7 @@ def _emit_scheduled(request: Request, body: bytes, outcome: PutOutcome, schedule
         index += 1
 
 
-def _answer(outcome: PutOutcome) -> dict[str, object]:
+def _answer(outcome: PutOutcome, scheduled: dict[int, int]) -> dict[str, object]:
     """A PutAnswer as plain data: built by hand on this hot path (a model would cost more than the store)."""
     if outcome.failure is not None and not outcome.stored:
         raise outcome.failure
@@ -135,8 +136,9 @@ def _answer(outcome: PutOutcome) -> dict[str, object]:
             "physical_offset": r.physical_offset,
             "store_timestamp": r.store_timestamp,
             "message_id": r.message_id,
+            "deliver_at": scheduled.get(index),
         }
-        for r in outcome.stored
+        for index, r in enumerate(outcome.stored)
     ]
     return {"stored": stored, "failure": failure}
 

@@ -37,18 +37,19 @@ async def ensure_system_topics(topics: TopicTable, levels: int) -> None:
             await topics.put(config)
 
 
-def schedule_batch(body: bytes, levels: tuple[int, ...], now_ms: int | None = None) -> tuple[bytes, list[int]]:
-    """The put body with every delayed record moved to its schedule queue; and their indexes."""
+def schedule_batch(body: bytes, levels: tuple[int, ...], now_ms: int | None = None) -> tuple[bytes, dict[int, int]]:
+    """The put body with every delayed record moved to its schedule queue; record index -> due time."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     parts: list[bytes] = []
-    scheduled: list[int] = []
+    scheduled: dict[int, int] = {}
     offset = index = 0
     while offset < len(body):
         head = peek_head(body, offset)
         raw = body[offset : offset + head.total_size]
         if is_scheduled(head.properties):
-            parts.append(encode_record(to_schedule(decode_record(raw, verify_crc=False), levels, now)))
-            scheduled.append(index)
+            moved = to_schedule(decode_record(raw, verify_crc=False), levels, now)
+            parts.append(encode_record(moved))
+            scheduled[index] = due_at(moved)
         else:
             parts.append(raw)
         offset += head.total_size

@@ -61,6 +61,7 @@ class PutEntry(BaseModel):
     physical_offset: int
     store_timestamp: int
     message_id: str | None
+    deliver_at: int | None = Field(default=None, description="for a scheduled message: when it is due (ms)")
 
 
 class PutFailure(BaseModel):
@@ -116,3 +117,14 @@ class DeliveryResult(BaseModel):
 
 class DeliveryResults(BaseModel):
     results: list[DeliveryResult]
+
+
+class QueueOffsetsOf(BaseModel):
+    queue_id: int
+    min_offset: int
+    max_offset: int
+
+
+class TopicOffsets(BaseModel):
+    topic: str
+    queues: list[QueueOffsetsOf]

@@ -13,7 +13,7 @@ from libs.problem import PROBLEM_RESPONSES
 from services.broker.context import Context
 from services.broker.messages import BINARY, BINARY_BODY, MAX_OFFSET, MIN_OFFSET, NEXT_OFFSET, check_queue
 from services.broker.schedule import delivery
-from services.broker.schemas import DeliveryRequest, DeliveryResults
+from services.broker.schemas import DeliveryRequest, DeliveryResults, QueueOffsetsOf, TopicOffsets
 
 router = APIRouter(prefix="/internal", tags=["timers"], responses=PROBLEM_RESPONSES)
 
@@ -40,6 +40,17 @@ async def read_units(
         MAX_OFFSET: str(result.max_offset),
     }
     return Response(raw, media_type=BINARY, headers=headers)
+
+
+@router.get("/topics/{topic}/offsets", operation_id="getTopicOffsets", response_model=TopicOffsets)
+async def get_topic_offsets(ctx: Context, topic: str) -> TopicOffsets:
+    """Min and max offsets of every queue of the topic here, in one call."""
+    config = ctx.topics.get(topic)
+    queues = []
+    for queue_id in range(max(config.read_queues, config.write_queues)):
+        low, high = ctx.store.queue_offsets(topic, queue_id)
+        queues.append(QueueOffsetsOf(queue_id=queue_id, min_offset=low, max_offset=high))
+    return TopicOffsets(topic=topic, queues=queues)
 
 
 @router.post("/timers/deliveries", operation_id="deliverScheduled", response_model=DeliveryResults)

@@ -1,19 +1,125 @@
-"""The timer service's process frame: health, readiness and metrics, under `petrel up`."""
+"""The timer service: delay levels and the timer wheel, delivering scheduled messages when due."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
+import time
 from collections.abc import AsyncIterator
+from typing import Annotated, cast
 
-from fastapi import FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Request
+from prometheus_client import Gauge
 
+from libs.delay import parse_delay_levels
 from libs.http.app import service_app
+from libs.http.client import ClientOptions, InternalClient
+from libs.nameserver_client import NameserverClient
+from libs.problem import PROBLEM_RESPONSES
+from libs.timer import TimerStore
+from services.timer.brokers import BrokerTimerClient
+from services.timer.progress import TimerProgress
+from services.timer.scheduler import TimerScheduler
+from services.timer.schemas import Cancellation, CancellationAck, Lateness, LevelPending, TimerStats
 from services.timer.settings import TimerSettings
+
+log = logging.getLogger(__name__)
+
+
+async def _scheduler(request: Request) -> TimerScheduler:
+    return cast(TimerScheduler, request.state.scheduler)
+
+
+Scheduler = Annotated[TimerScheduler, Depends(_scheduler)]
+router = APIRouter(prefix="/internal", tags=["timer"], responses=PROBLEM_RESPONSES)
+
+
+@router.get("/stats", operation_id="getTimerStats", response_model=TimerStats)
+async def get_stats(scheduler: Scheduler, request: Request) -> TimerStats:
+    """Pending by level and in the wheel, the next due time, and the lateness of recent deliveries."""
+    settings = cast(TimerSettings, request.app.state.settings)
+    counters = scheduler.counters
+    pending: dict[int, int] = {}
+    for (_, queue_id), count in counters.level_pending.items():
+        pending[queue_id] = pending.get(queue_id, 0) + count
+    wheel = scheduler.store.stats(max_scan=10_000)
+    levels = len(parse_delay_levels(settings.delay_levels))
+    sample = sorted(counters.lateness_ms)
+    next_due = [d for d in scheduler.next_due_times() if d is not None]
+    if wheel.next_slot_ms is not None:
+        next_due.append(wheel.next_slot_ms)
+    return TimerStats(
+        levels=[LevelPending(level=q + 1, pending=pending.get(q, 0)) for q in range(levels)],
+        wheel_pending=wheel.pending,
+        wheel_rolled=wheel.rolled,
+        next_due_ms=min(next_due) if next_due else None,
+        delivered=counters.delivered,
+        rolled=counters.rolled,
+        cancelled=counters.cancelled,
+        retried=counters.retried,
+        lateness=Lateness(
+            count=len(sample),
+            p50_ms=sample[len(sample) // 2] if sample else 0,
+            p99_ms=sample[min(len(sample) - 1, len(sample) * 99 // 100)] if sample else 0,
+            max_ms=sample[-1] if sample else 0,
+        ),
+    )
+
+
+@router.post("/cancellations", operation_id="cancelScheduled", response_model=CancellationAck)
+async def cancel_scheduled(scheduler: Scheduler, body: Cancellation) -> CancellationAck:
+    """Never deliver the scheduled message stored at this offset (kept until its time comes)."""
+    scheduler.progress.cancelled.add((body.broker, body.physical_offset))
+    await asyncio.to_thread(scheduler.progress.save)
+    return CancellationAck(broker=body.broker, physical_offset=body.physical_offset, cancelled=True)
 
 
 def create_app(settings: TimerSettings) -> FastAPI:
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
+        settings.store_dir.mkdir(parents=True, exist_ok=True)
+        progress = TimerProgress(settings.store_dir / "progress.json")
+        progress.load()
+        store = TimerStore(
+            settings.store_dir / "wheel",
+            now_ms=_now_ms(),
+            precision_ms=settings.precision_ms,
+            window_ms=settings.window_ms,
+            max_delay_ms=settings.max_delay_ms,
+            segment_bytes=settings.timer_log_segment_bytes,
+        )
+        token = settings.internal_token.get_secret_value() if settings.internal_token else None
+        async with InternalClient(ClientOptions(token=token, timeout=5.0)) as client:
+            scheduler = TimerScheduler(
+                store,
+                progress,
+                NameserverClient(client, settings.nameservers),
+                BrokerTimerClient(client),
+                app.state.events,
+                broker_refresh_seconds=settings.broker_refresh_seconds,
+                checkpoint_interval_ms=settings.checkpoint_interval_ms,
+                max_delay_ms=settings.max_delay_ms,
+            )
+            pending = Gauge(
+                "petrel_timer_wheel_pending", "Exact-time messages in the wheel", registry=app.state.metrics.registry
+            )
+            pending.set_function(lambda: store.stats(max_scan=0).pending)
+            task = asyncio.create_task(scheduler.run(settings.scan_interval_ms), name="timer-scheduler")
+            try:
+                yield {"scheduler": scheduler}
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                scheduler.checkpoint()
+                store.close()
 
-    return service_app("timer", settings, lifespan=lifespan, description="Delay levels and the timer wheel.")
+    app = service_app("timer", settings, lifespan=lifespan, description="Delay levels and the timer wheel.")
+    app.state.settings = settings
+    app.include_router(router)
+    return app
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

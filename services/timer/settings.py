@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from libs.delay import DEFAULT_DELAY_LEVELS
 from libs.settings import ServiceSettings
+
+DAY_MS = 86_400_000
 
 
 class TimerSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="PETREL_TIMER_", extra="ignore")
 
     port: int = 10931
+    scan_interval_ms: int = Field(default=100, ge=10, description="how often due messages are looked for")
+    precision_ms: int = Field(default=100, description="the timer wheel's slot: 100, 200, 500 or 1000")
+    window_days: float = Field(default=7.0, gt=0, description="time the wheel covers; later timers are rolled")
+    max_delay_days: float = Field(default=30.0, gt=0)
+    checkpoint_interval_ms: int = Field(default=1000, ge=10)
+    broker_refresh_seconds: float = Field(default=5.0, gt=0)
+    timer_log_segment_bytes: int = Field(default=56 * 1024 * 1024, ge=56 * 1024)
+    delay_levels: str = DEFAULT_DELAY_LEVELS
+
+    @property
+    def store_dir(self) -> Path:
+        return self.data_dir / "timer"
+
+    @property
+    def window_ms(self) -> int:
+        return int(self.window_days * DAY_MS)
+
+    @property
+    def max_delay_ms(self) -> int:
+        return int(self.max_delay_days * DAY_MS)

@@ -243,3 +243,29 @@ async def test_sends_fail_over_from_a_silent_broker(gateway: httpx.AsyncClient, 
 
     assert [r.status_code for r in results] == [201] * 6
     assert {r.json()["broker"] for r in results} <= {"broker-a", "broker-b"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "detail"),
+    [
+        ({"delay_level": 19}, "delay_level 19 is not between 1 and 18"),
+        ({"delay_level": 0}, "delay_level 0 is not between 1 and 18"),
+        ({"delay_level": 1, "delay_ms": 5}, "give at most one of delay_level, delay_ms and deliver_at, not"),
+        ({"deliver_at": "tomorrow"}, "deliver_at 'tomorrow' is not a time"),
+        ({"deliver_at": "2026-11-21T08:00:00"}, "has no time zone"),
+        ({"delay_ms": 31 * 86_400_000}, "the limit is 30 days"),
+    ],
+)
+async def test_bad_schedules_are_refused(gateway: httpx.AsyncClient, fields: dict[str, Any], detail: str) -> None:
+    answer = await send(gateway, "orders", {"body": "x", **fields})
+    assert answer.status_code == 400, answer.text
+    assert detail in answer.json()["detail"]
+
+
+async def test_a_scheduled_send_answers_its_time_and_is_not_visible(gateway: httpx.AsyncClient) -> None:
+    await gateway.put("/v1/topics/later", json={"queues": 1})
+    sent = (await send(gateway, "later", {"body": "x", "delay_level": 4})).json()
+    assert abs(sent["deliver_at"] - sent["stored_at"] - 30_000) < 50  # level 4 is 30 s
+    assert sent["queue_offset"] is None
+    page = await pull(gateway, "later", sent["queue_id"], sent["broker"])
+    assert page["messages"] == []

@@ -1,0 +1,51 @@
+"""BrokerTimerClient: the timer service's calls to a broker's schedule-queue API."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Final
+
+from libs.http.client import InternalClient
+from services.broker.messages import NEXT_OFFSET
+
+UNIT: Final = struct.Struct(">qiq")
+
+
+@dataclass(frozen=True, slots=True)
+class DueUnit:
+    """One message waiting in a schedule queue: where it is, and when it is due."""
+
+    queue_offset: int
+    physical_offset: int
+    size: int
+    due_ms: int
+
+
+class BrokerTimerClient:
+    def __init__(self, client: InternalClient) -> None:
+        self.client = client
+
+    async def max_offsets(self, address: str, topic: str) -> dict[int, tuple[int, int]]:
+        """queue id -> (min, max) offset of every queue of the topic."""
+        answer = await self.client.json("GET", f"http://{address}/internal/topics/{topic}/offsets")
+        return {q["queue_id"]: (q["min_offset"], q["max_offset"]) for q in answer["queues"]}
+
+    async def units(self, address: str, topic: str, queue_id: int, offset: int, count: int) -> list[DueUnit]:
+        response = await self.client.binary(
+            "GET",
+            f"http://{address}/internal/topics/{topic}/queues/{queue_id}/units",
+            params={"offset": offset, "max": count},
+        )
+        start = int(response.headers[NEXT_OFFSET]) - len(response.body) // UNIT.size
+        return [
+            DueUnit(start + i, physical, size, due)
+            for i, (physical, size, due) in enumerate(UNIT.iter_unpack(response.body))
+        ]
+
+    async def deliver(self, address: str, physical_offsets: list[int]) -> list[dict[str, Any]]:
+        """Deliver due messages; one result per offset ('delivered' or 'failed' with type and detail)."""
+        answer = await self.client.json(
+            "POST", f"http://{address}/internal/timers/deliveries", body={"physical_offsets": physical_offsets}
+        )
+        return list(answer["results"])

@@ -1,0 +1,67 @@
+"""TimerProgress: how far the timer has read each broker's schedule queues, durably.
+
+Per broker: the next unit to read of each delay-level queue and of the timer
+topic, and the broker's small id in TimerStore references. Plus the
+cancelled messages (broker, CommitLog offset) not yet past their time. Saved as
+one JSON file, written to a temporary file, fsynced and renamed, after the
+deliveries it covers: a crash repeats at most what was in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from libs.store.mapped_file import fsync_directory
+
+
+@dataclass
+class BrokerCursors:
+    store_id: int
+    levels: dict[int, int] = field(default_factory=dict)
+    timer: int = 0
+
+
+class TimerProgress:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.brokers: dict[str, BrokerCursors] = {}
+        self.cancelled: set[tuple[str, int]] = set()
+
+    def load(self) -> None:
+        if not self.path.exists():
+            return
+        state = json.loads(self.path.read_text())
+        self.brokers = {
+            name: BrokerCursors(b["store_id"], {int(q): o for q, o in b["levels"].items()}, b["timer"])
+            for name, b in state["brokers"].items()
+        }
+        self.cancelled = {(broker, int(offset)) for broker, offset in state["cancelled"]}
+
+    def cursors(self, broker: str) -> BrokerCursors:
+        cursors = self.brokers.get(broker)
+        if cursors is None:
+            cursors = BrokerCursors(store_id=len(self.brokers))
+            self.brokers[broker] = cursors
+        return cursors
+
+    def broker_of(self, store_id: int) -> str | None:
+        return next((name for name, c in self.brokers.items() if c.store_id == store_id), None)
+
+    def save(self) -> None:
+        state = {
+            "brokers": {
+                name: {"store_id": c.store_id, "levels": {str(q): o for q, o in c.levels.items()}, "timer": c.timer}
+                for name, c in self.brokers.items()
+            },
+            "cancelled": sorted([broker, offset] for broker, offset in self.cancelled),
+        }
+        tmp = self.path.with_suffix(".tmp")
+        with tmp.open("w") as out:
+            json.dump(state, out)
+            out.flush()
+            os.fsync(out.fileno())
+        tmp.replace(self.path)
+        fsync_directory(self.path.parent)

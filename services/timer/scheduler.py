@@ -1,0 +1,232 @@
+"""TimerScheduler: every scan interval, deliver what is due on every broker.
+
+- Delay levels: each level's queue is ordered by due time (same delay, stored
+  in order), so a cursor per (broker, level) walks it and stops at the first
+  unit not yet due; its due time is remembered, so an idle level costs nothing.
+- Exact times: units of the timer topic are read as they arrive and put in the
+  TimerStore (TimerLog + TimerWheel); each scan takes what the wheel says is due,
+  rolls what is still beyond its window, and delivers the rest.
+- Delivery asks the broker to put the stored message in its real topic by
+  CommitLog offset (the body does not travel twice). A delivery that fails
+  because a broker is away is tried again a second later; nothing is dropped.
+- Progress (cursors, the wheel's read position) is saved after the deliveries
+  it covers, every checkpoint interval: a crash repeats at most what was in
+  flight, and loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from libs.errors import PetrelError
+from libs.events import EventWriter
+from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from libs.nameserver_client import NameserverClient
+from libs.timer import Action, MessageRef, TimerEntry, TimerStore
+from services.timer.brokers import BrokerTimerClient, DueUnit
+from services.timer.progress import TimerProgress
+
+log = logging.getLogger(__name__)
+
+UNITS_PER_READ = 1000
+RETRY_MS = 1000
+LATENESS_WINDOW = 10_000
+
+
+@dataclass
+class TimerCounters:
+    delivered: int = 0
+    rolled: int = 0
+    cancelled: int = 0
+    retried: int = 0
+    lateness_ms: deque[int] = field(default_factory=lambda: deque(maxlen=LATENESS_WINDOW))
+    level_pending: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+class TimerScheduler:
+    def __init__(
+        self,
+        store: TimerStore,
+        progress: TimerProgress,
+        nameservers: NameserverClient,
+        brokers: BrokerTimerClient,
+        events: EventWriter,
+        *,
+        broker_refresh_seconds: float = 5.0,
+        checkpoint_interval_ms: int = 1000,
+        max_delay_ms: int = 30 * 86_400_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.progress = progress
+        self.nameservers = nameservers
+        self.brokers = brokers
+        self.events = events
+        self.broker_refresh_seconds = broker_refresh_seconds
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.max_delay_ms = max_delay_ms
+        self.clock = clock
+        self.counters = TimerCounters()
+        self._addresses: dict[str, str] = {}
+        self._addresses_at = -1e9
+        self._next_due: dict[tuple[str, int], int] = {}
+        self._checkpointed_at = 0
+
+    def next_due_times(self) -> list[int]:
+        """Due times of the first waiting message of each delay level seen so far."""
+        return list(self._next_due.values())
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    async def tick(self) -> None:
+        now = self.now_ms()
+        for broker, address in (await self._broker_addresses()).items():
+            try:
+                await self._scan_levels(broker, address, now)
+                await self._ingest_timers(broker, address, now)
+            except PetrelError as exc:
+                log.warning("timer: broker %s at %s: %s; will try again", broker, address, exc.detail)
+        await self._fire_wheel(now)
+        if now - self._checkpointed_at >= self.checkpoint_interval_ms:
+            self.checkpoint(now)
+
+    def checkpoint(self, now: int | None = None) -> None:
+        self.store.checkpoint()
+        self.progress.save()
+        self._checkpointed_at = self.now_ms() if now is None else now
+
+    async def _broker_addresses(self) -> dict[str, str]:
+        if time.monotonic() - self._addresses_at >= self.broker_refresh_seconds:
+            try:
+                listing = await self.nameservers.clusters()
+            except PetrelError as exc:
+                log.warning("timer: no nameserver answered (%s); using the brokers known before", exc.detail)
+            else:
+                self._addresses = {
+                    b.broker_name: i.address
+                    for c in listing.clusters
+                    for b in c.brokers
+                    for i in b.instances
+                    if i.broker_id == 0
+                }
+                self._addresses_at = time.monotonic()
+        return self._addresses
+
+    # ---- delay levels --------------------------------------------------------------------
+
+    async def _scan_levels(self, broker: str, address: str, now: int) -> None:
+        cursors = self.progress.cursors(broker)
+        for queue_id, (low, high) in (await self.brokers.max_offsets(address, SCHEDULE_TOPIC)).items():
+            cursor = max(cursors.levels.get(queue_id, 0), low)
+            self.counters.level_pending[(broker, queue_id)] = high - cursor
+            if cursor >= high or self._next_due.get((broker, queue_id), 0) > now:
+                continue
+            units = await self.brokers.units(address, SCHEDULE_TOPIC, queue_id, cursor, UNITS_PER_READ)
+            due = [u for u in units if u.due_ms <= now]
+            if len(due) < len(units):
+                self._next_due[(broker, queue_id)] = units[len(due)].due_ms
+            else:
+                self._next_due.pop((broker, queue_id), None)
+            done = await self._deliver_units(broker, address, due, now)
+            cursors.levels[queue_id] = cursor + done
+            self.counters.level_pending[(broker, queue_id)] = high - cursors.levels[queue_id]
+
+    async def _deliver_units(self, broker: str, address: str, due: list[DueUnit], now: int) -> int:
+        """Deliver in order; how many units are done (delivered, cancelled, gone) before the first to retry."""
+        wanted = [u for u in due if not self._is_cancelled(broker, u.physical_offset)]
+        failed_at = await self._deliver(broker, address, [(u.physical_offset, u.due_ms) for u in wanted], now)
+        done = len(due)
+        if failed_at is not None:
+            first_failed = wanted[failed_at].queue_offset
+            done = sum(1 for u in due if u.queue_offset < first_failed)
+        for unit in due[:done]:  # a cancellation is forgotten only once its unit is passed
+            self._forget_cancelled(broker, unit.physical_offset)
+        return done
+
+    # ---- exact times ---------------------------------------------------------------------
+
+    async def _ingest_timers(self, broker: str, address: str, now: int) -> None:
+        cursors = self.progress.cursors(broker)
+        low, high = (await self.brokers.max_offsets(address, TIMER_TOPIC)).get(0, (0, 0))
+        cursors.timer = max(cursors.timer, low)
+        while cursors.timer < high:
+            units = await self.brokers.units(address, TIMER_TOPIC, 0, cursors.timer, UNITS_PER_READ)
+            if not units:
+                break
+            for unit in units:
+                due = min(unit.due_ms, now + self.max_delay_ms)
+                self.store.enqueue(due, MessageRef(cursors.store_id, unit.physical_offset, unit.size), now)
+            cursors.timer += len(units)
+
+    async def _fire_wheel(self, now: int) -> None:
+        by_broker: dict[int, list[TimerEntry]] = {}
+        for entry in self.store.due(now):
+            if entry.action is Action.ROLL:
+                self.store.enqueue(entry.due_ms, entry.ref, now, roll_count=entry.roll_count + 1)
+                self.counters.rolled += 1
+                self.events.emit(
+                    "delay_rolled",
+                    message_id=None,
+                    topic=None,
+                    deliver_at=entry.due_ms,
+                    roll_times=entry.roll_count + 1,
+                )
+            else:
+                by_broker.setdefault(entry.ref.store_id, []).append(entry)
+        for store_id, entries in by_broker.items():
+            broker = self.progress.broker_of(store_id)
+            address = self._addresses.get(broker or "")
+            wanted = [e for e in entries if not self._forget_cancelled(broker or "", e.ref.phy_offset)]
+            failed_at: int | None = 0 if address is None and wanted else None
+            if address is not None and broker is not None:
+                failed_at = await self._deliver(broker, address, [(e.ref.phy_offset, e.due_ms) for e in wanted], now)
+            for entry in wanted[failed_at:] if failed_at is not None else []:
+                self.store.enqueue(now + RETRY_MS, entry.ref, now, roll_count=entry.roll_count)
+                self.counters.retried += 1
+
+    # ---- both ----------------------------------------------------------------------------
+
+    async def _deliver(self, broker: str, address: str, due: list[tuple[int, int]], now: int) -> int | None:
+        """Deliver (offset, due) pairs in order; the index of the first one to try again, or None."""
+        if not due:
+            return None
+        try:
+            results = await self.brokers.deliver(address, [offset for offset, _ in due])
+        except PetrelError as exc:
+            log.warning("timer: delivering %d messages to %s failed: %s", len(due), broker, exc.detail)
+            return 0
+        for index, (result, (offset, due_ms)) in enumerate(zip(results, due, strict=True)):
+            if result["status"] == "delivered":
+                self.counters.delivered += 1
+                self.counters.lateness_ms.append(max(0, now - due_ms))
+            elif str(result.get("type", "")).endswith(("/topic-not-found", "/invalid-message")):
+                log.warning("timer: dropping the scheduled message at %s/%d: %s", broker, offset, result.get("detail"))
+            else:
+                return index
+        return None
+
+    def _is_cancelled(self, broker: str, physical_offset: int) -> bool:
+        return (broker, physical_offset) in self.progress.cancelled
+
+    def _forget_cancelled(self, broker: str, physical_offset: int) -> bool:
+        """True when the message was cancelled: its time has come, so the cancellation is done with."""
+        if (broker, physical_offset) in self.progress.cancelled:
+            self.progress.cancelled.discard((broker, physical_offset))
+            self.counters.cancelled += 1
+            return True
+        return False
+
+    async def run(self, interval_ms: int) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                await self.tick()
+            except Exception:  # the timer must outlive one failed scan
+                log.exception("timer: a scan failed; the next one tries again")
+            await asyncio.sleep(max(0.0, interval_ms / 1000 - (time.monotonic() - started)))

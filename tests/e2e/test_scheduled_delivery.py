@@ -1,0 +1,158 @@
+"""Scheduled delivery through the gateway, on real processes: levels, delays, exact times, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from deploy.plan import ProcessSpec
+from deploy.supervisor import Supervisor
+from tests.support.serving import free_port
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    data_dir = tmp_path / "data"
+    ports = {name: free_port() for name in ("nameserver", "broker", "timer", "gateway")}
+    shared = {
+        "PETREL_DATA_DIR": str(data_dir),
+        "PETREL_NAMESERVERS": f"127.0.0.1:{ports['nameserver']}",
+        "PETREL_BROKER_SEGMENT_SIZE": str(8 * 1024 * 1024),
+        "PETREL_BROKER_INDEX_SLOT_COUNT": "65536",
+        "PETREL_BROKER_INDEX_MAX_ENTRIES": "100000",
+        "PETREL_TIMER_WINDOW_DAYS": "0.01",
+        "PETREL_TIMER_TIMER_LOG_SEGMENT_BYTES": str(56 * 4096),
+        "PETREL_TIMER_BROKER_REFRESH_SECONDS": "0.2",
+    }
+    specs = [
+        ProcessSpec(
+            "nameserver",
+            "services.nameserver",
+            ports["nameserver"],
+            shared | {"PETREL_NAMESERVER_PORT": str(ports["nameserver"])},
+        ),
+        ProcessSpec(
+            "broker-a", "services.broker", ports["broker"], shared | {"PETREL_BROKER_PORT": str(ports["broker"])}
+        ),
+        ProcessSpec("timer", "services.timer", ports["timer"], shared | {"PETREL_TIMER_PORT": str(ports["timer"])}),
+        ProcessSpec(
+            "gateway",
+            "gateway",
+            ports["gateway"],
+            shared
+            | {
+                "PETREL_GATEWAY_PORT": str(ports["gateway"]),
+                "PETREL_GATEWAY_TIMER_ADDRESS": f"127.0.0.1:{ports['timer']}",
+            },
+        ),
+    ]
+    supervisor = Supervisor(data_dir)
+    try:
+        for spec in specs:
+            await asyncio.to_thread(supervisor.start, spec)
+        async with httpx.AsyncClient(base_url=specs[-1].url, timeout=10) as client:
+            assert (await client.put("/v1/topics/later", json={"queues": 1})).status_code == 201
+            client.supervisor = supervisor  # type: ignore[attr-defined]
+            client.timer_spec = specs[2]  # type: ignore[attr-defined]
+            yield client
+    finally:
+        supervisor.stop_all()
+
+
+async def send(gateway: httpx.AsyncClient, body: str, **fields: Any) -> dict[str, Any]:
+    answer = await gateway.post("/v1/topics/later/messages", json={"body": body, **fields})
+    assert answer.status_code == 201, answer.text
+    return answer.json()  # type: ignore[no-any-return]
+
+
+async def delivered(gateway: httpx.AsyncClient) -> list[dict[str, Any]]:
+    page = (await gateway.get("/v1/topics/later/queues/0/messages", params={"max": 100})).json()
+    return page["messages"]  # type: ignore[no-any-return]
+
+
+async def test_messages_arrive_when_due_in_due_order_and_a_cancelled_one_never(gateway: httpx.AsyncClient) -> None:
+    now = int(time.time() * 1000)
+    at = datetime.fromtimestamp((now + 2500) / 1000, tz=UTC).isoformat()
+    by_time = await send(gateway, "at 2.5 s", deliver_at=at)
+    by_delay = await send(gateway, "after 1.8 s", delay_ms=1800)
+    by_level = await send(gateway, "level 1 (1 s)", delay_level=1)
+    cancelled = await send(gateway, "cancelled", delay_ms=2000)
+    plain = await send(gateway, "now")
+
+    assert by_level["queue_offset"] is None
+    assert abs(by_level["deliver_at"] - by_level["stored_at"] - 1000) < 50
+    assert abs(by_delay["deliver_at"] - (now + 1800)) < 1000
+    assert by_time["deliver_at"] == int(datetime.fromisoformat(at).timestamp() * 1000)
+    assert (await gateway.delete(f"/v1/messages/{cancelled['message_id']}/schedule")).status_code == 204
+    assert [m["body"] for m in await delivered(gateway)] == ["now"], "a scheduled message was visible early"
+
+    async def all_three() -> bool:
+        return len(await delivered(gateway)) == 4
+
+    await eventually(all_three, "the three scheduled messages delivered", timeout=10)
+    await asyncio.sleep(0.5)  # past the cancelled one's time, too
+    messages = await delivered(gateway)
+    assert [m["body"] for m in messages] == ["now", "level 1 (1 s)", "after 1.8 s", "at 2.5 s"]
+    assert [m["message_id"] for m in messages] == [
+        plain["message_id"],
+        by_level["message_id"],
+        by_delay["message_id"],
+        by_time["message_id"],
+    ]
+    for message, sent in zip(messages[1:], (by_level, by_delay, by_time), strict=True):
+        assert message["stored_at"] >= sent["deliver_at"], f"{message['body']} arrived before it was due"
+    stats = (await gateway.get("/v1/timers/stats")).json()
+    assert stats["delivered"] == 3
+    assert stats["cancelled"] == 1
+    assert len(stats["levels"]) == 18
+
+
+async def test_a_past_deliver_at_is_delivered_now_and_said_so(gateway: httpx.AsyncClient) -> None:
+    sent = await send(gateway, "late", deliver_at=int(time.time() * 1000) - 60_000)
+    assert sent["warning"] == "deliver_at is in the past: the message is delivered now"
+    assert sent["queue_offset"] == 0
+    assert [m["body"] for m in await delivered(gateway)] == ["late"]
+
+
+async def test_kill_9_of_the_timer_loses_no_scheduled_message(gateway: httpx.AsyncClient) -> None:
+    sent = [await send(gateway, f"m{i}", delay_ms=800 + (i % 10) * 150) for i in range(60)]
+    sent += [await send(gateway, f"l{i}", delay_level=2) for i in range(20)]  # level 2: 5 s
+    supervisor: Supervisor = gateway.supervisor  # type: ignore[attr-defined]
+    timer = next(c for c in supervisor.children if c.spec.name == "timer")
+    await asyncio.sleep(1.2)  # some delivered, most pending
+    timer.process.kill()
+    timer.process.wait()
+    supervisor.children.remove(timer)
+    await asyncio.to_thread(supervisor.start, gateway.timer_spec)  # type: ignore[attr-defined]
+
+    wanted = {s["message_id"] for s in sent}
+
+    async def all_delivered() -> bool:
+        return wanted <= {m["message_id"] for m in await delivered_all(gateway)}
+
+    await eventually(all_delivered, "every scheduled message delivered after the timer's kill -9", timeout=15)
+    ids = [m["message_id"] for m in await delivered_all(gateway)]
+    duplicates = len(ids) - len(set(ids))
+    print(f"timer kill -9: {len(wanted)} scheduled, all delivered, {duplicates} delivered twice")
+    assert duplicates <= len(wanted)
+
+
+async def delivered_all(gateway: httpx.AsyncClient) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        page = (await gateway.get("/v1/topics/later/queues/0/messages", params={"offset": offset, "max": 256})).json()
+        messages.extend(page["messages"])
+        if page["next_offset"] >= page["max_offset"]:
+            return messages
+        offset = page["next_offset"]
