@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from typing import Annotated, cast
 
 from fastapi import APIRouter, Depends, FastAPI, Request
-from prometheus_client import Gauge
 
 from libs.delay import parse_delay_levels
 from libs.http.app import service_app
@@ -19,6 +18,7 @@ from libs.nameserver_client import NameserverClient
 from libs.problem import PROBLEM_RESPONSES
 from libs.timer import TimerStore
 from services.timer.brokers import BrokerTimerClient
+from services.timer.metrics import TimerCollector
 from services.timer.progress import TimerProgress
 from services.timer.scheduler import TimerScheduler
 from services.timer.schemas import Cancellation, CancellationAck, Lateness, LevelPending, TimerStats
@@ -101,10 +101,8 @@ def create_app(settings: TimerSettings) -> FastAPI:
                 checkpoint_interval_ms=settings.checkpoint_interval_ms,
                 max_delay_ms=settings.max_delay_ms,
             )
-            pending = Gauge(
-                "petrel_timer_wheel_pending", "Exact-time messages in the wheel", registry=app.state.metrics.registry
-            )
-            pending.set_function(lambda: store.stats(max_scan=0).pending)
+            collector = TimerCollector(scheduler)
+            app.state.metrics.registry.register(collector)
             task = asyncio.create_task(scheduler.run(settings.scan_interval_ms), name="timer-scheduler")
             try:
                 yield {"scheduler": scheduler}
@@ -112,6 +110,7 @@ def create_app(settings: TimerSettings) -> FastAPI:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+                app.state.metrics.registry.unregister(collector)
                 scheduler.checkpoint()
                 store.close()
 

@@ -1,0 +1,44 @@
+"""TimerCollector: the timer's stats as Prometheus metrics, read at scrape time (nothing on the hot path)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from services.timer.scheduler import TimerScheduler
+
+
+class TimerCollector(Collector):
+    def __init__(self, scheduler: TimerScheduler) -> None:
+        self.scheduler = scheduler
+
+    def collect(self) -> Iterator[Metric]:
+        counters = self.scheduler.counters
+        for name, value, text in (
+            ("delivered", counters.delivered, "Scheduled messages delivered"),
+            ("rolled", counters.rolled, "Timers rolled because their time was beyond the wheel's window"),
+            ("cancelled", counters.cancelled, "Scheduled messages cancelled before their time"),
+            ("retried", counters.retried, "Deliveries tried again because a broker was away"),
+        ):
+            yield CounterMetricFamily(f"petrel_timer_{name}", text, value=value)
+        levels = GaugeMetricFamily("petrel_timer_level_pending", "Messages waiting per delay level", labels=["level"])
+        pending: dict[int, int] = {}
+        for (_, queue_id), count in counters.level_pending.items():
+            pending[queue_id] = pending.get(queue_id, 0) + count
+        for queue_id, count in sorted(pending.items()):
+            levels.add_metric([str(queue_id + 1)], count)
+        yield levels
+        wheel = self.scheduler.store.stats(max_scan=0)
+        yield GaugeMetricFamily(
+            "petrel_timer_wheel_pending", "Exact-time messages in the timer wheel", value=wheel.pending
+        )
+        lateness = GaugeMetricFamily(
+            "petrel_timer_lateness_ms", "Delivery lateness over the last 10,000 deliveries", labels=["quantile"]
+        )
+        sample = sorted(counters.lateness_ms)
+        for quantile in (0.5, 0.99, 1.0):
+            if sample:
+                lateness.add_metric([str(quantile)], sample[min(len(sample) - 1, int(len(sample) * quantile))])
+        yield lateness
