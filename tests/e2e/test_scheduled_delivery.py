@@ -115,8 +115,8 @@ async def test_messages_arrive_when_due_in_due_order_and_a_cancelled_one_never(g
     assert stats["delivered"] == 3
     assert stats["cancelled"] == 1
     assert len(stats["levels"]) == 18
-    async with httpx.AsyncClient() as plain:
-        metrics = (await plain.get(f"{gateway.timer_spec.url}/metrics")).text  # type: ignore[attr-defined]
+    async with httpx.AsyncClient() as http:
+        metrics = (await http.get(f"{gateway.timer_spec.url}/metrics")).text  # type: ignore[attr-defined]
     assert "petrel_timer_delivered_total 3.0" in metrics
     assert "petrel_timer_cancelled_total 1.0" in metrics
     assert 'petrel_timer_lateness_ms{quantile="0.99"}' in metrics
