@@ -34,6 +34,8 @@ from services.timer.progress import TimerProgress
 log = logging.getLogger(__name__)
 
 UNITS_PER_READ = 1000
+DELIVERY_CHUNK = 1000
+"""Offsets per delivery request (the broker takes at most 1024)."""
 RETRY_MS = 1000
 LATENESS_WINDOW = 10_000
 
@@ -193,9 +195,14 @@ class TimerScheduler:
     # ---- both ----------------------------------------------------------------------------
 
     async def _deliver(self, broker: str, address: str, due: list[tuple[int, int]], now: int) -> int | None:
-        """Deliver (offset, due) pairs in order; the index of the first one to try again, or None."""
-        if not due:
-            return None
+        """Deliver (offset, due) pairs in order, in chunks the broker takes; the index of the first to retry."""
+        for start in range(0, len(due), DELIVERY_CHUNK):
+            failed = await self._deliver_chunk(broker, address, due[start : start + DELIVERY_CHUNK], now)
+            if failed is not None:
+                return start + failed
+        return None
+
+    async def _deliver_chunk(self, broker: str, address: str, due: list[tuple[int, int]], now: int) -> int | None:
         try:
             results = await self.brokers.deliver(address, [offset for offset, _ in due])
         except PetrelError as exc:

@@ -161,3 +161,16 @@ async def delivered_all(gateway: httpx.AsyncClient) -> list[dict[str, Any]]:
         if page["next_offset"] >= page["max_offset"]:
             return messages
         offset = page["next_offset"]
+
+
+async def test_more_messages_due_at_once_than_one_delivery_carries_all_arrive(gateway: httpx.AsyncClient) -> None:
+    due = int(time.time() * 1000) + 2500
+    batch = {"messages": [{"body": str(i), "deliver_at": due} for i in range(250)]}
+    for _ in range(6):  # 1,500 due in the same instant: more than one delivery request (1,024) holds
+        answer = await gateway.post("/v1/topics/later/messages:batch", json=batch)
+        assert all(r["error"] is None for r in answer.json()["results"])
+
+    async def all_arrived() -> bool:
+        return len(await delivered_all(gateway)) == 1500
+
+    await eventually(all_arrived, "1,500 messages due at once all delivered", timeout=15)
