@@ -37,6 +37,8 @@ UNITS_PER_READ = 1000
 DELIVERY_CHUNK = 1000
 """Offsets per delivery request (the broker takes at most 1024)."""
 RETRY_MS = 1000
+SCAN_LAG_MS = 2
+"""How long after an interval boundary a scan starts (the slot that just ended is then complete)."""
 LATENESS_WINDOW = 10_000
 
 
@@ -231,9 +233,10 @@ class TimerScheduler:
 
     async def run(self, interval_ms: int) -> None:
         while True:
-            started = time.monotonic()
             try:
                 await self.tick()
             except Exception:  # the timer must outlive one failed scan
                 log.exception("timer: a scan failed; the next one tries again")
-            await asyncio.sleep(max(0.0, interval_ms / 1000 - (time.monotonic() - started)))
+            # Scan just after the next interval boundary: a wheel slot is then fired
+            # as soon as it ends, not up to one more interval later.
+            await asyncio.sleep((interval_ms - self.now_ms() % interval_ms + SCAN_LAG_MS) / 1000)
