@@ -12,6 +12,8 @@ import contextlib
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -73,7 +75,21 @@ def start_app(app: ASGIApp, port: int = 0) -> ServedApp:
             sock.close()
             raise RuntimeError(f"the app on port {port} did not start within {STARTUP_TIMEOUT} s")
         time.sleep(0.005)
+    _warm_up(port)
     return ServedApp(app, port, server, thread, sock)
+
+
+def _warm_up(port: int) -> None:
+    """One request that walks every route, so FastAPI builds its lazy route state now.
+
+    FastAPI builds a router's route state on first use, with pydantic schema
+    generation that is not safe across threads: two apps served from threads
+    of one test process, first used at the same instant, can race
+    (AttributeError: __pydantic_core_schema__). Separate processes, as in
+    production, never share it.
+    """
+    with contextlib.suppress(urllib.error.HTTPError):  # a 404, after matching against every route
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/__warm_up__", timeout=5).close()
 
 
 @contextlib.contextmanager
