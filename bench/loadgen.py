@@ -23,11 +23,17 @@ BATCH = 32
 TEXT_BODY = "x" * 1024
 
 
+DELAY_MS = 3_600_000
+KINDS = ("single", "batch", "delayed")
+"""single: one message a request; batch: 32; delayed: 32, each scheduled an hour ahead."""
+
+
 def payload(kind: str) -> tuple[bytes, int]:
     """The request body and how many messages it carries."""
     if kind == "single":
         return orjson.dumps({"body": TEXT_BODY, "tag": "t"}), 1
-    return orjson.dumps({"messages": [{"body": TEXT_BODY} for _ in range(BATCH)]}), BATCH
+    extra = {"delay_ms": DELAY_MS} if kind == "delayed" else {}
+    return orjson.dumps({"messages": [{"body": TEXT_BODY} | extra for _ in range(BATCH)]}), BATCH
 
 
 @dataclass(slots=True)
@@ -80,7 +86,7 @@ async def drive(url: str, kind: str, warmup: float, seconds: float) -> Tally:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.loadgen")
     parser.add_argument("url")
-    parser.add_argument("kind", choices=["single", "batch"])
+    parser.add_argument("kind", choices=KINDS)
     parser.add_argument("warmup", type=float)
     parser.add_argument("seconds", type=float)
     args = parser.parse_args(argv)

@@ -61,12 +61,12 @@ def gateway(options: BenchOptions) -> list[Figure]:
         batch = _load(f"{cluster.url}/v1/topics/{TOPIC}/messages:batch", "batch", timing)
     with served("bench.scenarios.gateway:noop_app") as port:
         noop = _load(f"http://127.0.0.1:{port}/v1/topics/{TOPIC}/messages", "single", timing)
-    redis_async = _run_tally([sys.executable, "-m", "bench.redis_reference", SHARED_REDIS], timing)
+    redis_async = run_tally([sys.executable, "-m", "bench.redis_reference", SHARED_REDIS], timing)
     with petrel_cluster({"PETREL_BROKER_FLUSH_MODE": "SYNC_FLUSH"}) as cluster:
         request_json("PUT", f"{cluster.url}/v1/topics/{TOPIC}", {"queues": QUEUES})
         sync_batch = _load(f"{cluster.url}/v1/topics/{TOPIC}/messages:batch", "batch", timing)
     with private_redis() as url:
-        redis_sync = _run_tally([sys.executable, "-m", "bench.redis_reference", url], timing)
+        redis_sync = run_tally([sys.executable, "-m", "bench.redis_reference", url], timing)
     return [
         Figure("gateway: send 1 message, 32 conns", single, "FastAPI no-op POST, pydantic body", noop, "msg/s", 0.6),
         Figure(
@@ -84,10 +84,10 @@ def gateway(options: BenchOptions) -> list[Figure]:
 
 
 def _load(url: str, kind: str, timing: Timing) -> float:
-    return _run_tally([sys.executable, "-m", "bench.loadgen", url, kind], timing)
+    return run_tally([sys.executable, "-m", "bench.loadgen", url, kind], timing)
 
 
-def _run_tally(command: list[str], timing: Timing) -> float:
+def run_tally(command: list[str], timing: Timing) -> float:
     """Run a load process; messages/s of its successful answers (failures are reported, not counted)."""
     limit = timing.warmup + timing.seconds + 120
     done = subprocess.run(

@@ -9,7 +9,7 @@ minus that `deliver_at`. Figures, each beside its target:
 - lateness p50/p99 with 2,000 timers firing per second;
 - a burst: N messages due in the same millisecond, until the last is in the topic;
 - the timer's resident memory holding 1M pending messages, and the send rate of
-  delayed batches against the same batches without delay (bench.delayload, a
+  delayed batches against the same batches without delay (bench.loadgen, a
   load process of its own, as in the gateway scenario);
 - kill -9 of the timer with messages pending, restarted by hand (the launcher
   does not restart children) with the launcher's command and environment:
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from bench.cluster import Cluster, petrel_cluster, request_json
 from bench.harness import BenchOptions, Figure, scenario
-from bench.scenarios.gateway import Timing, _run_tally
+from bench.scenarios.gateway import Timing, run_tally
 from bench.scheduled import (
     cmdline_of,
     environ_of,
@@ -148,9 +148,9 @@ def _throughput(cluster: Cluster, sizes: Sizes) -> list[Figure]:
     topic = "timers-throughput"
     _topic(cluster, topic)
     url = f"{cluster.url}/v1/topics/{topic}/messages:batch"
-    command = [sys.executable, "-m", "bench.delayload", url]
-    plain = _run_tally([*command, "plain"], sizes.throughput)
-    delayed = _run_tally([*command, "delayed"], sizes.throughput)
+    command = [sys.executable, "-m", "bench.loadgen", url]
+    plain = run_tally([*command, "batch"], sizes.throughput)
+    delayed = run_tally([*command, "delayed"], sizes.throughput)
     return [
         Figure(
             "delayed send throughput (32 x 1 KiB, 1 h)",
