@@ -17,16 +17,17 @@ last run did not stop cleanly, and recovery must scan past the checkpoint.
 
 from __future__ import annotations
 
-import os
 import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from libs.store.mapped_file import fsync_directory
+from libs.store.mapped_file import crc_framed, read_crc_framed, write_atomically
 
+BODY: Final = struct.Struct(">qqq")
 LAYOUT: Final = struct.Struct(">qqqI")
+"""The file as it is on disk: BODY, then the CRC32 of BODY."""
+assert BODY.size == 24
 assert LAYOUT.size == 28
 
 
@@ -37,27 +38,10 @@ class Checkpoint:
     timestamp: int
 
     def write(self, path: Path) -> None:
-        body = struct.pack(">qqq", self.commitlog_offset, self.dispatch_offset, self.timestamp)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, body + struct.pack(">I", zlib.crc32(body)))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        tmp.replace(path)
-        fsync_directory(path.parent)
+        write_atomically(path, crc_framed(BODY.pack(self.commitlog_offset, self.dispatch_offset, self.timestamp)))
 
     @classmethod
     def read(cls, path: Path) -> Checkpoint | None:
         """The checkpoint, or None when there is none or it is damaged (recovery then scans more)."""
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        if len(raw) != LAYOUT.size:
-            return None
-        commitlog, dispatch, timestamp, crc = LAYOUT.unpack(raw)
-        if zlib.crc32(raw[:24]) != crc:
-            return None
-        return cls(commitlog, dispatch, timestamp)
+        body = read_crc_framed(path, BODY.size)
+        return None if body is None else cls(*BODY.unpack(body))

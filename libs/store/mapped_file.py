@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import zlib
 from pathlib import Path
 
 from libs.errors import StoreFull
@@ -71,3 +72,31 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that a crash leaves the old file or the new one, never a mix."""
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    tmp.replace(path)
+    fsync_directory(path.parent)
+
+
+def read_crc_framed(path: Path, size: int) -> bytes | None:
+    """The body of a file written as body + CRC32 (see `crc_framed`); None when missing, short or damaged."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(raw) != size + 4 or zlib.crc32(raw[:size]).to_bytes(4, "big") != raw[size:]:
+        return None
+    return raw[:size]
+
+
+def crc_framed(body: bytes) -> bytes:
+    return body + zlib.crc32(body).to_bytes(4, "big")

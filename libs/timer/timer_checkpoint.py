@@ -18,19 +18,15 @@ recovery recounts them from the TimerLog.
 
 from __future__ import annotations
 
-import os
 import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from libs.store.mapped_file import fsync_directory
+from libs.store.mapped_file import crc_framed, read_crc_framed, write_atomically
 
 BODY: Final = struct.Struct(">qqqqq")
-LAYOUT: Final = struct.Struct(">qqqqqI")
-assert BODY.size == 40
-assert LAYOUT.size == 44
+assert BODY.size == 40  # + the 4-byte CRC: 44 bytes on disk
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,26 +39,10 @@ class TimerCheckpoint:
 
     def write(self, path: Path) -> None:
         body = BODY.pack(self.read_ms, self.log_end, self.pending, self.rolled, self.timestamp)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, body + struct.pack(">I", zlib.crc32(body)))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        tmp.replace(path)
-        fsync_directory(path.parent)
+        write_atomically(path, crc_framed(body))
 
     @classmethod
     def read(cls, path: Path) -> TimerCheckpoint | None:
         """The checkpoint, or None when there is none or it is damaged."""
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        if len(raw) != LAYOUT.size:
-            return None
-        *fields, crc = LAYOUT.unpack(raw)
-        if zlib.crc32(raw[: BODY.size]) != crc:
-            return None
-        return cls(*fields)
+        body = read_crc_framed(path, BODY.size)
+        return None if body is None else cls(*BODY.unpack(body))

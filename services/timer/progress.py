@@ -10,11 +10,10 @@ deliveries it covers: a crash repeats at most what was in flight.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from libs.store.mapped_file import fsync_directory
+from libs.store.mapped_file import write_atomically
 
 
 @dataclass
@@ -58,10 +57,4 @@ class TimerProgress:
             },
             "cancelled": sorted([broker, offset] for broker, offset in self.cancelled),
         }
-        tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w") as out:
-            json.dump(state, out)
-            out.flush()
-            os.fsync(out.fileno())
-        tmp.replace(self.path)
-        fsync_directory(self.path.parent)
+        write_atomically(self.path, json.dumps(state).encode())
