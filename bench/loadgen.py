@@ -14,6 +14,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
 import orjson
@@ -44,6 +45,31 @@ class Tally:
     seconds: float = 0.0
     messages_per_request: int = 1
 
+    async def measure(
+        self, one_request: Callable[[], Awaitable[str | None]], workers: int, warmup: float, seconds: float
+    ) -> None:
+        """Run `workers` loops of `one_request` (it answers what went wrong, or None); count the window only."""
+        counting = stop = False
+
+        async def worker() -> None:
+            while not stop:
+                error = await one_request()
+                if counting:
+                    self.requests += 1
+                    if error is not None:
+                        self.errors += 1
+                        self.first_error = self.first_error or error
+
+        running = [asyncio.create_task(worker()) for _ in range(workers)]
+        await asyncio.sleep(warmup)
+        counting = True
+        started = time.perf_counter()
+        await asyncio.sleep(seconds)
+        counting = False
+        self.seconds = time.perf_counter() - started
+        stop = True
+        await asyncio.gather(*running)
+
     @property
     def messages_per_second(self) -> float:
         return self.requests * self.messages_per_request / self.seconds if self.seconds else 0.0
@@ -54,32 +80,18 @@ async def drive(url: str, kind: str, warmup: float, seconds: float) -> Tally:
 
     body, per_request = payload(kind)
     tally = Tally(messages_per_request=per_request)
-    counting = False
-    stop = False
     headers = {"content-type": "application/json"}
     connector = aiohttp.TCPConnector(limit=CONNECTIONS, force_close=False)
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def worker() -> None:
-            while not stop:
-                async with session.post(url, data=body, headers=headers) as response:
-                    answer = await response.read()
-                    failed = response.status >= 300 or b'"error":{' in answer
-                if counting:
-                    tally.requests += 1
-                    if failed:
-                        tally.errors += 1
-                        tally.first_error = tally.first_error or f"{response.status} {answer[:300]!r}"
+        async def one_request() -> str | None:
+            async with session.post(url, data=body, headers=headers) as response:
+                answer = await response.read()
+                if response.status >= 300 or b'"error":{' in answer:
+                    return f"{response.status} {answer[:300]!r}"
+            return None
 
-        workers = [asyncio.create_task(worker()) for _ in range(CONNECTIONS)]
-        await asyncio.sleep(warmup)
-        counting = True
-        started = time.perf_counter()
-        await asyncio.sleep(seconds)
-        counting = False
-        tally.seconds = time.perf_counter() - started
-        stop = True
-        await asyncio.gather(*workers)
+        await tally.measure(one_request, CONNECTIONS, warmup, seconds)
     return tally
 
 

@@ -9,14 +9,12 @@ that fsyncs every write (`appendfsync always`), the reference for SYNC_FLUSH.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -33,29 +31,22 @@ async def drive(url: str, warmup: float, seconds: float) -> Tally:
     key = f"petrel-bench-{uuid.uuid4().hex}"
     fields = {"body": TEXT_BODY}
     tally = Tally(messages_per_request=BATCH)
-    counting = False
-    stop = False
     clients = [redis.Redis.from_url(url) for _ in range(CONNECTIONS)]
+    idle = list(clients)
 
-    async def worker(client: redis.Redis) -> None:
-        while not stop:
+    async def one_request() -> str | None:
+        client = idle.pop()
+        try:
             async with client.pipeline(transaction=False) as pipe:
                 for _ in range(BATCH):
-                    pipe.xadd(key, fields)  # type: ignore[arg-type]
+                    pipe.xadd(key, fields)
                 await pipe.execute()
-            if counting:
-                tally.requests += 1
+        finally:
+            idle.append(client)
+        return None
 
     try:
-        workers = [asyncio.create_task(worker(c)) for c in clients]
-        await asyncio.sleep(warmup)
-        counting = True
-        started = time.perf_counter()
-        await asyncio.sleep(seconds)
-        counting = False
-        tally.seconds = time.perf_counter() - started
-        stop = True
-        await asyncio.gather(*workers)
+        await tally.measure(one_request, CONNECTIONS, warmup, seconds)
     finally:
         await clients[0].delete(key)
         for client in clients:

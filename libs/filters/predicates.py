@@ -100,58 +100,40 @@ def negation(inner: Predicate) -> Predicate:
 
 def all_of(parts: Sequence[Predicate]) -> Predicate:
     """AND: False if any part is False, else unknown if any part is unknown."""
-    if len(parts) == 2:  # the common case, without the loop
-        first, second = parts
-
-        def both(tag: str | None, properties: Mapping[str, str]) -> bool | None:
-            answer = first(tag, properties)
-            if answer is False:
-                return False
-            other = second(tag, properties)
-            if other is False:
-                return False
-            return None if answer is None or other is None else True
-
-        return both
-
-    def every(tag: str | None, properties: Mapping[str, str]) -> bool | None:
-        unknown = False
-        for part in parts:
-            answer = part(tag, properties)
-            if answer is False:
-                return False
-            unknown = unknown or answer is None
-        return None if unknown else True
-
-    return every
+    return _decided_by(parts, False)
 
 
 def any_of(parts: Sequence[Predicate]) -> Predicate:
     """OR: True if any part is True, else unknown if any part is unknown."""
-    if len(parts) == 2:
+    return _decided_by(parts, True)
+
+
+def _decided_by(parts: Sequence[Predicate], decisive: bool) -> Predicate:
+    """The parts combined: `decisive` as soon as one part says it, else unknown if any is, else `not decisive`."""
+    if len(parts) == 2:  # the common case, without the loop
         first, second = parts
 
-        def either(tag: str | None, properties: Mapping[str, str]) -> bool | None:
+        def pair(tag: str | None, properties: Mapping[str, str]) -> bool | None:
             answer = first(tag, properties)
-            if answer is True:
-                return True
+            if answer is decisive:
+                return decisive
             other = second(tag, properties)
-            if other is True:
-                return True
-            return None if answer is None or other is None else False
+            if other is decisive:
+                return decisive
+            return None if answer is None or other is None else not decisive
 
-        return either
+        return pair
 
-    def some(tag: str | None, properties: Mapping[str, str]) -> bool | None:
+    def each(tag: str | None, properties: Mapping[str, str]) -> bool | None:
         unknown = False
         for part in parts:
             answer = part(tag, properties)
-            if answer is True:
-                return True
+            if answer is decisive:
+                return decisive
             unknown = unknown or answer is None
-        return None if unknown else False
+        return None if unknown else not decisive
 
-    return some
+    return each
 
 
 def compared_with_literal(get: Getter, op: str, literal: Value) -> Predicate:

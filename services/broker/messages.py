@@ -17,7 +17,7 @@ from libs.errors import InvalidRequest, QueueNotFound, TopicNotFound
 from libs.filters import FilterType, MessageFilter, compile_filter
 from libs.message import Prop
 from libs.problem import PROBLEM_RESPONSES
-from libs.store.message_store import PutOutcome
+from libs.store.message_store import PullResult, PutOutcome
 from services.broker.context import Context
 from services.broker.schedule import schedule_batch
 from services.broker.schemas import (
@@ -153,6 +153,15 @@ def _filter(tag: str | None, sql: str | None) -> MessageFilter | None:
     return None
 
 
+def offset_headers(result: PullResult) -> dict[str, str]:
+    """Where the next read starts and the queue's bounds, beside a binary answer."""
+    return {
+        NEXT_OFFSET: str(result.next_offset),
+        MIN_OFFSET: str(result.min_offset),
+        MAX_OFFSET: str(result.max_offset),
+    }
+
+
 def check_queue(ctx: Context, topic: str, queue_id: int) -> None:
     """The topic exists here and has this queue; else a clear 404."""
     config = ctx.topics.get(topic)
@@ -184,12 +193,7 @@ async def pull_messages(
     caught_up = not result.records and result.next_offset >= result.max_offset
     if caught_up and wait > 0 and await ctx.waiters.wait(topic, queue_id, message_filter, wait):
         result = ctx.store.pull(topic, queue_id, result.next_offset, max, message_filter)
-    headers = {
-        NEXT_OFFSET: str(result.next_offset),
-        MIN_OFFSET: str(result.min_offset),
-        MAX_OFFSET: str(result.max_offset),
-    }
-    return Response(b"".join(result.records), media_type=BINARY, headers=headers)
+    return Response(b"".join(result.records), media_type=BINARY, headers=offset_headers(result))
 
 
 @router.get("/topics/{topic}/queues/{queue_id}/offsets", operation_id="getQueueOffsets", response_model=QueueOffsets)

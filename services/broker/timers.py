@@ -11,7 +11,7 @@ from libs.codec import encode_record
 from libs.errors import PetrelError
 from libs.problem import PROBLEM_RESPONSES
 from services.broker.context import Context
-from services.broker.messages import BINARY, BINARY_BODY, MAX_OFFSET, MIN_OFFSET, NEXT_OFFSET, check_queue
+from services.broker.messages import BINARY, BINARY_BODY, check_queue, offset_headers
 from services.broker.schedule import delivery
 from services.broker.schemas import DeliveryRequest, DeliveryResults, QueueOffsetsOf, TopicOffsets
 
@@ -34,12 +34,7 @@ async def read_units(
     """ConsumeQueue units (20 bytes: CommitLog offset, size, tag code or due time) from `offset`."""
     check_queue(ctx, topic, queue_id)
     raw, result = ctx.store.units(topic, queue_id, offset, max)
-    headers = {
-        NEXT_OFFSET: str(result.next_offset),
-        MIN_OFFSET: str(result.min_offset),
-        MAX_OFFSET: str(result.max_offset),
-    }
-    return Response(raw, media_type=BINARY, headers=headers)
+    return Response(raw, media_type=BINARY, headers=offset_headers(result))
 
 
 @router.get("/topics/{topic}/offsets", operation_id="getTopicOffsets", response_model=TopicOffsets)
