@@ -57,6 +57,15 @@ def test_every_json_body_is_a_named_schema(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
+def test_request_bodies_are_not_nullable(name: str) -> None:
+    """An optional body is `required: false` with a plain $ref: generated clients send `null` for `anyOf [X, null]`."""
+    for method, path, operation in operations(json.loads(SPECS[name])):
+        for media_type, body in operation.get("requestBody", {}).get("content", {}).items():
+            if "json" in media_type:
+                assert "$ref" in body["schema"], f"{name} {method} {path}: request body {body['schema']}"
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
 def test_errors_are_documented_as_problem_json(name: str) -> None:
     for method, path, operation in operations(json.loads(SPECS[name])):
         for code, response in operation["responses"].items():

@@ -39,10 +39,9 @@ AnyTopic = Annotated[str, Depends(_any_topic)]
     responses={201: {"model": Topic, "description": "Created"}},
 )
 async def put_topic(
-    ctx: Context, topic: UserTopic, response: Response, spec: Annotated[TopicSpec | None, Body()] = None
+    ctx: Context, topic: UserTopic, response: Response, spec: Annotated[TopicSpec, Body(default_factory=TopicSpec)]
 ) -> Topic:
     """Create the topic on every broker of the cluster, or update it (201 when created)."""
-    spec = spec or TopicSpec()
     queues = spec.queues or ctx.settings.default_queues
     config = TopicConfig(topic, queues, queues, Perm.READ_WRITE, spec.message_type)
     stored = await create_topic(ctx, config)
