@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypeAliasType
 
 MAX_BATCH = 256
+
+# Named, so that the spec has one `Properties` schema and a generated client one class for it,
+# not one per model that has a `properties` field.
+Properties = TypeAliasType(
+    "Properties", Annotated[dict[str, str], Field(description="a message's user properties: text names and values")]
+)
 
 
 class SendMessage(BaseModel):
@@ -16,7 +25,7 @@ class SendMessage(BaseModel):
     body_base64: str | None = Field(default=None, description="the body as base64, for bytes")
     tag: str | None = Field(default=None, max_length=255, description="one tag, for TAG filters")
     keys: list[str] = Field(default_factory=list, max_length=64, description="keys to find the message by")
-    properties: dict[str, str] = Field(default_factory=dict, description="user properties, for SQL92 filters")
+    properties: Properties = Field(default_factory=dict, description="user properties, for SQL92 filters")
     message_group: str | None = Field(
         default=None, min_length=1, max_length=255, description="messages of one group go to one queue, in order"
     )
@@ -66,7 +75,7 @@ class Message(BaseModel):
     body_base64: str | None = None
     tag: str | None = None
     keys: list[str]
-    properties: dict[str, str]
+    properties: Properties
     message_group: str | None = None
     born_at: int = Field(description="ms since the epoch, when the gateway accepted it")
     stored_at: int = Field(description="ms since the epoch, when the broker stored it")
