@@ -310,3 +310,18 @@ def iter_records(buf: Readable) -> Iterator[MessageRecord]:
         record = decode_record(buf, offset)
         yield record
         offset += LENGTH_MAGIC.unpack_from(buf, offset)[0]
+
+
+RECONSUME_TIMES: Final = struct.Struct(">i")
+RECONSUME_TIMES_START: Final = 96
+
+
+def peek_offsets(buf: Readable, offset: int = 0) -> tuple[int, int]:
+    """(queue_offset, physical_offset) of a stored record, without decoding it."""
+    queue_offset, physical_offset = STAMP_OFFSETS.unpack_from(buf, offset + STAMP_OFFSETS_START)
+    return int(queue_offset), int(physical_offset)
+
+
+def peek_reconsume_times(buf: Readable, offset: int = 0) -> int:
+    (value,) = RECONSUME_TIMES.unpack_from(buf, offset + RECONSUME_TIMES_START)
+    return int(value)

@@ -6,14 +6,22 @@
      │    ├── InvalidTopicName         400 invalid-topic-name
      │    ├── ReservedTopicName        400 reserved-topic-name
      │    ├── InvalidMessage           400 invalid-message
-     │    └── InvalidFilter            400 invalid-filter
+     │    ├── InvalidFilter            400 invalid-filter
+     │    ├── InvalidReceiptHandle     400 invalid-receipt-handle
+     │    └── ForeignReceiptHandle     400 foreign-receipt-handle
      ├── Unauthorized                  401 unauthorized
      ├── NotFound                      404 not-found
      │    ├── TopicNotFound            404 topic-not-found
      │    ├── BrokerNotFound           404 broker-not-found
      │    ├── QueueNotFound            404 queue-not-found
-     │    └── MessageNotFound          404 message-not-found
+     │    ├── MessageNotFound          404 message-not-found
+     │    └── GroupNotFound            404 group-not-found
      ├── AlreadyDelivered              409 already-delivered
+     ├── LeaseEnded                    409 lease-ended
+     │    ├── LeaseExpired             409 lease-expired
+     │    ├── LeaseSuperseded          409 lease-superseded
+     │    ├── LeaseLost                409 lease-lost
+     │    └── AlreadyAcked             409 already-acked
      ├── IdempotencyConflict           409 idempotency-key-in-use
      ├── PayloadTooLarge               413 payload-too-large
      ├── OffsetOutOfRange              416 offset-out-of-range
@@ -107,6 +115,16 @@ class InvalidFilter(InvalidRequest):
     title = "Invalid filter expression"
 
 
+class InvalidReceiptHandle(InvalidRequest):
+    slug = "invalid-receipt-handle"
+    title = "Invalid receipt handle"
+
+
+class ForeignReceiptHandle(InvalidRequest):
+    slug = "foreign-receipt-handle"
+    title = "Receipt handle of another group"
+
+
 class Unauthorized(PetrelError):
     status = 401
     slug = "unauthorized"
@@ -137,6 +155,39 @@ class QueueNotFound(NotFound):
 class MessageNotFound(NotFound):
     slug = "message-not-found"
     title = "Message not found"
+
+
+class GroupNotFound(NotFound):
+    slug = "group-not-found"
+    title = "Consumer group not found"
+
+
+class LeaseEnded(PetrelError):
+    """The receipt handle's lease is over: the message is no longer this consumer's to ack or nack."""
+
+    status = 409
+    slug = "lease-ended"
+    title = "Lease ended"
+
+
+class LeaseExpired(LeaseEnded):
+    slug = "lease-expired"
+    title = "Lease expired"
+
+
+class LeaseSuperseded(LeaseEnded):
+    slug = "lease-superseded"
+    title = "Lease superseded by a newer receipt handle"
+
+
+class LeaseLost(LeaseEnded):
+    slug = "lease-lost"
+    title = "Lease lost in a broker restart"
+
+
+class AlreadyAcked(LeaseEnded):
+    slug = "already-acked"
+    title = "Already acknowledged"
 
 
 class OffsetOutOfRange(PetrelError):

@@ -8,18 +8,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from sqlalchemy import Engine
 
+from libs.events.writer import EventWriter
 from libs.http.app import service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
+from libs.store.mapped_file import write_atomically
 from libs.store.message_store import MessageStore
 from libs.topic import TopicConfig
 from services.broker import messages, timers
+from services.broker.consume import api as consume_api
+from services.broker.consume.dead_letters import DeadLetters
+from services.broker.consume.groups import GroupStore, GroupTable
+from services.broker.consume.pop import PopService
+from services.broker.consume.settle import Settlement
 from services.broker.context import BrokerContext, Context, broker_context
 from services.broker.long_polling import PullWaiters
 from services.broker.metadata import OffsetStore, TopicStore, open_engine
@@ -40,6 +50,7 @@ TopicName = Annotated[str, Depends(_topic_name)]
 log = logging.getLogger(__name__)
 
 RETENTION_SCAN_SECONDS = 10.0
+RECEIPT_KEY_FILE = "receipt.key"
 
 router = APIRouter(prefix="/internal", tags=["broker"], responses=PROBLEM_RESPONSES)
 
@@ -89,13 +100,7 @@ async def delete_topic(ctx: Context, topic: TopicName) -> Response:
 def create_app(settings: BrokerSettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
-        settings.store_dir.mkdir(parents=True, exist_ok=True)
-        engine = open_engine(settings.metadata_url)
-        topics = TopicTable(TopicStore(engine))
-        await topics.load()
-        await ensure_system_topics(topics, len(settings.delay_level_ms))
-        offsets = ConsumerOffsets(OffsetStore(engine), settings.offset_persist_interval_seconds)
-        await offsets.load()
+        engine, topics, offsets, groups = await _open_metadata(settings)
         store = MessageStore(settings.store_config(), store_host=settings.address)
         report = await asyncio.to_thread(store.open)
         log.info("store open at %s: %s", settings.store_dir, report)
@@ -104,6 +109,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         store.start()
         offsets.start()
         retention = asyncio.create_task(_retention(store), name="store-retention")
+        pop, settlement = _consumers(settings, topics, groups, store, offsets, waiters, app.state.events)
+        leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
         try:
             async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1)) as client:
@@ -112,16 +119,29 @@ def create_app(settings: BrokerSettings) -> FastAPI:
                 await registrar.register_all()
                 periodic = asyncio.create_task(registrar.run(), name="broker-registration")
                 try:
-                    yield {"broker": BrokerContext(settings, topics, registrar, store, offsets, waiters)}
+                    yield {
+                        "broker": BrokerContext(
+                            settings,
+                            topics,
+                            registrar,
+                            store,
+                            offsets,
+                            waiters,
+                            pop,
+                            settlement,
+                            DeadLetters(pop),
+                        )
+                    }
                 finally:
                     periodic.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await periodic
                     await registrar.unregister_all()
         finally:
-            retention.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await retention
+            for task in (leases, retention):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await offsets.stop()
             await store.close()
             engine.dispose()
@@ -137,7 +157,55 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.include_router(router)
     app.include_router(messages.router)
     app.include_router(timers.router)
+    app.include_router(consume_api.router)
     return app
+
+
+async def _open_metadata(settings: BrokerSettings) -> tuple[Engine, TopicTable, ConsumerOffsets, GroupTable]:
+    settings.store_dir.mkdir(parents=True, exist_ok=True)
+    engine = open_engine(settings.metadata_url)
+    topics = TopicTable(TopicStore(engine))
+    await topics.load()
+    await ensure_system_topics(topics, len(settings.delay_level_ms))
+    offsets = ConsumerOffsets(OffsetStore(engine), settings.offset_persist_interval_seconds)
+    await offsets.load()
+    groups = GroupTable(GroupStore(engine))
+    await groups.load()
+    return engine, topics, offsets, groups
+
+
+def _consumers(
+    settings: BrokerSettings,
+    topics: TopicTable,
+    groups: GroupTable,
+    store: MessageStore,
+    offsets: ConsumerOffsets,
+    waiters: PullWaiters,
+    events: EventWriter,
+) -> tuple[PopService, Settlement]:
+    pop = PopService(
+        broker=settings.broker_name,
+        topics=topics,
+        groups=groups,
+        store=store,
+        offsets=offsets,
+        waiters=waiters,
+        events=events,
+        receipt_key=receipt_key(settings.store_dir),
+        delay_levels=settings.delay_level_ms,
+    )
+    return pop, Settlement(pop)
+
+
+def receipt_key(store_dir: Path) -> bytes:
+    """The key this broker signs receipt handles with: made once, kept in its store dir."""
+    path = store_dir / RECEIPT_KEY_FILE
+    if not path.exists():
+        write_atomically(path, secrets.token_bytes(32))
+    key = path.read_bytes()
+    if len(key) < 16:
+        raise RuntimeError(f"{path} holds {len(key)} bytes, not a receipt-signing key: delete it to make a new one")
+    return key
 
 
 async def _retention(store: MessageStore) -> None:

@@ -8,6 +8,9 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 
 from libs.store.message_store import MessageStore
+from services.broker.consume.dead_letters import DeadLetters
+from services.broker.consume.pop import PopService
+from services.broker.consume.settle import Settlement
 from services.broker.long_polling import PullWaiters
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
@@ -23,6 +26,9 @@ class BrokerContext:
     store: MessageStore
     offsets: ConsumerOffsets
     waiters: PullWaiters
+    pop: PopService
+    settlement: Settlement
+    dead_letters: DeadLetters
 
 
 def broker_context(request: Request) -> BrokerContext:

@@ -1,16 +1,21 @@
-"""PullWaiters: pulls held open until a matching message arrives (long polling).
+"""PullWaiters: pulls and receives held open until a matching message arrives (long polling).
 
-The store calls `on_dispatch` for every message it dispatches; a waiting pull
-whose filter accepts the message's tag code is woken at once. Nothing re-polls.
+The store calls `on_dispatch` for every message it dispatches; a waiter whose
+filter accepts the message's tag code is woken at once. `notify` wakes every
+waiter of a queue whatever its filter (a leased message given back, a FIFO
+queue unblocked). A receive waits on several queues at once. Nothing re-polls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from libs.filters import MessageFilter
+
+QueueKey = tuple[str, int]
 
 
 @dataclass(slots=True)
@@ -21,29 +26,41 @@ class _Waiter:
 
 class PullWaiters:
     def __init__(self) -> None:
-        self._waiting: dict[tuple[str, int], list[_Waiter]] = {}
+        self._waiting: dict[QueueKey, list[_Waiter]] = {}
 
     def on_dispatch(self, topic: str, queue_id: int, queue_offset: int, tags_code: int) -> None:
-        waiters = self._waiting.get((topic, queue_id))
+        self._wake((topic, queue_id), tags_code)
+
+    def notify(self, topic: str, queue_id: int) -> None:
+        self._wake((topic, queue_id), None)
+
+    def _wake(self, key: QueueKey, tags_code: int | None) -> None:
+        waiters = self._waiting.get(key)
         if not waiters:
             return
         keep: list[_Waiter] = []
         for waiter in waiters:
             if waiter.future.done():
                 continue
-            if waiter.message_filter is None or waiter.message_filter.matches_code(tags_code):
+            if tags_code is None or waiter.message_filter is None or waiter.message_filter.matches_code(tags_code):
                 waiter.future.set_result(None)
             else:
                 keep.append(waiter)
         if keep:
-            self._waiting[(topic, queue_id)] = keep
+            self._waiting[key] = keep
         else:
-            del self._waiting[(topic, queue_id)]
+            del self._waiting[key]
 
     async def wait(self, topic: str, queue_id: int, message_filter: MessageFilter | None, timeout: float) -> bool:
         """True when woken by a matching message, False when the wait ran out."""
+        return await self.wait_any([(topic, queue_id)], message_filter, timeout)
+
+    async def wait_any(self, keys: Sequence[QueueKey], message_filter: MessageFilter | None, timeout: float) -> bool:
+        """True when a matching message arrived in any of the queues, False when the wait ran out."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault((topic, queue_id), []).append(_Waiter(message_filter, future))
+        waiter = _Waiter(message_filter, future)
+        for key in keys:
+            self._waiting.setdefault(key, []).append(waiter)
         try:
             await asyncio.wait_for(future, timeout)
         except TimeoutError:
@@ -51,13 +68,14 @@ class PullWaiters:
         finally:
             if not future.done():
                 future.cancel()
-            with contextlib.suppress(KeyError, ValueError):
-                waiters = self._waiting[(topic, queue_id)]
-                waiters[:] = [w for w in waiters if not w.future.done()]
-                if not waiters:
-                    del self._waiting[(topic, queue_id)]
+            for key in keys:
+                with contextlib.suppress(KeyError, ValueError):
+                    waiters = self._waiting[key]
+                    waiters[:] = [w for w in waiters if not w.future.done()]
+                    if not waiters:
+                        del self._waiting[key]
         return True
 
     @property
     def waiting(self) -> int:
-        return sum(len(w) for w in self._waiting.values())
+        return len({id(w) for waiters in self._waiting.values() for w in waiters})

@@ -34,6 +34,10 @@ class ConsumerOffsets:
     def of_group(self, group: str) -> dict[tuple[str, int], int]:
         return {(t, q): o for (g, t, q), o in self._offsets.items() if g == group}
 
+    def owners(self) -> set[str]:
+        """Every group (or broadcast `group@client`) that has an offset here."""
+        return {g for g, _, _ in self._offsets}
+
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = (group, topic, queue_id)
         if self._offsets.get(key) != offset:

@@ -1,0 +1,112 @@
+"""ReceiptHandle: the signed token a consumer gets with each received message.
+
+A handle names one lease: which broker leased which message (queue and offset)
+to which group, and until when. The broker that issued it signs it (HMAC-SHA256
+with a key kept in its store dir); the gateway reads only the broker name, to
+route an ack, and the broker checks the signature, so a forged or tampered
+handle is refused before anything happens. Clients treat the text as opaque.
+
+Text form: ``<payload>.<signature>``, both unpadded base64url; the payload is a
+compact JSON array (see `_FIELDS`).
+
+A broker's receive answer carries the leases beside the records::
+
+    u32 length of the lease list | lease list (JSON) | records (libs.codec), end to end
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import struct
+from dataclasses import astuple, dataclass
+from typing import Final
+
+from libs import jsonutil
+from libs.errors import InvalidReceiptHandle
+
+VERSION: Final = 1
+SIGNATURE_BYTES: Final = 16
+MAX_HANDLE_LENGTH: Final = 2048
+_U32: Final = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptHandle:
+    broker: str
+    group: str
+    client_id: str
+    """'' unless the group is a broadcast group (each client has its own offsets)."""
+    topic: str
+    """The queue's topic: the message's topic, or the group's retry topic."""
+    queue_id: int
+    queue_offset: int
+    lease: int
+    """Which lease of that message: a visibility change issues a new one."""
+    epoch: int
+    """The broker's start time (ms): leases do not outlive a restart."""
+    expires_at: int
+
+    def encode(self, key: bytes) -> str:
+        payload = _b64(jsonutil.dumps([VERSION, *astuple(self)]))
+        return f"{payload}.{_b64(_sign(key, payload))}"
+
+    @classmethod
+    def decode(cls, text: str, key: bytes | None = None) -> ReceiptHandle:
+        """The handle's fields; with `key`, only if its signature holds (else a clear 400)."""
+        if not isinstance(text, str) or len(text) > MAX_HANDLE_LENGTH or text.count(".") != 1:
+            raise InvalidReceiptHandle("the receipt handle is malformed: it is not one that Petrel issued")
+        payload, signature = text.split(".")
+        if key is not None and not hmac.compare_digest(_unb64(signature), _sign(key, payload)):
+            raise InvalidReceiptHandle("the receipt handle's signature does not match: it was altered or forged")
+        try:
+            fields = jsonutil.loads(_unb64(payload))
+            version, *values = fields
+            if version != VERSION:
+                raise InvalidReceiptHandle(f"receipt handle version {version!r} is not supported")
+            handle = cls(*values)
+        except (ValueError, TypeError) as exc:
+            raise InvalidReceiptHandle("the receipt handle is malformed: it is not one that Petrel issued") from exc
+        if not all(isinstance(v, str) for v in values[:4]) or not all(isinstance(v, int) for v in values[4:]):
+            raise InvalidReceiptHandle("the receipt handle is malformed: it is not one that Petrel issued")
+        return handle
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A leased message as a broker's receive answers it: its handle and which attempt this is."""
+
+    receipt_handle: str
+    delivery_attempt: int
+    invisible_until: int
+
+
+def encode_leased(leases: list[Lease], records: list[bytes]) -> bytes:
+    head = jsonutil.dumps([[lease.receipt_handle, lease.delivery_attempt, lease.invisible_until] for lease in leases])
+    return b"".join([_U32.pack(len(head)), head, *records])
+
+
+def decode_leased(body: bytes) -> tuple[list[Lease], memoryview]:
+    """The leases and the records' bytes (one record per lease, in order)."""
+    if len(body) < _U32.size:
+        return [], memoryview(b"")
+    (length,) = _U32.unpack_from(body)
+    leases = [Lease(h, a, u) for h, a, u in jsonutil.loads(body[_U32.size : _U32.size + length])]
+    return leases, memoryview(body)[_U32.size + length :]
+
+
+def _sign(key: bytes, payload: str) -> bytes:
+    return hmac.new(key, payload.encode(), hashlib.sha256).digest()[:SIGNATURE_BYTES]
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidReceiptHandle("the receipt handle is malformed: it is not one that Petrel issued") from exc

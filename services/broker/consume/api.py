@@ -1,0 +1,211 @@
+"""The broker's internal consumer-group API: groups, receive, ack, nack, visibility, lag, offsets, DLQ."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+
+from libs.errors import InvalidRequest, PetrelError
+from libs.filters import FilterType, MessageFilter, compile_filter
+from libs.http.app import json_body, parse_json
+from libs.problem import PROBLEM_RESPONSES
+from libs.receipt import encode_leased
+from services.broker.consume.pop import Receive
+from services.broker.consume.progress import group_lag, reset_offsets
+from services.broker.consume.schemas import (
+    GroupConfigAnswer,
+    GroupConfigList,
+    GroupUpdate,
+    HandleError,
+    HandleList,
+    HandleResult,
+    HandleResults,
+    LagAnswer,
+    NackBody,
+    OffsetResetAnswer,
+    OffsetResetBody,
+    QueueLagModel,
+    QueueOffsetAnswer,
+    ReadyAnswer,
+    ReceiveBody,
+    RedriveAnswer,
+    RedriveBody,
+    VisibilityAnswer,
+    VisibilityBody,
+)
+from services.broker.context import Context
+from services.broker.messages import BINARY, BINARY_BODY, offset_headers
+
+router = APIRouter(prefix="/internal/groups", tags=["consumer groups"], responses=PROBLEM_RESPONSES)
+
+
+@router.put("/{group}", operation_id="putGroup", response_model=GroupConfigAnswer)
+async def put_group(ctx: Context, group: str, body: GroupUpdate) -> GroupConfigAnswer:
+    """Create or update a consumer group here."""
+    config = body.to_config(group)
+    created = await ctx.pop.groups.put(config)
+    return GroupConfigAnswer.of(config, ctx.pop.groups.subscriptions(group), created)
+
+
+@router.get("/{group}", operation_id="getGroup", response_model=GroupConfigAnswer)
+async def get_group(ctx: Context, group: str) -> GroupConfigAnswer:
+    """One group's configuration and subscriptions here."""
+    return GroupConfigAnswer.of(ctx.pop.groups.get(group), ctx.pop.groups.subscriptions(group))
+
+
+@router.get("", operation_id="listGroups", response_model=GroupConfigList)
+async def list_groups(ctx: Context) -> GroupConfigList:
+    """Every consumer group here."""
+    groups = ctx.pop.groups
+    return GroupConfigList(groups=[GroupConfigAnswer.of(g, groups.subscriptions(g.name)) for g in groups.all()])
+
+
+@router.delete("/{group}", operation_id="deleteGroup", status_code=204)
+async def delete_group(ctx: Context, group: str) -> Response:
+    """Delete a group's configuration and subscriptions here (its retry and dead-letter topics stay)."""
+    await ctx.pop.groups.delete(group)
+    return Response(status_code=204)
+
+
+def _receive(group: str, topic: str, body: ReceiveBody) -> Receive:
+    filter_type = body.filter_type or FilterType.TAG
+    expression = (body.expression or "").strip() or "*"
+    if filter_type is FilterType.SQL92 and expression == "*":
+        raise InvalidRequest("an SQL92 filter needs an expression")
+    message_filter: MessageFilter | None = None
+    if filter_type is FilterType.SQL92 or expression != "*":
+        message_filter = compile_filter(filter_type, expression)
+    return Receive(
+        group,
+        topic,
+        body.max_messages,
+        body.invisible_ms,
+        body.wait_ms,
+        filter_type,
+        expression,
+        message_filter,
+        body.client_id or "",
+    )
+
+
+@router.post(
+    "/{group}/topics/{topic}/receive",
+    operation_id="receiveMessages",
+    response_class=Response,
+    responses={200: BINARY_BODY},
+    openapi_extra=json_body(ReceiveBody),
+)
+async def receive(ctx: Context, group: str, topic: str, request: Request) -> Response:
+    """Lease up to max_messages messages (leases, then records: libs.receipt); with wait_ms, held until one comes."""
+    body = parse_json(ReceiveBody, await request.body())
+    leases, records = await ctx.pop.receive(_receive(group, topic, body))
+    return Response(encode_leased(leases, records), media_type=BINARY)
+
+
+@router.get("/{group}/topics/{topic}/ready", operation_id="waitUntilReady", response_model=ReadyAnswer)
+async def ready(
+    ctx: Context,
+    group: str,
+    topic: str,
+    wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
+    filter_type: FilterType | None = None,
+    expression: str | None = None,
+    client_id: str | None = None,
+) -> ReadyAnswer:
+    """True as soon as a receive would find a message here; nothing is leased."""
+    body = ReceiveBody(
+        max_messages=1, wait_ms=wait_ms, filter_type=filter_type, expression=expression, client_id=client_id
+    )
+    return ReadyAnswer(ready=await ctx.pop.ready(_receive(group, topic, body)))
+
+
+def _handle_error(handle: str, exc: PetrelError) -> HandleResult:
+    return HandleResult(
+        receipt_handle=handle,
+        ok=False,
+        error=HandleError(type=exc.problem_type(), title=exc.title, status=exc.status, detail=exc.detail),
+    )
+
+
+@router.post("/{group}/ack", operation_id="ackMessages", response_model=HandleResults)
+async def ack(ctx: Context, group: str, body: HandleList) -> HandleResults:
+    """End leases: the messages are done. One result per handle, in order."""
+    results = []
+    for handle in body.receipt_handles:
+        try:
+            await ctx.settlement.ack(group, handle)
+            results.append(HandleResult(receipt_handle=handle, ok=True))
+        except PetrelError as exc:
+            results.append(_handle_error(handle, exc))
+    return HandleResults(results=results)
+
+
+@router.post("/{group}/nack", operation_id="nackMessages", response_model=HandleResults)
+async def nack(ctx: Context, group: str, body: NackBody) -> HandleResults:
+    """Failed attempts: each message is retried later (or dead-lettered after max_retries)."""
+    if body.delay_ms is not None and body.delay_level is not None:
+        raise InvalidRequest("give delay_ms or delay_level, not both")
+    if body.delay_level is not None and body.delay_level > len(ctx.settings.delay_level_ms):
+        raise InvalidRequest(f"delay_level must be between 1 and {len(ctx.settings.delay_level_ms)}")
+    results = []
+    for handle in body.receipt_handles:
+        try:
+            await ctx.settlement.nack(group, handle, body.delay_ms, body.delay_level, body.reason)
+            results.append(HandleResult(receipt_handle=handle, ok=True))
+        except PetrelError as exc:
+            results.append(_handle_error(handle, exc))
+    return HandleResults(results=results)
+
+
+@router.post("/{group}/visibility", operation_id="changeVisibility", response_model=VisibilityAnswer)
+async def change_visibility(ctx: Context, group: str, body: VisibilityBody) -> VisibilityAnswer:
+    """Extend or shorten a lease; answers the lease's new handle (the old one stops working)."""
+    lease = await ctx.settlement.change_visibility(group, body.receipt_handle, body.invisible_ms)
+    return VisibilityAnswer(receipt_handle=lease.receipt_handle, invisible_until=lease.invisible_until)
+
+
+@router.get("/{group}/lag", operation_id="getGroupLag", response_model=LagAnswer)
+async def lag(ctx: Context, group: str) -> LagAnswer:
+    """Per subscribed queue here: the broker's offset, the group's, the lag and what is in flight."""
+    return LagAnswer(
+        queues=[
+            QueueLagModel(
+                topic=q.topic,
+                queue_id=q.queue_id,
+                broker_offset=q.broker_offset,
+                consumer_offset=q.consumer_offset,
+                lag=q.lag,
+                in_flight=q.in_flight,
+                retry=q.retry,
+                client_id=q.client_id,
+            )
+            for q in group_lag(ctx.pop, group)
+        ]
+    )
+
+
+@router.post("/{group}/topics/{topic}/offsets:reset", operation_id="resetOffsets", response_model=OffsetResetAnswer)
+async def reset(ctx: Context, group: str, topic: str, body: OffsetResetBody) -> OffsetResetAnswer:
+    """Rewind or skip: every queue of the topic to `offset`, or to the first message at or after `timestamp`."""
+    moved = reset_offsets(ctx.pop, group, topic, body.client_id or "", body.timestamp, body.offset)
+    return OffsetResetAnswer(queues=[QueueOffsetAnswer(queue_id=q, offset=o) for q, o in moved])
+
+
+@router.get("/{group}/dlq", operation_id="peekDeadLetters", response_class=Response, responses={200: BINARY_BODY})
+async def peek_dead_letters(
+    ctx: Context,
+    group: str,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    max: Annotated[int, Query(ge=1, le=256)] = 32,
+) -> Response:
+    """Dead letters from `offset` on (records, libs.codec), with the DLQ queue's offsets in headers."""
+    result = ctx.dead_letters.peek(group, offset, max)
+    return Response(b"".join(result.records), media_type=BINARY, headers=offset_headers(result))
+
+
+@router.post("/{group}/dlq:redrive", operation_id="redriveDeadLetters", response_model=RedriveAnswer)
+async def redrive(ctx: Context, group: str, body: RedriveBody) -> RedriveAnswer:
+    """Send dead letters back to the group (all, or by message id), at most per_second a second."""
+    done = await ctx.dead_letters.redrive(group, body.message_ids, body.max_messages, body.per_second)
+    return RedriveAnswer(redriven=done.redriven, not_found=done.not_found, remaining=done.remaining)

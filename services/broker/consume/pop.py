@@ -1,0 +1,270 @@
+"""PopService: receive under a lease (RocketMQ's POP), on the queues of a topic and the group's retry queue.
+
+A receive looks at the topic's queues and the group's retry queue for this topic,
+starting at a rotating queue so no queue starves, and leases up to
+`max_messages` messages: each leaves the window's cursor and waits in flight
+until it is acked, nacked, or its lease runs out (`services.broker.consume.settle`).
+A FIFO group takes at most one message per queue and none from a queue whose
+message is leased or suspended. With a wait, an empty receive is held until a
+dispatch (or a lease given back) wakes it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from libs.codec import peek_head, peek_offsets, peek_reconsume_times
+from libs.errors import InvalidRequest, LeaseEnded, OffsetOutOfRange
+from libs.events.writer import EventWriter
+from libs.filters import FilterType, MessageFilter
+from libs.message import Prop
+from libs.names import dlq_topic, retry_topic
+from libs.receipt import Lease, ReceiptHandle
+from libs.store.message_store import MessageStore
+from libs.topic import Perm, TopicConfig
+from services.broker.consume.groups import ConsumeFrom, GroupConfig, GroupTable
+from services.broker.consume.window import ConsumeWindow, InFlight, WindowKey
+from services.broker.long_polling import PullWaiters
+from services.broker.offsets import ConsumerOffsets
+from services.broker.topics import TopicTable
+
+ENDED_LEASES_KEPT = 200_000
+"""How many ended leases are remembered, to tell a late ack why its lease is over."""
+
+
+@dataclass(frozen=True, slots=True)
+class Receive:
+    group: str
+    topic: str
+    max_messages: int
+    invisible_ms: int
+    wait_ms: int = 0
+    filter_type: FilterType = FilterType.TAG
+    expression: str = "*"
+    message_filter: MessageFilter | None = None
+    client_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """A lease that runs out (`lease` > 0), or a FIFO suspension that ends (`lease` == 0)."""
+
+    due: int
+    seq: int
+    key: WindowKey
+    offset: int
+    lease: int
+
+
+def owner_of(group: str, client_id: str) -> str:
+    return f"{group}@{client_id}" if client_id else group
+
+
+class PopService:
+    def __init__(
+        self,
+        *,
+        broker: str,
+        topics: TopicTable,
+        groups: GroupTable,
+        store: MessageStore,
+        offsets: ConsumerOffsets,
+        waiters: PullWaiters,
+        events: EventWriter,
+        receipt_key: bytes,
+        delay_levels: tuple[int, ...],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.broker = broker
+        self.topics = topics
+        self.groups = groups
+        self.store = store
+        self.offsets = offsets
+        self.waiters = waiters
+        self.events = events
+        self.receipt_key = receipt_key
+        self.delay_levels = delay_levels
+        self.clock = clock
+        self.epoch = self.now_ms()
+        self.windows: dict[WindowKey, ConsumeWindow] = {}
+        self.timers: list[tuple[int, int, Timer]] = []
+        self.ended: OrderedDict[int, LeaseEnded] = OrderedDict()
+        self._lease_ids = itertools.count(1)
+        self._seq = itertools.count()
+        self._rotation: dict[tuple[str, str], int] = {}
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # ---- receiving -------------------------------------------------------------------------
+
+    async def receive(self, request: Receive) -> tuple[list[Lease], list[bytes]]:
+        config, sources = await self._sources(request)
+        deadline = self.now_ms() + request.wait_ms
+        while True:
+            leases, records = self._pop(config, request, sources)
+            remaining = deadline - self.now_ms()
+            if leases or remaining <= 0:
+                return leases, records
+            keys = [(k.topic, k.queue_id) for k in sources]
+            await self.waiters.wait_any(keys, request.message_filter, remaining / 1000)
+
+    async def ready(self, request: Receive) -> bool:
+        """True as soon as a receive would find something (nothing is leased)."""
+        config, sources = await self._sources(request)
+        deadline = self.now_ms() + request.wait_ms
+        while True:
+            if any(self._has_work(config, key) for key in sources):
+                return True
+            remaining = deadline - self.now_ms()
+            if remaining <= 0:
+                return False
+            keys = [(k.topic, k.queue_id) for k in sources]
+            await self.waiters.wait_any(keys, request.message_filter, remaining / 1000)
+
+    async def _sources(self, request: Receive) -> tuple[GroupConfig, list[WindowKey]]:
+        config = self.groups.get(request.group)
+        topic = self.topics.get(request.topic)
+        if config.broadcast and not request.client_id:
+            raise InvalidRequest(f"group {config.name!r} is a broadcast group: each receive names its client_id")
+        client_id = request.client_id if config.broadcast else ""
+        subscription = await self.groups.subscribe(config.name, topic.name, request.filter_type, request.expression)
+        owner = owner_of(config.name, client_id)
+        sources = [WindowKey(owner, topic.name, q) for q in range(topic.read_queues)]
+        if not config.broadcast:  # FIFO groups read it too: redriven dead letters arrive there
+            queues = max(s.retry_queue_id for s in self.groups.subscriptions(config.name)) + 1
+            await self.ensure_topic(retry_topic(config.name), queues)
+            sources.append(WindowKey(owner, retry_topic(config.name), subscription.retry_queue_id))
+        return config, sources
+
+    async def ensure_topic(self, name: str, queues: int) -> None:
+        current = self.topics.find(name)
+        if current is None or current.write_queues < queues:
+            await self.topics.put(TopicConfig(name, queues, queues, Perm.READ_WRITE))
+
+    async def ensure_dlq(self, group: str) -> str:
+        name = dlq_topic(group)
+        await self.ensure_topic(name, 1)
+        return name
+
+    def _pop(self, config: GroupConfig, request: Receive, sources: list[WindowKey]) -> tuple[list[Lease], list[bytes]]:
+        now = self.now_ms()
+        turn = (sources[0].owner, request.topic)
+        start = self._rotation.get(turn, 0) % len(sources)
+        self._rotation[turn] = start + 1
+        leases: list[Lease] = []
+        records: list[bytes] = []
+        for key in sources[start:] + sources[:start]:
+            need = request.max_messages - len(leases)
+            if need <= 0:
+                break
+            window = self.window(key, config)
+            if config.fifo:
+                if window.blocked(now):
+                    continue
+                need = 1
+            for raw in self._take(window, need, request.message_filter):
+                leases.append(self._lease(window, config, raw, now, request.invisible_ms))
+                records.append(raw)
+            self.commit(window)
+        return leases, records
+
+    def _take(self, window: ConsumeWindow, need: int, message_filter: MessageFilter | None) -> list[bytes]:
+        taken: list[bytes] = []
+        key = window.key
+        while len(taken) < need and window.returned:
+            offset = window.take_returned()
+            assert offset is not None
+            raw = self._read_at(key, offset)
+            if raw is not None:
+                taken.append(raw)
+        if len(taken) < need:
+            low, high = self.store.queue_offsets(key.topic, key.queue_id)
+            window.cursor = min(max(window.cursor, low), high)
+            if window.cursor < high:
+                result = self.store.pull(key.topic, key.queue_id, window.cursor, need - len(taken), message_filter)
+                window.cursor = result.next_offset
+                taken.extend(result.records)
+        return taken
+
+    def _read_at(self, key: WindowKey, offset: int) -> bytes | None:
+        """The record at exactly `offset`, or None when retention deleted it."""
+        try:
+            result = self.store.pull(key.topic, key.queue_id, offset, 1)
+        except OffsetOutOfRange:
+            return None
+        if not result.records or peek_offsets(result.records[0])[0] != offset:
+            return None
+        return result.records[0]
+
+    def _has_work(self, config: GroupConfig, key: WindowKey) -> bool:
+        window = self.window(key, config)
+        if config.fifo and window.blocked(self.now_ms()):
+            return False
+        return bool(window.returned) or window.cursor < self.store.queue_offsets(key.topic, key.queue_id)[1]
+
+    def _lease(self, window: ConsumeWindow, config: GroupConfig, raw: bytes, now: int, invisible_ms: int) -> Lease:
+        offset, physical = peek_offsets(raw)
+        attempt = peek_reconsume_times(raw) + window.in_place_attempts.get(offset, 0) + 1
+        message_id = peek_head(raw).properties.get(Prop.UNIQ_KEY)
+        lease_id = next(self._lease_ids)
+        expires = now + invisible_ms
+        window.in_flight[offset] = InFlight(offset, lease_id, expires, attempt, physical, len(raw), message_id)
+        self.add_timer(expires, window.key, offset, lease_id)
+        key = window.key
+        client_id = key.owner.partition("@")[2]
+        handle = ReceiptHandle(
+            self.broker, config.name, client_id, key.topic, key.queue_id, offset, lease_id, self.epoch, expires
+        )
+        optional = {"client_id": client_id} if client_id else {}
+        self.events.emit(
+            "delivered",
+            message_id=message_id,
+            topic=key.topic,
+            queue_id=key.queue_id,
+            queue_offset=offset,
+            broker=self.broker,
+            group=config.name,
+            delivery_attempt=attempt,
+            **optional,
+        )
+        return Lease(handle.encode(self.receipt_key), attempt, expires)
+
+    # ---- windows, timers, offsets ----------------------------------------------------------
+
+    def window(self, key: WindowKey, config: GroupConfig) -> ConsumeWindow:
+        window = self.windows.get(key)
+        if window is None:
+            low, high = self.store.queue_offsets(key.topic, key.queue_id)
+            start = self.offsets.get(key.owner, key.topic, key.queue_id)
+            if start is None:
+                from_last = config.consume_from is ConsumeFrom.LAST and key.topic != retry_topic(config.name)
+                start = high if from_last else low
+            window = self.windows[key] = ConsumeWindow(key, min(max(start, low), high))
+            self.commit(window)
+        return window
+
+    def commit(self, window: ConsumeWindow) -> None:
+        key = window.key
+        self.offsets.commit(key.owner, key.topic, key.queue_id, window.committed)
+
+    def add_timer(self, due: int, key: WindowKey, offset: int, lease: int) -> None:
+        seq = next(self._seq)
+        heapq.heappush(self.timers, (due, seq, Timer(due, seq, key, offset, lease)))
+
+    def due_timers(self) -> list[Timer]:
+        now = self.now_ms()
+        due: list[Timer] = []
+        while self.timers and self.timers[0][0] <= now:
+            due.append(heapq.heappop(self.timers)[2])
+        return due
+
+    def end_lease(self, lease: int, why: LeaseEnded) -> None:
+        self.ended[lease] = why
+        while len(self.ended) > ENDED_LEASES_KEPT:
+            self.ended.popitem(last=False)

@@ -1,0 +1,187 @@
+"""The broker's internal consumer-group API models (the gateway mirrors them in public form)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from libs.filters import FilterType
+from services.broker.consume.groups import (
+    DEFAULT_MAX_RETRIES,
+    ConsumeFrom,
+    GroupConfig,
+    RetryPolicy,
+    RetryPolicyType,
+    Subscription,
+)
+
+MAX_RECEIVE = 32
+MAX_WAIT_MS = 30_000
+MAX_INVISIBLE_MS = 12 * 3_600_000
+MAX_HANDLES = 256
+
+
+class RetryPolicyModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: RetryPolicyType = RetryPolicyType.LEVELS
+    initial_ms: int = Field(default=1_000, ge=1, le=86_400_000)
+    max_ms: int = Field(default=7_200_000, ge=1, le=30 * 86_400_000)
+
+
+class GroupUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0, le=10_000)
+    fifo: bool = False
+    broadcast: bool = False
+    retry_policy: RetryPolicyModel = Field(default_factory=RetryPolicyModel)
+    fifo_suspend_ms: int = Field(default=1_000, ge=0, le=3_600_000)
+    consume_from: ConsumeFrom = ConsumeFrom.FIRST
+
+    def to_config(self, name: str) -> GroupConfig:
+        policy = self.retry_policy
+        return GroupConfig(
+            name,
+            self.max_retries,
+            self.fifo,
+            self.broadcast,
+            RetryPolicy(policy.type, policy.initial_ms, policy.max_ms),
+            self.fifo_suspend_ms,
+            self.consume_from,
+        )
+
+
+class SubscriptionModel(BaseModel):
+    topic: str
+    filter_type: FilterType
+    expression: str
+
+
+class GroupConfigAnswer(GroupUpdate):
+    name: str
+    subscriptions: list[SubscriptionModel]
+    created: bool = False
+
+    @classmethod
+    def of(cls, config: GroupConfig, subscriptions: list[Subscription], created: bool = False) -> GroupConfigAnswer:
+        policy = config.retry_policy
+        return cls(
+            name=config.name,
+            max_retries=config.max_retries,
+            fifo=config.fifo,
+            broadcast=config.broadcast,
+            retry_policy=RetryPolicyModel(type=policy.type, initial_ms=policy.initial_ms, max_ms=policy.max_ms),
+            fifo_suspend_ms=config.fifo_suspend_ms,
+            consume_from=config.consume_from,
+            subscriptions=[
+                SubscriptionModel(topic=s.topic, filter_type=s.filter_type, expression=s.expression)
+                for s in subscriptions
+            ],
+            created=created,
+        )
+
+
+class GroupConfigList(BaseModel):
+    groups: list[GroupConfigAnswer]
+
+
+class ReceiveBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_messages: int = Field(default=10, ge=1, le=MAX_RECEIVE)
+    invisible_ms: int = Field(default=30_000, ge=1, le=MAX_INVISIBLE_MS)
+    wait_ms: int = Field(default=0, ge=0, le=MAX_WAIT_MS)
+    filter_type: FilterType | None = None
+    expression: str | None = Field(default=None, max_length=4096)
+    client_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+
+
+class ReadyAnswer(BaseModel):
+    ready: bool
+
+
+class HandleList(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    receipt_handles: list[str] = Field(min_length=1, max_length=MAX_HANDLES)
+
+
+class NackBody(HandleList):
+    delay_ms: int | None = Field(default=None, ge=0, le=30 * 86_400_000)
+    delay_level: int | None = Field(default=None, ge=1)
+    reason: str | None = Field(default=None, max_length=1024)
+
+
+class HandleError(BaseModel):
+    type: str
+    title: str
+    status: int
+    detail: str
+
+
+class HandleResult(BaseModel):
+    receipt_handle: str
+    ok: bool
+    error: HandleError | None = None
+
+
+class HandleResults(BaseModel):
+    results: list[HandleResult]
+
+
+class VisibilityBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    receipt_handle: str
+    invisible_ms: int = Field(ge=0, le=MAX_INVISIBLE_MS)
+
+
+class VisibilityAnswer(BaseModel):
+    receipt_handle: str
+    invisible_until: int
+
+
+class QueueLagModel(BaseModel):
+    topic: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    lag: int
+    in_flight: int
+    retry: bool
+    client_id: str | None = None
+
+
+class LagAnswer(BaseModel):
+    queues: list[QueueLagModel]
+
+
+class OffsetResetBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    timestamp: int | None = Field(default=None, ge=0)
+    offset: int | None = Field(default=None, ge=0)
+    client_id: str | None = None
+
+
+class QueueOffsetAnswer(BaseModel):
+    queue_id: int
+    offset: int
+
+
+class OffsetResetAnswer(BaseModel):
+    queues: list[QueueOffsetAnswer]
+
+
+class RedriveBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    message_ids: list[str] | None = Field(default=None, max_length=10_000)
+    max_messages: int = Field(default=1_000, ge=1, le=100_000)
+    per_second: int = Field(default=100, ge=1, le=100_000)
+
+
+class RedriveAnswer(BaseModel):
+    redriven: list[str]
+    not_found: list[str]
+    remaining: int
