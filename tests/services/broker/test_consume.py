@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -242,3 +243,33 @@ async def test_messages_in_flight_come_back_after_a_restart(nameserver: ServedAp
         assert bodies(again) == ["b"], "a message leased before the restart was lost or an acked one came back"
         (late,) = await settle(client, "ack", leftover)
         assert late["error"]["type"].endswith("/lease-lost")
+
+
+async def test_the_lifecycle_of_a_failing_message_is_in_the_event_log(nameserver: ServedApp) -> None:
+    settings = broker_settings(nameserver, events_enabled=True)
+    async for client in in_process(create_app(settings)):
+        await client.put("/internal/topics/orders", json={"read_queues": 1, "write_queues": 1})
+        await make_group(client, max_retries=1)
+        (message_id,) = await put(client, "a")
+        for _ in range(2):
+            ((handle, _, _),) = await receive(client)
+            await settle(client, "nack", handle, delay_ms=0, reason="boom")
+        await client.post("/internal/groups/billing/dlq:redrive", json={})
+        ((handle, _, _),) = await receive(client)
+        await settle(client, "ack", handle)
+
+    files = (settings.data_dir / "export" / "events").rglob("broker-*.jsonl")
+    lines = [json.loads(line) for path in files for line in path.read_text().splitlines()]
+    story = [e["event"] for e in lines if e.get("message_id") == message_id and e["event"] not in ("stored",)]
+    assert story == [
+        "delivered",
+        "nacked",
+        "retried",
+        "delivered",
+        "nacked",
+        "dead_lettered",
+        "redriven",
+        "delivered",
+        "acked",
+    ]
+    assert all(e["group"] == "billing" for e in lines if e["event"] != "stored")
