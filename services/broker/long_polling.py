@@ -3,7 +3,9 @@
 The store calls `on_dispatch` for every message it dispatches; a waiter whose
 filter accepts the message's tag code is woken at once. `notify` wakes every
 waiter of a queue whatever its filter (a leased message given back, a FIFO
-queue unblocked). A receive waits on several queues at once. Nothing re-polls.
+queue unblocked). A receive waits on several queues at once, for its group:
+the consumers of one group compete for a message, so a dispatch wakes one
+waiting receive per group (the longest waiting), not all of them. Nothing re-polls.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ QueueKey = tuple[str, int]
 class _Waiter:
     message_filter: MessageFilter | None
     future: asyncio.Future[None]
+    group: str | None
+    """Waiters of one group compete: one of them is woken per dispatch."""
 
 
 class PullWaiters:
@@ -39,11 +43,16 @@ class PullWaiters:
         if not waiters:
             return
         keep: list[_Waiter] = []
+        woken: set[str] = set()
         for waiter in waiters:
             if waiter.future.done():
                 continue
-            if tags_code is None or waiter.message_filter is None or waiter.message_filter.matches_code(tags_code):
+            if waiter.group is not None and waiter.group in woken and tags_code is not None:
+                keep.append(waiter)
+            elif tags_code is None or waiter.message_filter is None or waiter.message_filter.matches_code(tags_code):
                 waiter.future.set_result(None)
+                if waiter.group is not None:
+                    woken.add(waiter.group)
             else:
                 keep.append(waiter)
         if keep:
@@ -55,10 +64,16 @@ class PullWaiters:
         """True when woken by a matching message, False when the wait ran out."""
         return await self.wait_any([(topic, queue_id)], message_filter, timeout)
 
-    async def wait_any(self, keys: Sequence[QueueKey], message_filter: MessageFilter | None, timeout: float) -> bool:
+    async def wait_any(
+        self,
+        keys: Sequence[QueueKey],
+        message_filter: MessageFilter | None,
+        timeout: float,
+        group: str | None = None,
+    ) -> bool:
         """True when a matching message arrived in any of the queues, False when the wait ran out."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(message_filter, future)
+        waiter = _Waiter(message_filter, future, group)
         for key in keys:
             self._waiting.setdefault(key, []).append(waiter)
         try:

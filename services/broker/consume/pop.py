@@ -112,7 +112,7 @@ class PopService:
             if leases or remaining <= 0:
                 return leases, records
             keys = [(k.topic, k.queue_id) for k in sources]
-            await self.waiters.wait_any(keys, request.message_filter, remaining / 1000)
+            await self.waiters.wait_any(keys, request.message_filter, remaining / 1000, sources[0].owner)
 
     async def ready(self, request: Receive) -> bool:
         """True as soon as a receive would find something (nothing is leased)."""
