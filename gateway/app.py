@@ -8,12 +8,22 @@ from collections.abc import AsyncIterator
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 
-from gateway.api import messages, timers, topics
+from gateway.api import consume, groups, messages, timers, topics
 from gateway.brokers import BrokerClient
 from gateway.context import GatewayContext, gateway_context
+from gateway.group_schemas import (
+    AckRequest,
+    GroupUpdate,
+    NackRequest,
+    OffsetResetRequest,
+    ReceiveRequest,
+    RedriveRequest,
+    VisibilityRequest,
+)
 from gateway.idempotency import IdempotencyKeys
 from gateway.message_schemas import SendBatch, SendMessage
-from gateway.routes import RouteCache
+from gateway.receiver import Receiver
+from gateway.routes import MasterDirectory, RouteCache
 from gateway.sender import Sender
 from gateway.settings import GatewaySettings
 from libs.delay import parse_delay_levels
@@ -55,6 +65,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                     ),
                     internal=client,
                     idempotency=IdempotencyKeys(redis),
+                    receiver=Receiver(routes, brokers),
+                    masters=MasterDirectory(nameservers, settings.route_refresh_seconds),
                 )
                 yield {"gateway": context}
         finally:
@@ -81,5 +93,20 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.include_router(topics.router)
     app.include_router(messages.router)
     app.include_router(timers.router)
-    register_schemas(app, [SendMessage, SendBatch])
+    app.include_router(groups.router)
+    app.include_router(consume.router)
+    register_schemas(
+        app,
+        [
+            SendMessage,
+            SendBatch,
+            GroupUpdate,
+            ReceiveRequest,
+            AckRequest,
+            NackRequest,
+            VisibilityRequest,
+            OffsetResetRequest,
+            RedriveRequest,
+        ],
+    )
     return app

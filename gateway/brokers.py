@@ -1,4 +1,4 @@
-"""BrokerClient: the gateway's calls to a broker's internal API.
+"""BrokerClient: the gateway's calls to a broker's internal API (topics, messages, consumer groups).
 
 A transport failure becomes BrokerUnavailable naming the broker, so the client
 sees which broker is down rather than an address.
@@ -7,9 +7,13 @@ sees which broker is down rather than an address.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
+from gateway.group_schemas import Group, GroupUpdate, RedriveRequest
+from libs import jsonutil
 from libs.errors import BrokerUnavailable, ServiceUnavailable
-from libs.http.client import BinaryResponse, InternalClient
+from libs.http.client import BINARY_TYPE, JSON_TYPE, BinaryResponse, InternalClient
+from libs.receipt import Lease, decode_leased
 from libs.topic import TopicConfig
 from services.broker.messages import MAX_OFFSET, MIN_OFFSET, NEXT_OFFSET
 from services.broker.schemas import BrokerTopic, PutAnswer
@@ -29,9 +33,19 @@ class BrokerClient:
     def __init__(self, client: InternalClient) -> None:
         self.client = client
 
-    async def _json(self, broker: str, address: str, method: str, path: str, body: object = None) -> object:
+    async def _json(
+        self,
+        broker: str,
+        address: str,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
         try:
-            return await self.client.json(method, f"http://{address}{path}", body=body)
+            return await self.client.json(method, f"http://{address}{path}", body=body, params=params, timeout=timeout)
         except ServiceUnavailable as exc:
             raise BrokerUnavailable(
                 f"broker {broker} at {address} did not answer: {exc.detail}", broker=broker
@@ -64,10 +78,16 @@ class BrokerClient:
         body: bytes | None = None,
         params: Mapping[str, str | int] | None = None,
         timeout: float | None = None,
+        content_type: str = BINARY_TYPE,
     ) -> BinaryResponse:
         try:
             return await self.client.binary(
-                method, f"http://{address}{path}", body=body, params=params, timeout=timeout
+                method,
+                f"http://{address}{path}",
+                body=body,
+                params=params,
+                timeout=timeout,
+                content_type=content_type,
             )
         except ServiceUnavailable as exc:
             raise BrokerUnavailable(
@@ -82,8 +102,9 @@ class BrokerClient:
         self, broker: str, address: str, topic: str, queue_id: int, params: Mapping[str, str | int], wait_ms: int
     ) -> PulledBatch:
         path = f"/internal/topics/{topic}/queues/{queue_id}/messages"
-        timeout = wait_ms / 1000 + self.client.options.timeout
-        return PulledBatch(await self._binary(broker, address, "GET", path, params=params, timeout=timeout))
+        return PulledBatch(
+            await self._binary(broker, address, "GET", path, params=params, timeout=self._waiting(wait_ms))
+        )
 
     async def query_key(self, broker: str, address: str, params: Mapping[str, str | int]) -> bytes:
         return (await self._binary(broker, address, "GET", "/internal/messages", params=params)).body
@@ -91,3 +112,85 @@ class BrokerClient:
     async def query_id(self, broker: str, address: str, message_id: str, params: Mapping[str, str | int]) -> bytes:
         path = f"/internal/messages/by-id/{message_id}"
         return (await self._binary(broker, address, "GET", path, params=params)).body
+
+    def _waiting(self, wait_ms: int) -> float:
+        """The HTTP timeout of a call the broker may hold for wait_ms."""
+        return wait_ms / 1000 + self.client.options.timeout
+
+    async def put_group(self, broker: str, address: str, group: str, update: GroupUpdate) -> tuple[Group, bool]:
+        """The group as stored, and whether this broker created it (rather than updated it)."""
+        answer = await self._json(broker, address, "PUT", f"/internal/groups/{group}", update.model_dump(mode="json"))
+        return Group.model_validate(answer), bool(answer.get("created", False))
+
+    async def get_group(self, broker: str, address: str, group: str) -> Group:
+        return Group.model_validate(await self._json(broker, address, "GET", f"/internal/groups/{group}"))
+
+    async def list_groups(self, broker: str, address: str) -> list[Group]:
+        answer = await self._json(broker, address, "GET", "/internal/groups")
+        return [Group.model_validate(g) for g in answer["groups"]]
+
+    async def delete_group(self, broker: str, address: str, group: str) -> None:
+        await self._json(broker, address, "DELETE", f"/internal/groups/{group}")
+
+    async def receive(
+        self, broker: str, address: str, group: str, topic: str, body: Mapping[str, Any]
+    ) -> tuple[list[Lease], memoryview]:
+        """Leased messages: one lease per record, in order (none when nothing came within body's wait_ms)."""
+        path = f"/internal/groups/{group}/topics/{topic}/receive"
+        raw = await self._binary(
+            broker,
+            address,
+            "POST",
+            path,
+            body=jsonutil.dumps(body),
+            content_type=JSON_TYPE,
+            timeout=self._waiting(int(body["wait_ms"])),
+        )
+        return decode_leased(raw.body)
+
+    async def ready(self, broker: str, address: str, group: str, topic: str, params: Mapping[str, str | int]) -> bool:
+        """Whether something is there for the group to receive, waiting up to params' wait_ms for it."""
+        path = f"/internal/groups/{group}/topics/{topic}/ready"
+        answer = await self._json(
+            broker, address, "GET", path, params=params, timeout=self._waiting(int(params["wait_ms"]))
+        )
+        return bool(answer["ready"])
+
+    async def ack(self, broker: str, address: str, group: str, handles: list[str]) -> list[dict[str, Any]]:
+        """One result per handle, in order (HandleResult's fields)."""
+        body = {"receipt_handles": handles}
+        return list((await self._json(broker, address, "POST", f"/internal/groups/{group}/ack", body))["results"])
+
+    async def nack(self, broker: str, address: str, group: str, body: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """One result per handle of body's receipt_handles, in order (HandleResult's fields)."""
+        return list((await self._json(broker, address, "POST", f"/internal/groups/{group}/nack", body))["results"])
+
+    async def change_visibility(
+        self, broker: str, address: str, group: str, handle: str, invisible_ms: int
+    ) -> dict[str, Any]:
+        body = {"receipt_handle": handle, "invisible_ms": invisible_ms}
+        return dict(await self._json(broker, address, "POST", f"/internal/groups/{group}/visibility", body))
+
+    async def lag(self, broker: str, address: str, group: str) -> list[dict[str, Any]]:
+        return list((await self._json(broker, address, "GET", f"/internal/groups/{group}/lag"))["queues"])
+
+    async def reset_offsets(
+        self, broker: str, address: str, group: str, topic: str, body: Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
+        path = f"/internal/groups/{group}/topics/{topic}/offsets:reset"
+        return list((await self._json(broker, address, "POST", path, body))["queues"])
+
+    async def dead_letters(self, broker: str, address: str, group: str, offset: int, max: int) -> PulledBatch:
+        params = {"offset": offset, "max": max}
+        return PulledBatch(await self._binary(broker, address, "GET", f"/internal/groups/{group}/dlq", params=params))
+
+    async def redrive(self, broker: str, address: str, group: str, request: RedriveRequest) -> dict[str, Any]:
+        """The broker sends dead letters back at request.per_second: the call lasts as long as that takes."""
+        path = f"/internal/groups/{group}/dlq:redrive"
+        count = min(request.max_messages, len(request.message_ids or ()) or request.max_messages)
+        seconds = count / request.per_second
+        return dict(
+            await self._json(
+                broker, address, "POST", path, request.model_dump(), timeout=self._waiting(int(seconds * 1000))
+            )
+        )

@@ -1,14 +1,21 @@
-"""Where brokers are: master addresses from routes and cluster listings, and topic creation."""
+"""Where brokers are: master addresses from routes and cluster listings; writes to every master."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from gateway.context import GatewayContext
-from libs.errors import BrokerUnavailable, PetrelError, ServiceUnavailable
-from libs.routing import ClusterListing, TopicRoute
+from gateway.routes import masters
+from libs.errors import BrokerUnavailable, NotFound, PetrelError, ServiceUnavailable
+from libs.routing import TopicRoute
 from libs.topic import Perm, TopicConfig
 from services.broker.schemas import BrokerTopic
+
+if TYPE_CHECKING:  # the context holds the Receiver, which uses this module
+    from gateway.context import GatewayContext
+
+T = TypeVar("T")
 
 
 def master_address(route: TopicRoute, broker_name: str) -> str:
@@ -19,35 +26,57 @@ def master_address(route: TopicRoute, broker_name: str) -> str:
     return address
 
 
-def masters(listing: ClusterListing, cluster: str | None = None) -> list[tuple[str, str]]:
-    """(broker name, master address) of every broker, or of one cluster's."""
-    return [
-        (b.broker_name, i.address)
-        for c in listing.clusters
-        if cluster is None or c.name == cluster
-        for b in c.brokers
-        for i in b.instances
-        if i.broker_id == 0
-    ]
+async def cluster_masters(ctx: GatewayContext) -> list[tuple[str, str]]:
+    """(broker name, master address) of every broker of the gateway's cluster; 503 when there is none."""
+    targets = masters(await ctx.nameservers.clusters(), ctx.settings.cluster)
+    if not targets:
+        raise ServiceUnavailable(f"no broker of cluster {ctx.settings.cluster!r} is registered with the nameservers")
+    return targets
+
+
+async def on_each(
+    targets: list[tuple[str, str]], call: Callable[[str, str], Awaitable[T]]
+) -> tuple[list[tuple[str, T]], list[tuple[str, BaseException]]]:
+    """Call each (broker, address) at once: (broker, answer)s and (broker, failure)s."""
+    results = await asyncio.gather(*(call(name, address) for name, address in targets), return_exceptions=True)
+    answers: list[tuple[str, T]] = []
+    failed: list[tuple[str, BaseException]] = []
+    for (name, _), result in zip(targets, results, strict=True):
+        if isinstance(result, BaseException):
+            failed.append((name, result))
+        else:
+            answers.append((name, result))
+    return answers, failed
+
+
+async def on_every_master(
+    ctx: GatewayContext, call: Callable[[str, str], Awaitable[T]]
+) -> tuple[list[tuple[str, T]], list[tuple[str, BaseException]]]:
+    """Call every master of the gateway's cluster at once: (broker, answer)s and (broker, failure)s."""
+    return await on_each(await cluster_masters(ctx), call)
+
+
+def write_failed(what: str, failed: list[tuple[str, BaseException]]) -> PetrelError:
+    """The error of a write that some masters did not take: a broker's own 4xx as is, else 503."""
+    exc = failed[0][1]
+    if isinstance(exc, PetrelError) and exc.status < 500:
+        return exc
+    return BrokerUnavailable(
+        f"{what} could not be written to broker(s) {', '.join(n for n, _ in failed)}: "
+        f"{first_detail(failed)}; the call is idempotent, repeat it",
+        brokers=[name for name, _ in failed],
+    )
 
 
 async def create_topic(ctx: GatewayContext, config: TopicConfig) -> list[BrokerTopic]:
     """Create or update the topic on every broker of the gateway's cluster."""
-    targets = masters(await ctx.nameservers.clusters(), ctx.settings.cluster)
-    if not targets:
-        raise ServiceUnavailable(f"no broker of cluster {ctx.settings.cluster!r} is registered with the nameservers")
-    results = await asyncio.gather(
-        *(ctx.brokers.put_topic(name, address, config) for name, address in targets), return_exceptions=True
-    )
-    ctx.routes.invalidate(config.name)
-    failed = [(name, r) for (name, _), r in zip(targets, results, strict=True) if isinstance(r, BaseException)]
+    try:
+        stored, failed = await on_every_master(ctx, lambda name, address: ctx.brokers.put_topic(name, address, config))
+    finally:
+        ctx.routes.invalidate(config.name)
     if failed:
-        raise BrokerUnavailable(
-            f"topic {config.name!r} could not be written to broker(s) {', '.join(n for n, _ in failed)}: "
-            f"{first_detail(failed)}; the call is idempotent, repeat it",
-            brokers=[name for name, _ in failed],
-        )
-    return [r for r in results if isinstance(r, BrokerTopic)]
+        raise write_failed(f"topic {config.name!r}", failed)
+    return [topic for _, topic in stored]
 
 
 def default_topic(ctx: GatewayContext, name: str) -> TopicConfig:
@@ -58,3 +87,37 @@ def default_topic(ctx: GatewayContext, name: str) -> TopicConfig:
 def first_detail(failed: list[tuple[str, BaseException]]) -> str:
     exc = failed[0][1]
     return exc.detail if isinstance(exc, PetrelError) else str(exc)
+
+
+async def first_master_answer(ctx: GatewayContext, call: Callable[[str, str], Awaitable[T]]) -> T:
+    """Ask every master of the gateway's cluster at once; the first answer wins.
+
+    A NotFound (e.g. group-not-found) is the answer only when every master says so;
+    when some did not answer either, their unavailability is.
+    """
+    targets = await cluster_masters(ctx)
+    tasks = [asyncio.ensure_future(call(name, address)) for name, address in targets]
+    failures: list[PetrelError] = []
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            try:
+                return await next_done
+            except PetrelError as exc:
+                failures.append(exc)
+    finally:
+        await cancel_all(tasks)
+    raise failure_of_all(failures)
+
+
+def failure_of_all(failures: Iterable[BaseException]) -> BaseException:
+    """What to answer when every broker failed: a NotFound only if all said so, else why one did not answer."""
+    listed = list(failures)
+    return next((e for e in listed if not isinstance(e, NotFound)), listed[0])
+
+
+async def cancel_all(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Cancel what is still running and wait for it, so no failure goes unretrieved."""
+    pending = list(tasks)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)

@@ -9,7 +9,8 @@ from fastapi import Depends, Request
 
 from gateway.brokers import BrokerClient
 from gateway.idempotency import IdempotencyKeys
-from gateway.routes import RouteCache
+from gateway.receiver import Receiver
+from gateway.routes import MasterDirectory, RouteCache
 from gateway.sender import Sender
 from gateway.settings import GatewaySettings
 from libs.http.client import InternalClient
@@ -25,6 +26,8 @@ class GatewayContext:
     sender: Sender
     idempotency: IdempotencyKeys
     internal: InternalClient
+    receiver: Receiver
+    masters: MasterDirectory
 
 
 def gateway_context(request: Request) -> GatewayContext:

@@ -1,4 +1,4 @@
-"""RouteCache: topic routes from the nameservers, kept for `refresh_seconds`.
+"""RouteCache and MasterDirectory: what the nameservers say, kept for `refresh_seconds`.
 
 A route older than that is fetched again on its next use; a caller that met a
 routing error (a broker that no longer holds the topic, or does not answer)
@@ -7,12 +7,13 @@ calls `invalidate` so the next use fetches at once.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from libs.nameserver_client import NameserverClient
-from libs.routing import TopicRoute
+from libs.routing import MASTER_ID, ClusterListing, TopicRoute
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,3 +45,48 @@ class RouteCache:
 
     def invalidate(self, topic: str) -> None:
         self._routes.pop(topic, None)
+
+
+class MasterDirectory:
+    """Broker name -> its master's address, from the nameservers' cluster listing.
+
+    Acks name their broker in the receipt handle, not a topic, so they are routed
+    by broker. The listing is kept for `refresh_seconds`; a name it lacks fetches
+    it again, at most once per `miss_seconds`, so forged names cannot flood the
+    nameservers.
+    """
+
+    def __init__(
+        self,
+        nameservers: NameserverClient,
+        refresh_seconds: float,
+        miss_seconds: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.nameservers = nameservers
+        self.refresh_seconds = refresh_seconds
+        self.miss_seconds = miss_seconds
+        self.clock = clock
+        self._masters: dict[str, str] = {}
+        self._fetched_at = -math.inf
+
+    async def lookup(self, names: Iterable[str]) -> dict[str, str]:
+        """The master address of each named broker that is registered (the unknown ones are left out)."""
+        wanted = set(names)
+        age = self.clock() - self._fetched_at
+        if age >= self.refresh_seconds or (age >= self.miss_seconds and not wanted <= self._masters.keys()):
+            self._masters = dict(masters(await self.nameservers.clusters()))
+            self._fetched_at = self.clock()
+        return {name: self._masters[name] for name in wanted if name in self._masters}
+
+
+def masters(listing: ClusterListing, cluster: str | None = None) -> list[tuple[str, str]]:
+    """(broker name, master address) of every broker, or of one cluster's."""
+    return [
+        (b.broker_name, i.address)
+        for c in listing.clusters
+        if cluster is None or c.name == cluster
+        for b in c.brokers
+        for i in b.instances
+        if i.broker_id == MASTER_ID
+    ]

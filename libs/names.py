@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from libs.errors import InvalidTopicName, ReservedTopicName
+from libs.errors import InvalidRequest, InvalidTopicName, ReservedTopicName
 
 MAX_NAME_LENGTH: Final = 127
 _USER_NAME = re.compile(r"[A-Za-z0-9_-]{1,127}")
@@ -39,6 +39,18 @@ def validate_topic_name(name: str, *, allow_system: bool = False) -> str:
         )
     if is_system_topic(name):
         raise ReservedTopicName(f"topic name {name!r} is reserved for Petrel's system topics")
+    return name
+
+
+def validate_group_name(name: str) -> str:
+    """The consumer group's name, if valid (the characters of a user topic name); else a clear 400.
+
+    A group's name becomes part of its system topics (%RETRY%group, %DLQ%group).
+    """
+    if not _USER_NAME.fullmatch(name):
+        raise InvalidRequest(
+            f"group name {name!r} is invalid: use 1 to {MAX_NAME_LENGTH} characters from A-Z a-z 0-9 _ -"
+        )
     return name
 
 

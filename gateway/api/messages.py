@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel
 
-from gateway.cluster import create_topic, default_topic, master_address, masters
+from gateway.cluster import create_topic, default_topic, master_address
 from gateway.context import Context, GatewayContext
 from gateway.message_schemas import (
     BatchEntry,
@@ -23,6 +23,7 @@ from gateway.message_schemas import (
     SendMessage,
     SendResult,
 )
+from gateway.routes import masters
 from gateway.sender import Prepared
 from libs import jsonutil
 from libs.codec import iter_records
@@ -172,24 +173,28 @@ async def query_by_key(
 
 
 def to_message(record: MessageRecord, broker: str) -> Message:
-    properties = dict(record.properties)
+    return Message(**message_fields(record, broker))
+
+
+def message_fields(record: MessageRecord, broker: str) -> dict[str, Any]:
+    """The record as `Message`'s fields: for models that extend it, and for answers built without one."""
     binary = bool(record.sysflag & SysFlag.BINARY_BODY)
-    return Message(
-        message_id=record.message_id or "",
-        topic=record.topic,
-        body=None if binary else record.body.decode(errors="replace"),
-        body_base64=base64.b64encode(record.body).decode() if binary else None,
-        tag=record.tag,
-        keys=record.keys,
-        properties=record.user_properties,
-        message_group=properties.get(Prop.MESSAGE_GROUP),
-        born_at=record.born_timestamp,
-        stored_at=record.store_timestamp,
-        broker=broker,
-        queue_id=record.queue_id,
-        queue_offset=record.queue_offset,
-        reconsume_times=record.reconsume_times,
-    )
+    return {
+        "message_id": record.message_id or "",
+        "topic": record.topic,
+        "body": None if binary else record.body.decode(errors="replace"),
+        "body_base64": base64.b64encode(record.body).decode() if binary else None,
+        "tag": record.tag,
+        "keys": record.keys,
+        "properties": record.user_properties,
+        "message_group": record.properties.get(Prop.MESSAGE_GROUP),
+        "born_at": record.born_timestamp,
+        "stored_at": record.store_timestamp,
+        "broker": broker,
+        "queue_id": record.queue_id,
+        "queue_offset": record.queue_offset,
+        "reconsume_times": record.reconsume_times,
+    }
 
 
 async def _ensure_topic(ctx: GatewayContext, topic: str) -> None:

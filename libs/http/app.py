@@ -151,10 +151,10 @@ def _document_problems(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def json_body(model: type[BaseModel]) -> dict[str, Any]:
+def json_body(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
     """`openapi_extra` documenting a request body that the handler parses itself (see `parse_json`)."""
     schema = {"$ref": f"#/components/schemas/{model.__name__}"}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}
 
 
 def parse_json(model: type[M], raw: bytes) -> M:

@@ -104,9 +104,10 @@ class InternalClient:
         params: Mapping[str, str | int] | None = None,
         idempotent: bool | None = None,
         timeout: float | None = None,
+        content_type: str = BINARY_TYPE,
     ) -> BinaryResponse:
-        """Call with a binary body (the record codec); answers the raw response."""
-        return await self._call(method, url, body, BINARY_TYPE, params=params, idempotent=idempotent, timeout=timeout)
+        """Call with a binary body (the record codec, unless content_type says otherwise); answers the raw response."""
+        return await self._call(method, url, body, content_type, params=params, idempotent=idempotent, timeout=timeout)
 
     async def _call(
         self,

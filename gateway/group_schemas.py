@@ -1,0 +1,303 @@
+"""Public `/v1` schemas of consumer groups: configuration, receive, ack and nack, lag, offsets, dead letters.
+
+A group's configuration has the same field names here and on the broker's internal
+API, so a broker's answer validates straight into `Group`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gateway.message_schemas import BatchError, Message
+from libs.filters import MAX_EXPRESSION_LENGTH, FilterType
+
+MAX_RECEIVE = 32
+MAX_WAIT_SECONDS = 30
+MAX_INVISIBLE_SECONDS = 43_200
+MAX_HANDLES = 256
+MAX_REASON_LENGTH = 1024
+MAX_CLIENT_ID_LENGTH = 128
+CLIENT_ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+
+
+class RetryPolicyType(enum.StrEnum):
+    LEVELS = "levels"
+    EXPONENTIAL = "exponential"
+
+
+class ConsumeFrom(enum.StrEnum):
+    FIRST = "first"
+    LAST = "last"
+
+
+class RetryPolicy(BaseModel):
+    """How long a failed message waits before its next attempt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: RetryPolicyType = Field(
+        default=RetryPolicyType.LEVELS,
+        description="levels: the delay levels 3, 4, 5 ... (10 s, 30 s, 1 m ... 2 h), as RocketMQ; "
+        "exponential: initial_ms, doubled on each attempt, at most max_ms",
+    )
+    initial_ms: int = Field(
+        default=1000, ge=1, le=86_400_000, description="exponential: the wait before the second attempt"
+    )
+    max_ms: int = Field(
+        default=7_200_000, ge=1, le=30 * 86_400_000, description="exponential: the longest wait between attempts"
+    )
+
+    @model_validator(mode="after")
+    def _max_not_below_initial(self) -> Self:
+        if self.max_ms < self.initial_ms:
+            raise ValueError(f"max_ms ({self.max_ms}) is below initial_ms ({self.initial_ms})")
+        return self
+
+
+class _GroupFields(BaseModel):
+    max_retries: int = Field(
+        default=16, ge=0, le=10_000, description="failed attempts before a message goes to the group's DLQ"
+    )
+    fifo: bool = Field(
+        default=False, description="deliver the messages of one message_group strictly in order, one at a time"
+    )
+    broadcast: bool = Field(
+        default=False, description="every client_id gets every message, with its own offsets (no retries)"
+    )
+    retry_policy: RetryPolicy = Field(default_factory=RetryPolicy, description="the wait before each retry")
+    fifo_suspend_ms: int = Field(
+        default=1000, ge=0, le=3_600_000, description="FIFO: how long a failed message waits before it is retried"
+    )
+    consume_from: ConsumeFrom = Field(
+        default=ConsumeFrom.FIRST, description="where a new group starts in each queue: the first or the last message"
+    )
+
+
+class GroupUpdate(_GroupFields):
+    """What `PUT /v1/groups/{group}` sets; every field is optional (its default applies)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Subscription(BaseModel):
+    topic: str = Field(description="a topic the group has received from")
+    filter_type: FilterType = Field(description="the kind of filter of its last receive")
+    expression: str = Field(description="the filter expression; * for every message")
+
+
+class Group(_GroupFields):
+    """A consumer group's configuration and what it subscribes to."""
+
+    name: str = Field(description="the group's name")
+    subscriptions: list[Subscription] = Field(default_factory=list, description="the topics it consumes, as filtered")
+
+
+class GroupList(BaseModel):
+    groups: list[Group] = Field(description="every group the brokers hold, by name")
+    unavailable: list[str] = Field(
+        default_factory=list, description="brokers that did not answer: groups only they hold are missing"
+    )
+
+
+class MessageFilter(BaseModel):
+    """Which messages a receive takes: a TAG expression (TagA || TagB, *) or SQL92 over properties and TAGS."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: FilterType = Field(default=FilterType.TAG, description="TAG or SQL92")
+    expression: str = Field(min_length=1, max_length=MAX_EXPRESSION_LENGTH, description="the filter expression")
+
+
+class ReceiveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_messages: int = Field(default=10, ge=1, le=MAX_RECEIVE, description="at most this many messages")
+    wait_seconds: float = Field(
+        default=0, ge=0, le=MAX_WAIT_SECONDS, description="hold an empty receive this long for a message to arrive"
+    )
+    invisible_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=MAX_INVISIBLE_SECONDS,
+        description="the lease: how long the messages stay hidden from other consumers unless acked",
+    )
+    filter: MessageFilter | None = Field(default=None, description="only messages that match (default: every one)")
+    client_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_CLIENT_ID_LENGTH,
+        pattern=CLIENT_ID_PATTERN,
+        description="the consumer (A-Z a-z 0-9 _ . : -); a broadcast group needs it: each client gets every message",
+    )
+
+
+class ReceivedMessage(Message):
+    receipt_handle: str = Field(description="opaque: names this lease in ack, nack and visibility")
+    delivery_attempt: int = Field(description="1 on the first delivery, 2 on the first retry, ...")
+    invisible_until: int = Field(description="ms since the epoch: when the lease ends unless acked or extended")
+
+
+class ReceiveResult(BaseModel):
+    messages: list[ReceivedMessage] = Field(description="empty when nothing came within wait_seconds")
+
+
+class AckRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    receipt_handles: list[str] = Field(
+        min_length=1, max_length=MAX_HANDLES, description="handles of received messages, from one group"
+    )
+
+
+class NackRequest(BaseModel):
+    """Failed attempts: each message comes back after a delay (the group's retry policy unless one is given)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    receipt_handles: list[str] = Field(
+        min_length=1, max_length=MAX_HANDLES, description="handles of received messages, from one group"
+    )
+    delay_ms: int | None = Field(default=None, ge=0, description="redeliver after this many milliseconds")
+    delay_level: int | None = Field(default=None, ge=1, description="redeliver after delay level N's delay")
+    reason: str | None = Field(
+        default=None, max_length=MAX_REASON_LENGTH, description="why it failed: kept with a dead letter"
+    )
+
+    @model_validator(mode="after")
+    def _one_delay(self) -> Self:
+        if self.delay_ms is not None and self.delay_level is not None:
+            raise ValueError("give at most one of delay_ms and delay_level")
+        return self
+
+
+class HandleResult(BaseModel):
+    receipt_handle: str = Field(description="the handle, as sent")
+    ok: bool = Field(description="true when the ack or nack took effect")
+    error: BatchError | None = Field(default=None, description="why not, as a problem")
+
+
+class HandleResults(BaseModel):
+    results: list[HandleResult] = Field(description="one per handle, in the order sent")
+
+
+class VisibilityRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    receipt_handle: str = Field(min_length=1, description="the lease to extend or shorten")
+    invisible_seconds: int = Field(
+        ge=0, le=MAX_INVISIBLE_SECONDS, description="the lease ends this long from now (0: visible again at once)"
+    )
+
+
+class VisibilityResult(BaseModel):
+    receipt_handle: str = Field(description="the new handle; the old one no longer acks")
+    invisible_until: int = Field(description="ms since the epoch: when the new lease ends")
+
+
+class QueueLag(BaseModel):
+    broker: str = Field(description="the broker holding the queue")
+    topic: str = Field(description="the queue's topic (the group's retry topic for retries)")
+    queue_id: int = Field(description="the queue on that broker")
+    broker_offset: int = Field(description="the queue's next offset: one past its last message")
+    consumer_offset: int = Field(description="the group's offset: the lowest one not yet acked")
+    lag: int = Field(description="messages not yet acked: broker_offset - consumer_offset")
+    in_flight: int = Field(description="messages leased and not yet acked")
+    retry: bool = Field(description="true for the group's retry queue")
+    client_id: str | None = Field(default=None, description="broadcast groups: whose offsets these are")
+
+
+class GroupLag(BaseModel):
+    group: str = Field(description="the group's name")
+    queues: list[QueueLag] = Field(description="per broker, topic and queue")
+    total_lag: int = Field(description="the sum of the queues' lag")
+    total_in_flight: int = Field(description="the sum of the queues' in_flight")
+    unavailable: list[str] = Field(
+        default_factory=list, description="brokers that did not answer: their queues are missing"
+    )
+
+
+class OffsetResetRequest(BaseModel):
+    """Move the group's offsets in every queue of the topic: to a time, or to an offset."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timestamp: int | str | None = Field(
+        default=None, description="the first message stored at or after this time: RFC 3339 or epoch ms"
+    )
+    offset: int | None = Field(default=None, ge=0, description="this queue offset (clamped to each queue's range)")
+    client_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_CLIENT_ID_LENGTH,
+        pattern=CLIENT_ID_PATTERN,
+        description="broadcast groups: whose offsets",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        if (self.timestamp is None) == (self.offset is None):
+            raise ValueError("give exactly one of timestamp and offset")
+        return self
+
+
+class ResetQueueOffset(BaseModel):
+    broker: str = Field(description="the broker holding the queue")
+    queue_id: int = Field(description="the queue on that broker")
+    offset: int = Field(description="the group's offset there now")
+
+
+class OffsetReset(BaseModel):
+    group: str = Field(description="the group's name")
+    topic: str = Field(description="the topic whose offsets moved")
+    queues: list[ResetQueueOffset] = Field(description="the new offset of each queue")
+
+
+class DeadLetter(Message):
+    original_topic: str = Field(description="the topic the message was sent to")
+    attempts: int = Field(description="deliveries made before it was dead-lettered")
+    reason: str | None = Field(default=None, description="why: attempts, and the consumer's last nack reason")
+    dead_lettered_at: int = Field(description="ms since the epoch, when it reached the DLQ")
+
+
+class DeadLetterQueue(BaseModel):
+    broker: str = Field(description="the broker holding this part of the DLQ")
+    next_offset: int = Field(description="where the next peek at this broker starts")
+    min_offset: int = Field(description="the DLQ's first offset")
+    max_offset: int = Field(description="one past the DLQ's last offset")
+
+
+class DeadLetterList(BaseModel):
+    messages: list[DeadLetter] = Field(description="oldest first, per broker")
+    queues: list[DeadLetterQueue] = Field(description="each broker's DLQ offsets, for paging")
+    unavailable: list[str] = Field(
+        default_factory=list, description="brokers that did not answer: their dead letters are missing"
+    )
+
+
+class RedriveRequest(BaseModel):
+    """Send dead letters back to the group (its retry topic), with their message ids kept."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message_ids: list[str] | None = Field(
+        default=None, min_length=1, max_length=1000, description="these dead letters only (default: all)"
+    )
+    max_messages: int = Field(default=1000, ge=1, le=100_000, description="at most this many")
+    per_second: int = Field(default=100, ge=1, le=10_000, description="at most this many per second")
+
+
+class RedriveResult(BaseModel):
+    redriven: int = Field(description="how many went back")
+    message_ids: list[str] = Field(description="their ids")
+    not_found: list[str] = Field(
+        default_factory=list, description="ids of message_ids that no broker asked holds in its DLQ"
+    )
+    remaining: int = Field(
+        description="dead letters still in the DLQ (of the brokers reached before max_messages was spent)"
+    )
+    unavailable: list[str] = Field(
+        default_factory=list, description="brokers that did not answer: their dead letters stay"
+    )

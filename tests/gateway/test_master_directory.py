@@ -1,0 +1,69 @@
+"""MasterDirectory: broker name -> master address, refreshed on age and (rate-limited) on a miss."""
+
+from __future__ import annotations
+
+from gateway.routes import MasterDirectory
+from libs.http.client import InternalClient
+from libs.nameserver_client import NameserverClient
+from libs.routing import BrokerLiveness, ClusterBroker, ClusterInfo, ClusterListing
+
+
+class FakeNameservers(NameserverClient):
+    def __init__(self) -> None:
+        super().__init__(InternalClient(), ["127.0.0.1:1"])
+        self.brokers = {"broker-a": "127.0.0.1:10911"}
+        self.fetches = 0
+
+    async def clusters(self) -> ClusterListing:
+        self.fetches += 1
+        brokers = [
+            ClusterBroker(
+                broker_name=name,
+                instances=[
+                    BrokerLiveness(broker_id=0, address=address, data_version=1, last_update_ms=0),
+                    BrokerLiveness(broker_id=1, address="127.0.0.1:1", data_version=1, last_update_ms=0),
+                ],
+            )
+            for name, address in self.brokers.items()
+        ]
+        return ClusterListing(clusters=[ClusterInfo(name="DefaultCluster", brokers=brokers)])
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_known_brokers_are_answered_from_the_cache_until_it_is_old() -> None:
+    nameservers, clock = FakeNameservers(), Clock()
+    directory = MasterDirectory(nameservers, refresh_seconds=30, clock=clock)
+
+    assert await directory.lookup(["broker-a"]) == {"broker-a": "127.0.0.1:10911"}
+    clock.now = 29
+    assert await directory.lookup(["broker-a"]) == {"broker-a": "127.0.0.1:10911"}
+    assert nameservers.fetches == 1
+
+    clock.now = 30
+    await directory.lookup(["broker-a"])
+    assert nameservers.fetches == 2
+
+
+async def test_an_unknown_name_refetches_at_most_once_a_second() -> None:
+    nameservers, clock = FakeNameservers(), Clock()
+    directory = MasterDirectory(nameservers, refresh_seconds=30, clock=clock)
+    await directory.lookup(["broker-a"])
+
+    nameservers.brokers["broker-b"] = "127.0.0.1:10912"
+    clock.now = 0.5
+    assert await directory.lookup(["broker-a", "broker-b"]) == {"broker-a": "127.0.0.1:10911"}
+    assert nameservers.fetches == 1
+
+    clock.now = 1.0
+    found = await directory.lookup(["broker-a", "broker-b", "forged"])
+    assert found == {"broker-a": "127.0.0.1:10911", "broker-b": "127.0.0.1:10912"}
+    clock.now = 1.5
+    assert await directory.lookup(["forged"]) == {}
+    assert nameservers.fetches == 2
