@@ -163,8 +163,10 @@ async def test_visibility_zero_ends_the_lease_now(gateway: httpx.AsyncClient) ->
     )
     assert changed.status_code == 200, changed.text
     assert changed.json()["invisible_until"] <= time.time() * 1000 + 1000
-    # An ended lease is a failed attempt: the message comes back through the retry backoff, and no handle acks.
-    assert errors(await ack(gateway, "workers", [changed.json()["receipt_handle"]])) == ["lease-expired"]
+    # Given back now: a failed attempt, delivered again at once (no backoff); the old lease acks nothing.
+    assert errors(await ack(gateway, "workers", [changed.json()["receipt_handle"]])) == ["lease-ended"]
+    (again,) = await received(gateway, "workers", "orders", wait_seconds=5)
+    assert (again["message_id"], again["delivery_attempt"]) == (message["message_id"], 2)
 
 
 async def test_long_polling_answers_when_a_message_arrives_on_any_broker(gateway: httpx.AsyncClient) -> None:

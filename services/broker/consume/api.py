@@ -14,6 +14,7 @@ from libs.receipt import encode_leased
 from services.broker.consume.pop import Receive
 from services.broker.consume.progress import group_lag, reset_offsets
 from services.broker.consume.schemas import (
+    CLIENT_ID_PATTERN,
     GroupConfigAnswer,
     GroupConfigList,
     GroupUpdate,
@@ -111,7 +112,7 @@ async def ready(
     wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
     filter_type: FilterType | None = None,
     expression: str | None = None,
-    client_id: str | None = None,
+    client_id: Annotated[str | None, Query(min_length=1, max_length=128, pattern=CLIENT_ID_PATTERN)] = None,
 ) -> ReadyAnswer:
     """True as soon as a receive would find a message here; nothing is leased."""
     body = ReceiveBody(

@@ -18,6 +18,7 @@ MAX_RECEIVE = 32
 MAX_WAIT_MS = 30_000
 MAX_INVISIBLE_MS = 12 * 3_600_000
 MAX_HANDLES = 256
+CLIENT_ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
 
 
 class RetryPolicyModel(BaseModel):
@@ -93,7 +94,7 @@ class ReceiveBody(BaseModel):
     wait_ms: int = Field(default=0, ge=0, le=MAX_WAIT_MS)
     filter_type: FilterType | None = None
     expression: str | None = Field(default=None, max_length=4096)
-    client_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    client_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=CLIENT_ID_PATTERN)
 
 
 class ReadyAnswer(BaseModel):

@@ -73,7 +73,11 @@ class Settlement:
         await self.fail(window, leased, config, why, nack=True, delay_ms=delay_ms, delay_level=delay_level)
 
     async def change_visibility(self, group: str, text: str, invisible_ms: int) -> Lease:
-        handle, window, leased, _ = await self._current(group, text)
+        """A new lease until now + invisible_ms. Zero gives the message back at once (a failed attempt, no backoff)."""
+        handle, window, leased, config = await self._current(group, text)
+        if invisible_ms == 0:
+            await self.fail(window, leased, config, "given back by the consumer", delay_ms=0)
+            return Lease(text, leased.attempt, self.pop.now_ms())
         old = leased.lease
         leased.lease = next(self.pop._lease_ids)
         leased.expires_at = self.pop.now_ms() + invisible_ms
