@@ -11,7 +11,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.message_schemas import BatchError, Message
+from gateway.message_schemas import EntryError, Message
 from libs.filters import MAX_EXPRESSION_LENGTH, FilterType
 
 MAX_RECEIVE = 32
@@ -176,7 +176,7 @@ class NackRequest(BaseModel):
 class HandleResult(BaseModel):
     receipt_handle: str = Field(description="the handle, as sent")
     ok: bool = Field(description="true when the ack or nack took effect")
-    error: BatchError | None = Field(default=None, description="why not, as a problem")
+    error: EntryError | None = Field(default=None, description="why not, as a problem")
 
 
 class HandleResults(BaseModel):

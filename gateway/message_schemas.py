@@ -51,7 +51,9 @@ class SendBatch(BaseModel):
     messages: list[SendMessage] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-class BatchError(BaseModel):
+class EntryError(BaseModel):
+    """Why one entry of a batch (a message sent, a receipt handle acked) failed, as a problem."""
+
     type: str
     title: str
     status: int
@@ -61,7 +63,7 @@ class BatchError(BaseModel):
 class BatchEntry(BaseModel):
     index: int
     result: SendResult | None = None
-    error: BatchError | None = None
+    error: EntryError | None = None
 
 
 class BatchResult(BaseModel):

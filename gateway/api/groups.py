@@ -171,11 +171,12 @@ async def peek_dead_letters(
     "/{group}/dlq:redrive",
     operation_id="redriveDeadLetters",
     response_model=RedriveResult,
-    openapi_extra=json_body(RedriveRequest),
+    openapi_extra=json_body(RedriveRequest, required=False),
 )
 async def redrive(ctx: Context, group: GroupName, request: Request) -> RedriveResult:
     """Send dead letters back to the group, with their message ids kept (all, or those named), rate-limited."""
-    spec = parse_json(RedriveRequest, await request.body())
+    raw = await request.body()
+    spec = parse_json(RedriveRequest, raw) if raw.strip() else RedriveRequest()
     targets = await cluster_masters(ctx)
     result = RedriveResult(redriven=0, message_ids=[], not_found=list(spec.message_ids or []), remaining=0)
     failed: list[tuple[str, BaseException]] = []

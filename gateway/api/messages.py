@@ -14,7 +14,7 @@ from gateway.cluster import create_topic, default_topic, master_address
 from gateway.context import Context, GatewayContext
 from gateway.message_schemas import (
     BatchEntry,
-    BatchError,
+    EntryError,
     BatchResult,
     Message,
     MessageList,
@@ -222,8 +222,8 @@ async def _idempotent(ctx: GatewayContext, scope: str, key: str | None, payload:
     return answer
 
 
-def _batch_error(exc: PetrelError) -> BatchError:
-    return BatchError(type=exc.problem_type(), title=exc.title, status=exc.status, detail=exc.detail)
+def _batch_error(exc: PetrelError) -> EntryError:
+    return EntryError(type=exc.problem_type(), title=exc.title, status=exc.status, detail=exc.detail)
 
 
 def _emit_sent(
