@@ -14,8 +14,8 @@ from gateway.cluster import create_topic, default_topic, master_address
 from gateway.context import Context, GatewayContext
 from gateway.message_schemas import (
     BatchEntry,
-    EntryError,
     BatchResult,
+    EntryError,
     Message,
     MessageList,
     PullResult,
