@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
+from gateway.api.consume import GroupName
 from gateway.api.messages import message_fields
 from gateway.cluster import (
     cluster_masters,
@@ -41,18 +42,11 @@ from libs.codec import iter_records
 from libs.errors import InvalidRequest, NotFound, PetrelError
 from libs.http.app import json_body, parse_json
 from libs.message import MessageRecord, Prop
-from libs.names import validate_group_name, validate_topic_name
+from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.timeparse import parse_time_ms
 
 router = APIRouter(prefix="/v1/groups", tags=["groups"], responses=PROBLEM_RESPONSES)
-
-
-async def _group(group: str) -> str:
-    return validate_group_name(group)
-
-
-GroupName = Annotated[str, Depends(_group)]
 
 
 @router.put(
