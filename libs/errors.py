@@ -15,8 +15,11 @@
      │    ├── BrokerNotFound           404 broker-not-found
      │    ├── QueueNotFound            404 queue-not-found
      │    ├── MessageNotFound          404 message-not-found
-     │    └── GroupNotFound            404 group-not-found
+     │    ├── GroupNotFound            404 group-not-found
+     │    ├── ProducerGroupNotFound    404 producer-group-not-found
+     │    └── TransactionNotFound      404 transaction-not-found
      ├── AlreadyDelivered              409 already-delivered
+     ├── TransactionAlreadyEnded       409 transaction-already-ended
      ├── LeaseEnded                    409 lease-ended
      │    ├── LeaseExpired             409 lease-expired
      │    ├── LeaseSuperseded          409 lease-superseded
@@ -160,6 +163,24 @@ class MessageNotFound(NotFound):
 class GroupNotFound(NotFound):
     slug = "group-not-found"
     title = "Consumer group not found"
+
+
+class ProducerGroupNotFound(NotFound):
+    slug = "producer-group-not-found"
+    title = "Producer group not found"
+
+
+class TransactionNotFound(NotFound):
+    slug = "transaction-not-found"
+    title = "Transaction not found"
+
+
+class TransactionAlreadyEnded(PetrelError):
+    """Commit after rollback, or the reverse: the `outcome` extension names the first one."""
+
+    status = 409
+    slug = "transaction-already-ended"
+    title = "Transaction already ended the other way"
 
 
 class LeaseEnded(PetrelError):
