@@ -91,9 +91,9 @@ def _stop(launcher: subprocess.Popen[bytes]) -> None:
         launcher.wait()
 
 
-def request_json(method: str, url: str, body: object) -> object:
-    """One JSON request with the standard library (setup steps only, never measured)."""
-    data = json.dumps(body).encode()
+def request_json(method: str, url: str, body: object = None) -> object:
+    """One JSON request with the standard library (setup steps only, never measured); no body when None."""
+    data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:

@@ -1,9 +1,13 @@
-"""The Redis Streams reference: XADD of 1 KiB entries, pipelined 32 at a time by 32 clients.
+"""The Redis Streams references: XADD of 1 KiB entries, and a consumer group draining them.
 
-`python -m bench.redis_reference URL WARMUP SECONDS` runs the load (in its own
-process, like bench.loadgen) against a stream key of its own, deletes that key,
-and prints the tally as one JSON line. `private_redis` runs a redis-server
-that fsyncs every write (`appendfsync always`), the reference for SYNC_FLUSH.
+`python -m bench.redis_reference URL WARMUP SECONDS` runs the send load (in
+its own process, like bench.loadgen: 32 clients, XADD pipelined 32 at a time)
+against a stream key of its own, deletes that key, and prints the tally as one
+JSON line. `python -m bench.redis_reference URL --drain COUNT --warmup-messages W
+--consumers C` fills a stream with COUNT numbered 1 KiB entries, then C clients
+of one group each loop `XREADGROUP COUNT 32` + `XACK` until all are acked, and
+prints a bench.drain.Drain. `private_redis` runs a redis-server that fsyncs
+every write (`appendfsync always`), the reference for SYNC_FLUSH.
 """
 
 from __future__ import annotations
@@ -18,11 +22,16 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict
+from typing import Any
 
+from bench.drain import Drain, Progress, body_of, index_of, print_drain, run_consumers
 from bench.loadgen import BATCH, CONNECTIONS, TEXT_BODY, Tally
 from bench.loopback import free_port, wait_for_port
 
 REDIS_SERVER = "/usr/bin/redis-server"
+FILL_PIPELINE = 256
+DRAIN_BLOCK_MS = 1000
+DRAIN_LIMIT_S = 120.0
 
 
 async def drive(url: str, warmup: float, seconds: float) -> Tally:
@@ -54,6 +63,46 @@ async def drive(url: str, warmup: float, seconds: float) -> Tally:
     return tally
 
 
+async def drain(url: str, count: int, warmup: int, consumers: int) -> Drain:
+    """Fill a stream with `count` entries, then consume them with `consumers` clients of one group."""
+    import redis.asyncio as redis
+
+    key, group = f"petrel-bench-{uuid.uuid4().hex}", "petrel-bench"
+    result = Drain(count=count, consumers=consumers)
+    progress = Progress(result, warmup)
+    clients = [redis.Redis.from_url(url) for _ in range(consumers)]
+
+    async def consume(n: int) -> None:
+        client, name = clients[n], f"consumer-{n}"
+        while True:
+            answer = await client.xreadgroup(group, name, {key: ">"}, count=BATCH, block=DRAIN_BLOCK_MS)
+            entries = answer[0][1] if answer else []
+            fresh = progress.delivered([index_of(fields[b"body"]) for _, fields in entries])
+            if entries:
+                acked = await client.xack(key, group, *(entry_id for entry_id, _ in entries))
+                if acked != len(entries):
+                    result.error(f"XACK acked {acked} of {len(entries)}")
+                progress.acked(fresh)
+
+    try:
+        await _fill(clients[0], key, count)
+        await clients[0].xgroup_create(key, group, id="0")
+        await run_consumers(consumers, consume, progress, DRAIN_LIMIT_S)
+    finally:
+        await clients[0].delete(key)
+        for client in clients:
+            await client.aclose()
+    return result
+
+
+async def _fill(client: Any, key: str, count: int) -> None:
+    for first in range(0, count, FILL_PIPELINE):
+        async with client.pipeline(transaction=False) as pipe:
+            for index in range(first, min(first + FILL_PIPELINE, count)):
+                pipe.xadd(key, {"body": body_of(index)})
+            await pipe.execute()
+
+
 @contextlib.contextmanager
 def private_redis() -> Iterator[str]:
     """A redis-server on a free port that appends every write to its AOF and fsyncs it; its URL."""
@@ -78,11 +127,19 @@ def private_redis() -> Iterator[str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.redis_reference")
     parser.add_argument("url")
-    parser.add_argument("warmup", type=float)
-    parser.add_argument("seconds", type=float)
+    parser.add_argument("warmup", type=float, nargs="?", help="send load: seconds of warm-up")
+    parser.add_argument("seconds", type=float, nargs="?", help="send load: seconds measured")
+    parser.add_argument("--drain", type=int, metavar="COUNT", help="fill COUNT entries, then consume them")
+    parser.add_argument("--warmup-messages", type=int, default=0, help="drain: not timed until this many are acked")
+    parser.add_argument("--consumers", type=int, default=8, help="drain: clients of the consumer group")
     args = parser.parse_args(argv)
     import uvloop
 
+    if args.drain is not None:
+        print_drain(uvloop.run(drain(args.url, args.drain, args.warmup_messages, args.consumers)))
+        return
+    if args.warmup is None or args.seconds is None:
+        parser.error("the send load needs WARMUP and SECONDS")
     tally = uvloop.run(drive(args.url, args.warmup, args.seconds))
     print(json.dumps(asdict(tally)), file=sys.stdout, flush=True)
 

@@ -1,0 +1,272 @@
+"""The consumer-group load process for the gateway: drain a backlog, or time send-to-receive under long polling.
+
+Run as its own process (like bench.loadgen) so that its Python work is not the
+bench process's, and each answer is checked:
+
+`python -m bench.consumeload drain URL TOPIC GROUP --count N --warmup-messages W --consumers C --fill WHEN`
+sends N numbered 1 KiB messages (batches of 256) before the consumers start or
+while they run, and C consumers, each on its own keep-alive connection, loop:
+receive up to 32 (`wait_seconds` 1, a lease longer than the run), ack them,
+until all N are acked; it prints a bench.drain.Drain.
+
+`python -m bench.consumeload latency URL TOPIC GROUP --rate R --warmup S --seconds S --consumers C`
+sends one message per request, paced R a second (open loop: a send is issued
+when it is due even if the one before has not been answered), while C consumers
+wait in long polls. Each body carries its send's `time.perf_counter_ns()`; the
+latency of a message is when the receive answer that holds it arrived minus
+that. Acks go out in the background so a consumer is back in its poll at once.
+It prints one JSON line of latencies (ms) of the messages sent after the warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Coroutine
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+from bench.drain import BODY_BYTES, Drain, Progress, body_of, index_of, print_drain, run_consumers
+
+FILL_BATCH = 256
+FILL_SENDERS = 8
+RECEIVE_MAX = 32
+DRAIN_WAIT_S = 1
+LEASE_S = 120
+DRAIN_LIMIT_S = 120.0
+FILLING = ("before", "during", "no")
+POLL_WAIT_S = 5
+GRACE_S = 3.0
+"""After the last send, how long the latency run waits for what is still on its way."""
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+async def fill(session: Any, url: str, topic: str, count: int) -> None:
+    """Send messages 0..count-1 in batches; a failed send fails the run (the backlog must be whole)."""
+    endpoint = f"{url}/v1/topics/{topic}/messages:batch"
+    starts = iter(range(0, count, FILL_BATCH))
+
+    async def sender() -> None:
+        for first in starts:
+            batch = [{"body": body_of(i)} for i in range(first, min(first + FILL_BATCH, count))]
+            async with session.post(endpoint, data=orjson.dumps({"messages": batch}), headers=JSON_HEADERS) as answer:
+                text = await answer.read()
+                if answer.status >= 300 or b'"error":{' in text:
+                    raise RuntimeError(f"filling {topic}: {answer.status} {text[:300]!r}")
+
+    await asyncio.gather(*(sender() for _ in range(FILL_SENDERS)))
+
+
+class Consumer:
+    """One consumer's requests: receive and ack on one group's topic."""
+
+    def __init__(self, session: Any, url: str, group: str, topic: str) -> None:
+        self.session = session
+        self.receive_url = f"{url}/v1/groups/{group}/topics/{topic}/receive"
+        self.ack_url = f"{url}/v1/groups/{group}/ack"
+
+    async def receive(self, wait_seconds: float) -> tuple[int, list[dict[str, Any]]]:
+        """(when the answer arrived, in perf_counter_ns; its messages)."""
+        body = {"max_messages": RECEIVE_MAX, "wait_seconds": wait_seconds, "invisible_seconds": LEASE_S}
+        async with self.session.post(self.receive_url, data=orjson.dumps(body), headers=JSON_HEADERS) as answer:
+            text = await answer.read()
+            arrived = time.perf_counter_ns()
+            if answer.status != 200:
+                raise RuntimeError(f"receive: {answer.status} {text[:300]!r}")
+        messages: list[dict[str, Any]] = orjson.loads(text)["messages"]
+        return arrived, messages
+
+    async def ack(self, handles: list[str]) -> list[str]:
+        """What went wrong, one entry per failed handle."""
+        body = orjson.dumps({"receipt_handles": handles})
+        async with self.session.post(self.ack_url, data=body, headers=JSON_HEADERS) as answer:
+            text = await answer.read()
+            if answer.status != 200:
+                return [f"ack: {answer.status} {text[:300]!r}"] * len(handles)
+        return [repr(r["error"]) for r in orjson.loads(text)["results"] if not r["ok"]]
+
+
+async def drain(url: str, topic: str, group: str, count: int, warmup: int, consumers: int, filling: str) -> Drain:
+    """`filling`: "before" (a backlog), "during" (sent while the consumers run) or "no" (already there)."""
+    import aiohttp
+
+    result = Drain(count=count, consumers=consumers)
+    progress = Progress(result, warmup)
+    connector = aiohttp.TCPConnector(limit=consumers + FILL_SENDERS)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        if filling == "before":
+            await fill(session, url, topic, count)
+        consumer = Consumer(session, url, group, topic)
+
+        async def consume(_: int) -> None:
+            while True:
+                try:
+                    _, messages = await consumer.receive(DRAIN_WAIT_S)
+                except RuntimeError as exc:
+                    result.error(str(exc))
+                    continue
+                fresh = progress.delivered([index_of(m["body"]) for m in messages])
+                result.redelivered += sum(1 for m in messages if m["delivery_attempt"] > 1)
+                if messages:
+                    failed = await consumer.ack([m["receipt_handle"] for m in messages])
+                    for what in failed:
+                        result.error(what)
+                    progress.acked(fresh - len(failed))
+
+        consuming = asyncio.create_task(run_consumers(consumers, consume, progress, DRAIN_LIMIT_S))
+        if filling == "during":
+            await fill(session, url, topic, count)
+        await consuming
+    return result
+
+
+@dataclass(slots=True)
+class Latencies:
+    rate: float
+    consumers: int
+    sent: int = 0
+    received: int = 0
+    lost: int = 0
+    """Measured messages that had not arrived GRACE_S after the last send."""
+    duplicates: int = 0
+    errors: int = 0
+    first_error: str | None = None
+    ms: list[float] = field(default_factory=list)
+    """Every measured message's send-to-receive latency, in ms."""
+
+    def error(self, what: str) -> None:
+        self.errors += 1
+        self.first_error = self.first_error or what[:300]
+
+
+def latency_body(sequence: int, sent_ns: int) -> str:
+    head = f"{sequence:016d}:{sent_ns:020d}:"
+    return head + "x" * (BODY_BYTES - len(head))
+
+
+def parse_latency_body(body: str) -> tuple[int, int]:
+    """(sequence, sent_ns) of a `latency_body`."""
+    sequence, sent_ns, _ = body.split(":", 2)
+    return int(sequence), int(sent_ns)
+
+
+class LatencyRun:
+    """Paced sends and long-polling consumers in one process, timed on one clock (perf_counter_ns)."""
+
+    def __init__(self, url: str, topic: str, rate: float, warmup: float, seconds: float, consumers: int) -> None:
+        self.url, self.topic, self.rate = url, topic, rate
+        self.result = Latencies(rate=rate, consumers=consumers)
+        self.measured = range(int(warmup * rate), int((warmup + seconds) * rate))
+        self.arrived: dict[int, float] = {}
+        self.all_arrived = asyncio.Event()
+        self.background: set[asyncio.Task[None]] = set()
+
+    async def run(self, group: str) -> Latencies:
+        import aiohttp
+
+        consumers = self.result.consumers
+        # One pool for the polls, one for sends and acks, so a send never queues behind a held poll.
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=consumers)) as polls,
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as sends,
+        ):
+            poller, acker = Consumer(polls, self.url, group, self.topic), Consumer(sends, self.url, group, self.topic)
+            tasks = [asyncio.create_task(self._consume(poller, acker)) for _ in range(consumers)]
+            await asyncio.sleep(0.5)  # the consumers are in their polls before the first send
+            await self._paced(sends)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.all_arrived.wait(), GRACE_S)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, *self.background, return_exceptions=True)
+        result = self.result
+        result.sent = len(self.measured)
+        result.ms = [self.arrived[s] for s in self.measured if s in self.arrived]
+        result.received = len(result.ms)
+        result.lost = result.sent - result.received
+        return result
+
+    async def _consume(self, poller: Consumer, acker: Consumer) -> None:
+        while True:
+            try:
+                now, messages = await poller.receive(POLL_WAIT_S)
+            except RuntimeError as exc:
+                self.result.error(str(exc))
+                continue
+            for m in messages:
+                sequence, sent_ns = parse_latency_body(m["body"])
+                if sequence in self.arrived:
+                    self.result.duplicates += 1
+                self.arrived[sequence] = (now - sent_ns) / 1e6
+                if sequence in self.measured and len(self.arrived) >= self.measured.stop:
+                    self.all_arrived.set()
+            if messages:
+                self._in_background(self._ack(acker, [m["receipt_handle"] for m in messages]))
+
+    async def _ack(self, acker: Consumer, handles: list[str]) -> None:
+        for what in await acker.ack(handles):
+            self.result.error(what)
+
+    async def _send(self, session: Any, sequence: int) -> None:
+        sent_ns = time.perf_counter_ns()
+        body = orjson.dumps({"body": latency_body(sequence, sent_ns)})
+        async with session.post(f"{self.url}/v1/topics/{self.topic}/messages", data=body, headers=JSON_HEADERS) as a:
+            text = await a.read()
+            if a.status >= 300:
+                self.result.error(f"send: {a.status} {text[:300]!r}")
+
+    async def _paced(self, session: Any) -> None:
+        """Issue send 0, 1, 2, ... each when it is due at `rate` a second, whether or not the last was answered."""
+        interval_ns = 1e9 / self.rate
+        started = time.perf_counter_ns()
+        end = self.measured.stop
+        sequence = 0
+        while sequence < end:
+            due = min(end, int((time.perf_counter_ns() - started) / interval_ns) + 1)
+            while sequence < due:
+                self._in_background(self._send(session, sequence))
+                sequence += 1
+            await asyncio.sleep(max(0.0, (started + sequence * interval_ns - time.perf_counter_ns()) / 1e9))
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.consumeload")
+    parser.add_argument("kind", choices=("drain", "latency"))
+    parser.add_argument("url")
+    parser.add_argument("topic")
+    parser.add_argument("group")
+    parser.add_argument("--consumers", type=int, default=8)
+    parser.add_argument("--count", type=int, default=0, help="drain: messages in the backlog")
+    parser.add_argument("--warmup-messages", type=int, default=0, help="drain: not timed until this many are acked")
+    parser.add_argument(
+        "--fill", choices=FILLING, default="no", help="drain: send the messages before the consumers start, or during"
+    )
+    parser.add_argument("--rate", type=float, default=1000.0, help="latency: sends a second")
+    parser.add_argument("--warmup", type=float, default=2.0, help="latency: seconds not measured")
+    parser.add_argument("--seconds", type=float, default=10.0, help="latency: seconds measured")
+    args = parser.parse_args(argv)
+    import uvloop
+
+    if args.kind == "drain":
+        print_drain(
+            uvloop.run(
+                drain(args.url, args.topic, args.group, args.count, args.warmup_messages, args.consumers, args.fill)
+            )
+        )
+        return
+    run = LatencyRun(args.url, args.topic, args.rate, args.warmup, args.seconds, args.consumers)
+    print(json.dumps(asdict(uvloop.run(run.run(args.group)))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Consumer groups end to end, on real processes over loopback (issue: consumer groups).
+
+Three measurements, each printed beside its reference or target:
+
+- receive+ack in batches of 32: 8 consumers drain a backlog of numbered 1 KiB
+  messages through the gateway (8 queues, one broker); the reference is Redis
+  Streams on the local Redis, the same backlog drained by 8 redis-py clients of
+  one group looping `XREADGROUP COUNT 32` + `XACK` (bench.redis_reference).
+  Both count from the end of the same warm-up share to the last ack (bench.drain);
+- send-to-receive latency with long polling at 1,000 msg/s: one message per
+  send, paced open loop, while 8 consumers wait in long polls; p50 and p99
+  against their targets (a message that never arrives counts as infinitely late);
+- 100 consumers of one group on a topic of 64 queues, waiting in long polls,
+  take 20,000 messages as they are sent (batches of 256), with leases longer
+  than the run: none missing, none delivered twice, and the rate from send to
+  ack (beside the 8-consumer drain of a backlog, for information).
+
+How the 2 cores are shared: every load runs in a process of its own
+(bench.consumeload, or bench.redis_reference for Redis) while this process
+only waits, so client and servers compete for the cores as in a deployment.
+For Petrel that is the load process, the gateway and the broker (the
+nameserver, timer and txcheck run but are idle); for Redis it is the load
+process and redis-server, measured before the cluster starts so nothing of
+Petrel runs beside it. Each side's client does the same bookkeeping (parse,
+duplicate check, ack) per message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from bench.cluster import SHARED_REDIS, Cluster, petrel_cluster, request_json
+from bench.drain import Drain, run_drain
+from bench.harness import BenchOptions, Figure, scenario
+from bench.scheduled import percentile
+
+CONSUMERS = 8
+QUEUES = 8
+CROWD = 100
+CROWD_QUEUES = 64
+DRAIN_LIMIT_S = 180.0
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    backlog: int
+    crowd_backlog: int
+    rate: float
+    latency_warmup_s: float
+    latency_seconds: float
+
+
+FULL = Sizes(100_000, 20_000, 1000.0, 2.0, 10.0)
+QUICK = Sizes(10_000, 5_000, 1000.0, 1.0, 3.0)
+
+
+@scenario("consumers")
+def consumers(options: BenchOptions) -> list[Figure]:
+    sizes = QUICK if options.quick else FULL
+    os.sync()
+    redis = _redis_drain(sizes.backlog)
+    with petrel_cluster() as cluster:
+        ours = _drain(cluster, "consume-batch", QUEUES, sizes.backlog, CONSUMERS, "before")
+        p50, p99 = _latency(cluster, sizes)
+        crowd = _drain(cluster, "consume-crowd", CROWD_QUEUES, sizes.crowd_backlog, CROWD, "during")
+        _report_lag(cluster, "consume-crowd")
+    crowd_name = f"{CROWD} consumers, {CROWD_QUEUES} queues"
+    return [
+        Figure(
+            f"receive+ack batches of 32, {CONSUMERS} consumers",
+            ours.per_second,
+            f"Redis XREADGROUP COUNT 32 + XACK, {CONSUMERS} clients",
+            redis.per_second,
+            "msg/s",
+            0.5,
+        ),
+        Figure("long poll send-to-receive p50, 1,000/s", p50, "target", 2.0, "ms", 1.0, higher_is_better=False),
+        Figure("long poll send-to-receive p99, 1,000/s", p99, "target", 5.0, "ms", 1.0, higher_is_better=False),
+        Figure(f"{crowd_name}: missing", crowd.missing, "none", 0, "msgs", 1.0, higher_is_better=False),
+        Figure(f"{crowd_name}: twice in a lease", crowd.duplicates, "none", 0, "msgs", 1.0, higher_is_better=False),
+        Figure(
+            f"{crowd_name}: send, receive, ack",
+            crowd.per_second,
+            f"{CONSUMERS} consumers draining a backlog (above)",
+            ours.per_second,
+            "msg/s",
+        ),
+    ]
+
+
+def _redis_drain(count: int) -> Drain:
+    command = [sys.executable, "-m", "bench.redis_reference", SHARED_REDIS, "--drain", str(count)]
+    command += ["--warmup-messages", str(count // 10), "--consumers", str(CONSUMERS)]
+    drain = run_drain(command, DRAIN_LIMIT_S)
+    _note("redis", drain)
+    return drain
+
+
+def _drain(cluster: Cluster, name: str, queues: int, count: int, consumers: int, filling: str) -> Drain:
+    """Topic and group `name`: `count` messages sent `filling` ("before" or "during"), drained by `consumers`."""
+    request_json("PUT", f"{cluster.url}/v1/topics/{name}", {"queues": queues})
+    request_json("PUT", f"{cluster.url}/v1/groups/{name}", {})
+    command = [sys.executable, "-m", "bench.consumeload", "drain", cluster.url, name, name, "--fill", filling]
+    command += ["--count", str(count), "--warmup-messages", str(count // 10), "--consumers", str(consumers)]
+    drain = run_drain(command, DRAIN_LIMIT_S)
+    _note(name, drain)
+    return drain
+
+
+def _latency(cluster: Cluster, sizes: Sizes) -> tuple[float, float]:
+    name = "consume-latency"
+    request_json("PUT", f"{cluster.url}/v1/topics/{name}", {"queues": QUEUES})
+    request_json("PUT", f"{cluster.url}/v1/groups/{name}", {})
+    command = [sys.executable, "-m", "bench.consumeload", "latency", cluster.url, name, name]
+    command += ["--rate", str(sizes.rate), "--warmup", str(sizes.latency_warmup_s)]
+    command += ["--seconds", str(sizes.latency_seconds), "--consumers", str(CONSUMERS)]
+    limit = sizes.latency_warmup_s + sizes.latency_seconds + 60
+    done = subprocess.run(command, capture_output=True, text=True, timeout=limit, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the latency load failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    late = result["ms"] + [float("inf")] * result["lost"]
+    p50, p99 = percentile(late, 0.5), percentile(late, 0.99)
+    print(
+        f"  latency: {result['received']:,} of {result['sent']:,} measured sends received "
+        f"({result['lost']} lost, {result['duplicates']} twice, {result['errors']} errors); "
+        f"p50 {p50:.2f} ms, p90 {percentile(late, 0.9):.2f} ms, p99 {p99:.2f} ms, max {max(late, default=0):.1f} ms",
+        flush=True,
+    )
+    if result["errors"]:
+        print(f"  WARNING latency: first error: {result['first_error']}", flush=True)
+    return p50, p99
+
+
+def _note(name: str, drain: Drain) -> None:
+    print(
+        f"  {name}: {drain.count:,} messages, {drain.consumers} consumers: {drain.per_second:,.0f} msg/s "
+        f"({drain.measured:,} in {drain.seconds:.2f} s); {drain.receives:,} receives, {drain.empty_receives:,} empty; "
+        f"{drain.missing} missing, {drain.duplicates} twice, {drain.redelivered} redelivered",
+        flush=True,
+    )
+
+
+def _report_lag(cluster: Cluster, group: str) -> None:
+    lag: Any = request_json("GET", f"{cluster.url}/v1/groups/{group}/lag")
+    print(f"  {group}: lag after the drain {lag['total_lag']}, in flight {lag['total_in_flight']}", flush=True)
