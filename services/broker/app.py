@@ -24,7 +24,7 @@ from libs.problem import PROBLEM_RESPONSES
 from libs.store.mapped_file import write_atomically
 from libs.store.message_store import MessageStore
 from libs.topic import TopicConfig
-from services.broker import messages, timers
+from services.broker import messages, timers, transaction_api
 from services.broker.consume import api as consume_api
 from services.broker.consume.dead_letters import DeadLetters
 from services.broker.consume.groups import GroupStore, GroupTable
@@ -35,10 +35,10 @@ from services.broker.long_polling import PullWaiters
 from services.broker.metadata import OffsetStore, TopicStore, open_engine
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
-from services.broker.schedule import ensure_system_topics
 from services.broker.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
 from services.broker.settings import BrokerSettings
-from services.broker.topics import TopicTable
+from services.broker.topics import TopicTable, ensure_system_topics
+from services.broker.transactions import Transactions
 
 
 async def _topic_name(topic: str) -> str:
@@ -110,6 +110,15 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         offsets.start()
         retention = asyncio.create_task(_retention(store), name="store-retention")
         pop, settlement = _consumers(settings, topics, groups, store, offsets, waiters, app.state.events)
+        transactions = Transactions(
+            store,
+            topics,
+            app.state.events,
+            broker=settings.broker_name,
+            check_max=settings.transaction_check_max,
+            reserved_ms=int(settings.file_reserved_hours * 3_600_000),
+        )
+        log.info("transactions: %d ended ones read from the op queue", await asyncio.to_thread(transactions.load))
         leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
         try:
@@ -130,6 +139,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
                             pop,
                             settlement,
                             DeadLetters(pop),
+                            transactions,
                         )
                     }
                 finally:
@@ -158,6 +168,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.include_router(messages.router)
     app.include_router(timers.router)
     app.include_router(consume_api.router)
+    app.include_router(transaction_api.router)
     return app
 
 

@@ -16,6 +16,7 @@ from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable
+from services.broker.transactions import Transactions
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,7 @@ class BrokerContext:
     pop: PopService
     settlement: Settlement
     dead_letters: DeadLetters
+    transactions: Transactions
 
 
 def broker_context(request: Request) -> BrokerContext:

@@ -50,14 +50,14 @@ async def put_messages(ctx: Context, request: Request) -> Response:
     if not body:
         raise InvalidRequest("the body holds no record")
     scheduled: dict[int, int] = {}
-    if _check_destinations(ctx, body):
+    if check_destinations(ctx, body):
         body, scheduled = schedule_batch(body, ctx.settings.delay_level_ms)
         outcome = await ctx.store.put(body)
         _emit_scheduled(request, body, outcome, scheduled)
     else:
         outcome = await ctx.store.put(body)
     _emit_stored(request, ctx, outcome)
-    return Response(jsonutil.dumps(_answer(outcome, scheduled)), media_type="application/json")
+    return Response(jsonutil.dumps(answer_put(outcome, scheduled)), media_type="application/json")
 
 
 def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:
@@ -78,7 +78,7 @@ def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:
         )
 
 
-def _check_destinations(ctx: Context, body: bytes) -> bool:
+def check_destinations(ctx: Context, body: bytes) -> bool:
     """Every record's topic and queue exist here; True when some record asks for a delay."""
     offset = 0
     index = 0
@@ -120,7 +120,7 @@ def _emit_scheduled(request: Request, body: bytes, outcome: PutOutcome, schedule
         index += 1
 
 
-def _answer(outcome: PutOutcome, scheduled: dict[int, int]) -> dict[str, object]:
+def answer_put(outcome: PutOutcome, scheduled: dict[int, int]) -> dict[str, object]:
     """A PutAnswer as plain data: built by hand on this hot path (a model would cost more than the store)."""
     if outcome.failure is not None and not outcome.stored:
         raise outcome.failure

@@ -18,23 +18,7 @@ from libs.delay import due_at, from_schedule, is_scheduled, to_schedule
 from libs.errors import InvalidMessage, TopicNotFound
 from libs.message import MessageRecord
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
-from libs.topic import Perm, TopicConfig
 from services.broker.topics import TopicTable
-
-TIMER_QUEUES = 1
-
-
-def system_topics(levels: int) -> list[TopicConfig]:
-    return [
-        TopicConfig(SCHEDULE_TOPIC, levels, levels, Perm.READ_WRITE),
-        TopicConfig(TIMER_TOPIC, TIMER_QUEUES, TIMER_QUEUES, Perm.READ_WRITE),
-    ]
-
-
-async def ensure_system_topics(topics: TopicTable, levels: int) -> None:
-    for config in system_topics(levels):
-        if topics.find(config.name) != config:
-            await topics.put(config)
 
 
 def schedule_batch(body: bytes, levels: tuple[int, ...], now_ms: int | None = None) -> tuple[bytes, dict[int, int]]:

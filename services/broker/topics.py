@@ -10,7 +10,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from libs.errors import TopicNotFound
-from libs.topic import TopicConfig
+from libs.names import (
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+)
+from libs.topic import Perm, TopicConfig
 from services.broker.metadata import TopicStore
 
 
@@ -59,3 +66,20 @@ class TopicTable:
         self.data_version += 1
         for listener in self._listeners:
             await listener()
+
+
+def system_topics(levels: int) -> list[TopicConfig]:
+    """Every broker's own topics: delay levels and the timer, transactions' half, op and check-max queues."""
+    return [
+        TopicConfig(SCHEDULE_TOPIC, levels, levels, Perm.READ_WRITE),
+        TopicConfig(TIMER_TOPIC, 1, 1, Perm.READ_WRITE),
+        TopicConfig(TRANS_HALF_TOPIC, 1, 1, Perm.READ_WRITE),
+        TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1, Perm.READ_WRITE),
+        TopicConfig(TRANS_CHECK_MAX_TIME_TOPIC, 1, 1, Perm.READ_WRITE),
+    ]
+
+
+async def ensure_system_topics(topics: TopicTable, levels: int) -> None:
+    for config in system_topics(levels):
+        if topics.find(config.name) != config:
+            await topics.put(config)

@@ -1,0 +1,143 @@
+"""The broker's internal transaction API: half messages, ending them, state, and check-back renewal."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from libs import jsonutil
+from libs.errors import InvalidRequest
+from libs.problem import PROBLEM_RESPONSES
+from services.broker.context import Context
+from services.broker.messages import BINARY_BODY, answer_put, check_destinations
+from services.broker.schemas import PutAnswer
+from services.broker.transactions import Outcome, TransactionInfo, TransactionState
+
+router = APIRouter(prefix="/internal/transactions", tags=["transactions"], responses=PROBLEM_RESPONSES)
+
+
+class EndedBy(enum.StrEnum):
+    PRODUCER = "producer"
+    CHECKBACK = "checkback"
+    OPERATOR = "operator"
+
+
+class EndRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    by: EndedBy = EndedBy.PRODUCER
+
+
+class EndAnswer(BaseModel):
+    message_id: str
+    outcome: Outcome
+    first: bool = Field(description="false when this repeats an earlier end")
+    topic: str
+    queue_id: int
+    queue_offset: int | None = Field(description="where the committed message is; null for a rollback")
+
+
+class TransactionAnswer(BaseModel):
+    message_id: str
+    state: TransactionState
+    topic: str
+    producer_group: str
+    check_count: int
+    stored_at: int
+
+    @classmethod
+    def of(cls, info: TransactionInfo) -> TransactionAnswer:
+        return cls(
+            message_id=info.message_id,
+            state=info.state,
+            topic=info.topic,
+            producer_group=info.producer_group,
+            check_count=info.check_count,
+            stored_at=info.stored_at,
+        )
+
+
+class TransactionList(BaseModel):
+    transactions: list[TransactionAnswer]
+
+
+class CheckedRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    physical_offset: int = Field(ge=0)
+
+
+@router.post(
+    "",
+    operation_id="putHalfMessage",
+    response_model=PutAnswer,
+    openapi_extra={"requestBody": {"required": True, **BINARY_BODY}},
+)
+async def put_half(ctx: Context, request: Request) -> Response:
+    """Store one record (the binary codec) as a half message: kept, invisible, until it is ended."""
+    body = await request.body()
+    if not body:
+        raise InvalidRequest("the body holds no record")
+    check_destinations(ctx, body)
+    outcome = await ctx.store.put(ctx.transactions.to_half(body))
+    return Response(jsonutil.dumps(answer_put(outcome, {})), media_type="application/json")
+
+
+async def _end(ctx: Context, message_id: str, outcome: Outcome, request: Request) -> EndAnswer:
+    raw = await request.body()
+    by = EndRequest.model_validate_json(raw).by if raw.strip() else EndedBy.PRODUCER
+    ended = await ctx.transactions.end(message_id, outcome, by.value)
+    return EndAnswer(
+        message_id=ended.message_id,
+        outcome=ended.outcome,
+        first=ended.first,
+        topic=ended.topic,
+        queue_id=ended.queue_id,
+        queue_offset=ended.queue_offset,
+    )
+
+
+END_BODY = {
+    "requestBody": {"required": False, "content": {"application/json": {"schema": EndRequest.model_json_schema()}}}
+}
+
+
+@router.post("/{message_id}/commit", operation_id="commitTransaction", response_model=EndAnswer, openapi_extra=END_BODY)
+async def commit(ctx: Context, message_id: str, request: Request) -> EndAnswer:
+    """Commit: the message goes to its real topic, once. Repeating it is harmless; after a rollback, 409."""
+    return await _end(ctx, message_id, Outcome.COMMIT, request)
+
+
+@router.post(
+    "/{message_id}/rollback", operation_id="rollbackTransaction", response_model=EndAnswer, openapi_extra=END_BODY
+)
+async def rollback(ctx: Context, message_id: str, request: Request) -> EndAnswer:
+    """Roll back: the message is never delivered. Repeating it is harmless; after a commit, 409."""
+    return await _end(ctx, message_id, Outcome.ROLLBACK, request)
+
+
+@router.get("/{message_id}", operation_id="getTransaction", response_model=TransactionAnswer)
+async def get_transaction(ctx: Context, message_id: str) -> TransactionAnswer:
+    """A transaction's state: OPEN, ABANDONED (past the check limit), COMMITTED or ROLLED_BACK."""
+    return TransactionAnswer.of(ctx.transactions.info(message_id))
+
+
+@router.get("", operation_id="listTransactions", response_model=TransactionList)
+async def list_transactions(
+    ctx: Context,
+    state: TransactionState = TransactionState.ABANDONED,
+    max: Annotated[int, Query(ge=1, le=10_000)] = 100,
+) -> TransactionList:
+    """Abandoned transactions (past the check limit, still resolvable by commit or rollback)."""
+    if state is not TransactionState.ABANDONED:
+        raise InvalidRequest("only state=ABANDONED can be listed")
+    return TransactionList(transactions=[TransactionAnswer.of(i) for i in ctx.transactions.abandoned(max)])
+
+
+@router.post("/{message_id}/checked", operation_id="renewHalfMessage", response_model=TransactionAnswer)
+async def checked(ctx: Context, message_id: str, body: CheckedRequest) -> TransactionAnswer:
+    """A check-back of this half copy was sent: count it and renew the copy, or abandon it past the limit."""
+    return TransactionAnswer.of(await ctx.transactions.checked(message_id, body.physical_offset))

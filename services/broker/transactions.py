@@ -1,0 +1,284 @@
+"""Transactions on the broker: half messages, commit and rollback as op records, renewal for check-backs.
+
+As RocketMQ (seed 000, 事务消息): a half message is stored in
+`RMQ_SYS_TRANS_HALF_TOPIC` with its real topic and queue in properties, so no
+consumer sees it. Ending it appends an op record (tag "d", JSON body naming the
+message id and the outcome) to `RMQ_SYS_TRANS_OP_HALF_TOPIC`; a commit also
+puts the message into its real topic with its message id, in the same append
+as the op record. The outcomes are rebuilt from the op queue at start.
+
+The check-back service (txcheck) scans the half queue; for each half copy it
+checks it calls `checked`, and the broker appends a renewed copy with one more
+check counted (so the scan can move on, as RocketMQ's putBackHalfMsgQueue), or
+past `transaction_check_max` checks or `file_reserved_hours` moves it to
+`TRANS_CHECK_MAX_TIME_TOPIC`, where it stays resolvable by an operator.
+
+Exactly once: an outcome is recorded before the append's await, so two ends
+racing see each other; a commit whose real copy is already stored (an op record
+torn by a crash) does not store it again.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from libs import jsonutil
+from libs.codec import decode_record, encode_record, peek_head
+from libs.errors import InvalidMessage, TransactionAlreadyEnded, TransactionNotFound
+from libs.events.writer import EventWriter
+from libs.message import MessageRecord, Prop, SysFlag
+from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from libs.store.message_store import MessageStore, PutOutcome
+from services.broker.topics import TopicTable
+
+CHECK_IMMUNITY: str = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+FIRST_STORED: str = "TRAN_FIRST_STORED_MS"
+OP_TAG = "d"
+HALF_PROPERTIES = frozenset(
+    {Prop.REAL_TOPIC, Prop.REAL_QUEUE_ID, Prop.TRANSACTION_PREPARED, Prop.TRANSACTION_CHECK_TIMES, FIRST_STORED}
+)
+
+
+class Outcome(enum.StrEnum):
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+
+
+class TransactionState(enum.StrEnum):
+    OPEN = "OPEN"
+    ABANDONED = "ABANDONED"
+    COMMITTED = "COMMITTED"
+    ROLLED_BACK = "ROLLED_BACK"
+
+
+ENDED = {Outcome.COMMIT: TransactionState.COMMITTED, Outcome.ROLLBACK: TransactionState.ROLLED_BACK}
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    message_id: str
+    outcome: Outcome
+    first: bool
+    topic: str
+    queue_id: int
+    queue_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionInfo:
+    message_id: str
+    state: TransactionState
+    topic: str
+    producer_group: str
+    check_count: int
+    stored_at: int
+
+
+class Transactions:
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicTable,
+        events: EventWriter,
+        *,
+        broker: str,
+        check_max: int,
+        reserved_ms: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.events = events
+        self.broker = broker
+        self.check_max = check_max
+        self.reserved_ms = reserved_ms
+        self.clock = clock
+        self.outcomes: dict[str, Outcome] = {}
+
+    def load(self) -> int:
+        """The outcomes recorded in the op queue; how many."""
+        low, high = self.store.queue_offsets(TRANS_OP_HALF_TOPIC, 0)
+        offset = low
+        while offset < high:
+            result = self.store.pull(TRANS_OP_HALF_TOPIC, 0, offset, 256)
+            for raw in result.records:
+                op = jsonutil.loads(decode_record(raw).body)
+                self.outcomes[op["message_id"]] = Outcome(op["outcome"])
+            offset = result.next_offset
+        return len(self.outcomes)
+
+    # ---- half messages -----------------------------------------------------------------------
+
+    def to_half(self, raw: bytes) -> bytes:
+        """The producer's record as stored until it is ended: in the half topic, its destination in properties."""
+        head = peek_head(raw)
+        if head.total_size != len(raw):
+            raise InvalidMessage("a half message is exactly one record")
+        record = decode_record(raw, verify_crc=False)
+        if not record.message_id or not record.properties.get(Prop.PRODUCER_GROUP):
+            raise InvalidMessage(f"a half message carries {Prop.UNIQ_KEY} and {Prop.PRODUCER_GROUP}")
+        properties = dict(record.properties) | {
+            Prop.REAL_TOPIC: record.topic,
+            Prop.REAL_QUEUE_ID: str(record.queue_id),
+            Prop.TRANSACTION_PREPARED: "true",
+            Prop.TRANSACTION_CHECK_TIMES: "0",
+            FIRST_STORED: str(self.now_ms()),
+        }
+        sysflag = (record.sysflag & ~SysFlag.TRANSACTION_MASK) | SysFlag.TRANSACTION_PREPARED
+        half = replace(record, topic=TRANS_HALF_TOPIC, queue_id=0, properties=properties, sysflag=sysflag)
+        return encode_record(half)
+
+    def transaction_id(self, message_id: str) -> str:
+        """The public id: the broker that holds the half message, and its message id."""
+        return f"{self.broker}:{message_id}"
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def latest_copy(self, message_id: str) -> MessageRecord | None:
+        """The newest half copy (half topic or check-max topic) of a transaction."""
+        copies = [
+            r
+            for r in self.store.query_id(message_id, 0, 2**62)
+            if r.topic in (TRANS_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC)
+        ]
+        return max(copies, key=lambda r: r.physical_offset) if copies else None
+
+    def _committed_copy(self, message_id: str, topic: str) -> MessageRecord | None:
+        copies = [r for r in self.store.query_id(message_id, 0, 2**62) if r.topic == topic]
+        return min(copies, key=lambda r: r.physical_offset) if copies else None
+
+    # ---- ending --------------------------------------------------------------------------------
+
+    async def end(self, message_id: str, outcome: Outcome, by: str) -> Ended:
+        half = self.latest_copy(message_id)
+        first = self.outcomes.get(message_id)
+        if half is None:
+            raise TransactionNotFound(f"no half message {message_id} on this broker (or it is past retention)")
+        topic = half.properties.get(Prop.REAL_TOPIC, "")
+        if first is not None:
+            if first is not outcome:
+                raise TransactionAlreadyEnded(
+                    f"transaction {message_id} was already ended with {first.value}", outcome=first.value
+                )
+            return self._ended(message_id, outcome, topic, first=False)
+        self.outcomes[message_id] = outcome  # before the append's await: a racing end sees it
+        try:
+            parts = []
+            if outcome is Outcome.COMMIT and self._committed_copy(message_id, topic) is None:
+                parts.append(encode_record(self._real_copy(half)))
+            parts.append(encode_record(_op_record(message_id, outcome, by)))
+            stored = await self.store.put(b"".join(parts))
+            if stored.failure is not None:
+                raise stored.failure
+        except BaseException:
+            self.outcomes.pop(message_id, None)
+            raise
+        event = "transaction_commit" if outcome is Outcome.COMMIT else "transaction_rollback"
+        self.events.emit(
+            event, message_id=message_id, topic=topic, transaction_id=self.transaction_id(message_id), by=by
+        )
+        return self._ended(message_id, outcome, topic, first=True, stored=stored)
+
+    def _ended(
+        self, message_id: str, outcome: Outcome, topic: str, *, first: bool, stored: PutOutcome | None = None
+    ) -> Ended:
+        if outcome is Outcome.COMMIT:
+            copy = self._committed_copy(message_id, topic)
+            if copy is not None:
+                return Ended(message_id, outcome, first, topic, copy.queue_id, copy.queue_offset)
+        return Ended(message_id, outcome, first, topic, 0, None)
+
+    def _real_copy(self, half: MessageRecord) -> MessageRecord:
+        topic = half.properties[Prop.REAL_TOPIC]
+        config = self.topics.get(topic)
+        queue_id = int(half.properties.get(Prop.REAL_QUEUE_ID, "0")) % max(config.write_queues, 1)
+        properties = {k: v for k, v in half.properties.items() if k not in HALF_PROPERTIES and k != CHECK_IMMUNITY}
+        sysflag = (half.sysflag & ~SysFlag.TRANSACTION_MASK) | SysFlag.TRANSACTION_COMMIT
+        return replace(
+            half,
+            topic=topic,
+            queue_id=queue_id,
+            properties=properties,
+            sysflag=sysflag,
+            queue_offset=0,
+            physical_offset=0,
+            store_timestamp=0,
+        )
+
+    # ---- state and check-backs -----------------------------------------------------------------
+
+    def info(self, message_id: str) -> TransactionInfo:
+        half = self.latest_copy(message_id)
+        if half is None:
+            raise TransactionNotFound(f"no half message {message_id} on this broker (or it is past retention)")
+        return self._info(half)
+
+    def _info(self, half: MessageRecord) -> TransactionInfo:
+        message_id = half.message_id or ""
+        outcome = self.outcomes.get(message_id)
+        if outcome is not None:
+            state = ENDED[outcome]
+        elif half.topic == TRANS_CHECK_MAX_TIME_TOPIC:
+            state = TransactionState.ABANDONED
+        else:
+            state = TransactionState.OPEN
+        return TransactionInfo(
+            message_id,
+            state,
+            half.properties.get(Prop.REAL_TOPIC, ""),
+            half.properties.get(Prop.PRODUCER_GROUP, ""),
+            int(half.properties.get(Prop.TRANSACTION_CHECK_TIMES, "0")),
+            int(half.properties.get(FIRST_STORED, str(half.store_timestamp))),
+        )
+
+    def abandoned(self, max_count: int) -> list[TransactionInfo]:
+        low, high = self.store.queue_offsets(TRANS_CHECK_MAX_TIME_TOPIC, 0)
+        found: dict[str, TransactionInfo] = {}
+        offset = low
+        while offset < high:
+            result = self.store.pull(TRANS_CHECK_MAX_TIME_TOPIC, 0, offset, 256)
+            for raw in result.records:
+                record = decode_record(raw)
+                if record.message_id and record.message_id not in self.outcomes:
+                    found[record.message_id] = self._info(record)
+            offset = result.next_offset
+        return list(found.values())[:max_count]
+
+    async def checked(self, message_id: str, physical_offset: int) -> TransactionInfo:
+        """A check of this half copy was dispatched: renew it with one more check counted, or abandon it."""
+        scanned = decode_record(self.store.read(physical_offset))
+        if scanned.message_id != message_id or scanned.topic != TRANS_HALF_TOPIC:
+            raise TransactionNotFound(f"the record at {physical_offset} is not a half copy of {message_id}")
+        latest = self.latest_copy(message_id)
+        if message_id in self.outcomes or latest is None or latest.physical_offset != scanned.physical_offset:
+            return self._info(latest or scanned)  # ended, or already renewed by an earlier scan
+        count = int(scanned.properties.get(Prop.TRANSACTION_CHECK_TIMES, "0")) + 1
+        first = int(scanned.properties.get(FIRST_STORED, str(scanned.store_timestamp)))
+        abandon = count >= self.check_max or self.now_ms() - first >= self.reserved_ms
+        properties = dict(scanned.properties) | {Prop.TRANSACTION_CHECK_TIMES: str(count)}
+        renewed = replace(
+            scanned,
+            topic=TRANS_CHECK_MAX_TIME_TOPIC if abandon else TRANS_HALF_TOPIC,
+            queue_id=0,
+            properties=properties,
+            queue_offset=0,
+            physical_offset=0,
+            store_timestamp=0,
+        )
+        stored = await self.store.put(encode_record(renewed))
+        if stored.failure is not None:
+            raise stored.failure
+        if abandon:
+            topic = properties.get(Prop.REAL_TOPIC, "")
+            transaction_id = self.transaction_id(message_id)
+            self.events.emit("transaction_abandoned", message_id=message_id, topic=topic, transaction_id=transaction_id)
+        return self._info(replace(renewed, store_timestamp=stored.stored[0].store_timestamp))
+
+
+def _op_record(message_id: str, outcome: Outcome, by: str) -> MessageRecord:
+    body = jsonutil.dumps({"message_id": message_id, "outcome": outcome.value, "by": by})
+    return MessageRecord(topic=TRANS_OP_HALF_TOPIC, body=body, properties={Prop.TAGS: OP_TAG})

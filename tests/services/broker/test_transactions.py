@@ -1,0 +1,123 @@
+"""The broker's half of transactions: half messages never visible, commit once, rollback, renewal, abandon."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from libs.codec import encode_record, iter_records
+from libs.message import MessageRecord, Prop
+from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from services.broker.app import create_app
+from tests.conftest import broker_settings, in_process
+from tests.support.serving import ServedApp
+
+
+@pytest.fixture
+async def broker(nameserver: ServedApp) -> AsyncIterator[httpx.AsyncClient]:
+    async for client in in_process(create_app(broker_settings(nameserver, transaction_check_max=3))):
+        await client.put("/internal/topics/orders", json={"read_queues": 2, "write_queues": 2})
+        yield client
+
+
+def half(message_id: str, body: str = "pay order 7", **properties: str) -> bytes:
+    props = {Prop.UNIQ_KEY: message_id, Prop.PRODUCER_GROUP: "shop", Prop.TAGS: "paid"} | properties
+    return encode_record(MessageRecord(topic="orders", body=body.encode(), queue_id=1, properties=props))
+
+
+async def put_half(broker: httpx.AsyncClient, message_id: str, **properties: str) -> dict[str, Any]:
+    answer = await broker.post("/internal/transactions", content=half(message_id, **properties))
+    assert answer.status_code == 200, answer.text
+    stored: dict[str, Any] = answer.json()["stored"][0]
+    return stored
+
+
+async def topic_records(broker: httpx.AsyncClient, topic: str, queue: int = 0) -> list[MessageRecord]:
+    answer = await broker.get(f"/internal/topics/{topic}/queues/{queue}/messages", params={"offset": 0, "max": 100})
+    return list(iter_records(answer.content))
+
+
+async def end(broker: httpx.AsyncClient, message_id: str, verb: str, by: str | None = None) -> httpx.Response:
+    body = {"by": by} if by else None
+    return await broker.post(f"/internal/transactions/{message_id}/{verb}", json=body)
+
+
+async def test_a_half_message_is_invisible_until_committed_then_delivered_once(broker: httpx.AsyncClient) -> None:
+    stored = await put_half(broker, "TX1")
+    assert stored["topic"] == TRANS_HALF_TOPIC
+    assert await topic_records(broker, "orders", 1) == [], "a consumer could see a half message"
+
+    first = await end(broker, "TX1", "commit")
+    again = await end(broker, "TX1", "commit")
+    assert first.status_code == again.status_code == 200
+    assert (first.json()["first"], again.json()["first"]) == (True, False)
+    (delivered,) = await topic_records(broker, "orders", 1)
+    assert (delivered.message_id, delivered.body) == ("TX1", b"pay order 7")
+    assert Prop.TRANSACTION_PREPARED not in delivered.properties
+    assert first.json()["queue_offset"] == again.json()["queue_offset"] == delivered.queue_offset
+    assert (await broker.get("/internal/transactions/TX1")).json()["state"] == "COMMITTED"
+
+
+async def test_rollback_never_delivers_and_the_other_way_is_a_409_naming_the_first(broker: httpx.AsyncClient) -> None:
+    await put_half(broker, "TX2")
+    assert (await end(broker, "TX2", "rollback")).json()["outcome"] == "ROLLBACK"
+    conflict = await end(broker, "TX2", "commit")
+    assert conflict.status_code == 409
+    assert conflict.json()["outcome"] == "ROLLBACK"
+    assert "ROLLBACK" in conflict.json()["detail"]
+    assert await topic_records(broker, "orders", 1) == []
+
+
+async def test_unknown_transactions_are_404(broker: httpx.AsyncClient) -> None:
+    answer = await end(broker, "NOPE", "commit")
+    assert answer.status_code == 404
+    assert answer.json()["type"].endswith("/transaction-not-found")
+    assert (await broker.get("/internal/transactions/NOPE")).status_code == 404
+
+
+async def test_a_half_message_needs_its_id_and_producer_group(broker: httpx.AsyncClient) -> None:
+    bare = encode_record(MessageRecord(topic="orders", body=b"x", properties={Prop.UNIQ_KEY: "TX3"}))
+    answer = await broker.post("/internal/transactions", content=bare)
+    assert answer.status_code == 400
+    assert "PGROUP" in answer.json()["detail"]
+
+
+async def test_checks_renew_the_half_copy_until_the_limit_then_abandon_it(broker: httpx.AsyncClient) -> None:
+    await put_half(broker, "TX4")
+    for count in (1, 2):
+        (latest,) = [r for r in await topic_records(broker, TRANS_HALF_TOPIC) if r.message_id == "TX4"][-1:]
+        answer = await broker.post(
+            "/internal/transactions/TX4/checked", json={"physical_offset": latest.physical_offset}
+        )
+        assert answer.json()["state"] == "OPEN"
+        assert answer.json()["check_count"] == count
+    repeated = await broker.post("/internal/transactions/TX4/checked", json={"physical_offset": latest.physical_offset})
+    assert repeated.json()["check_count"] == 2, "a repeated scan of the same copy counted a second check"
+
+    (latest,) = [r for r in await topic_records(broker, TRANS_HALF_TOPIC) if r.message_id == "TX4"][-1:]
+    answer = await broker.post("/internal/transactions/TX4/checked", json={"physical_offset": latest.physical_offset})
+    assert (answer.json()["state"], answer.json()["check_count"]) == ("ABANDONED", 3)
+    assert [r.message_id for r in await topic_records(broker, TRANS_CHECK_MAX_TIME_TOPIC)] == ["TX4"]
+    listed = (await broker.get("/internal/transactions", params={"state": "ABANDONED"})).json()["transactions"]
+    assert [t["message_id"] for t in listed] == ["TX4"]
+
+    assert (await end(broker, "TX4", "commit", by="operator")).status_code == 200
+    assert [r.message_id for r in await topic_records(broker, "orders", 1)] == ["TX4"]
+    assert (await broker.get("/internal/transactions", params={"state": "ABANDONED"})).json()["transactions"] == []
+
+
+async def test_outcomes_survive_a_restart_from_the_op_queue(nameserver: ServedApp) -> None:
+    settings = broker_settings(nameserver)
+    async for client in in_process(create_app(settings)):
+        await client.put("/internal/topics/orders", json={"read_queues": 2, "write_queues": 2})
+        await put_half(client, "TX5")
+        await end(client, "TX5", "commit")
+        ops = await topic_records(client, TRANS_OP_HALF_TOPIC)
+        assert [r.tag for r in ops] == ["d"]
+    async for client in in_process(create_app(settings)):
+        assert (await end(client, "TX5", "rollback")).status_code == 409
+        assert (await end(client, "TX5", "commit")).json()["first"] is False
+        assert len(await topic_records(client, "orders", 1)) == 1
