@@ -16,7 +16,7 @@ Common fields (every event):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 COMMON_FIELDS: tuple[str, ...] = ("ts", "event", "service", "pid")
 
@@ -27,10 +27,11 @@ class EventSpec:
     description: str
     required: frozenset[str]
     optional: frozenset[str] = frozenset()
+    fields: frozenset[str] = field(init=False)
+    """required | optional, computed once: every emit checks against it."""
 
-    @property
-    def fields(self) -> frozenset[str]:
-        return self.required | self.optional
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", self.required | self.optional)
 
 
 def _spec(name: str, description: str, required: str, optional: str = "") -> EventSpec:

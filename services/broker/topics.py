@@ -27,6 +27,7 @@ class TopicTable:
         self._topics: dict[str, TopicConfig] = {}
         self.data_version = 0
         self._listeners: list[Callable[[], Awaitable[None]]] = []
+        self._writing = asyncio.Lock()
 
     async def load(self) -> None:
         self._topics = {t.name: t for t in await asyncio.to_thread(self.store.load)}
@@ -48,12 +49,17 @@ class TopicTable:
         return sorted(self._topics.values(), key=lambda t: t.name)
 
     async def put(self, config: TopicConfig) -> bool:
-        """Create or update; True when the topic is new. Listeners run before it returns."""
-        created = config.name not in self._topics
-        if self._topics.get(config.name) != config:
-            await asyncio.to_thread(self.store.save, config)
-            self._topics[config.name] = config
-            await self._changed()
+        """Create or update; True when the topic is new. Listeners run before it returns.
+
+        Writes are serialised: two first receives of a new group both creating its retry
+        topic must not both insert it.
+        """
+        async with self._writing:
+            created = config.name not in self._topics
+            if self._topics.get(config.name) != config:
+                await asyncio.to_thread(self.store.save, config)
+                self._topics[config.name] = config
+                await self._changed()
         return created
 
     async def delete(self, name: str) -> None:

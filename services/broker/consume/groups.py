@@ -157,6 +157,7 @@ class GroupTable:
         self.store = store
         self._groups: dict[str, GroupConfig] = {}
         self._subscriptions: dict[str, dict[str, Subscription]] = {}
+        self._writing = asyncio.Lock()
 
     async def load(self) -> None:
         groups, subs = await asyncio.to_thread(self.store.load)
@@ -178,10 +179,11 @@ class GroupTable:
         return sorted(self._groups.values(), key=lambda g: g.name)
 
     async def put(self, config: GroupConfig) -> bool:
-        created = config.name not in self._groups
-        if self._groups.get(config.name) != config:
-            await asyncio.to_thread(self.store.save, config)
-            self._groups[config.name] = config
+        async with self._writing:
+            created = config.name not in self._groups
+            if self._groups.get(config.name) != config:
+                await asyncio.to_thread(self.store.save, config)
+                self._groups[config.name] = config
         return created
 
     async def delete(self, name: str) -> None:
@@ -202,8 +204,12 @@ class GroupTable:
         current = subs.get(topic)
         if current is not None and (current.filter_type, current.expression) == (filter_type, expression):
             return current
-        queue_id = current.retry_queue_id if current else len(subs)
-        sub = Subscription(group, topic, filter_type, expression, queue_id)
-        await asyncio.to_thread(self.store.save_subscription, sub)
-        subs[topic] = sub
-        return sub
+        async with self._writing:  # concurrent first receives: one writes, the others see it
+            current = subs.get(topic)
+            if current is not None and (current.filter_type, current.expression) == (filter_type, expression):
+                return current
+            queue_id = current.retry_queue_id if current else len(subs)
+            sub = Subscription(group, topic, filter_type, expression, queue_id)
+            await asyncio.to_thread(self.store.save_subscription, sub)
+            subs[topic] = sub
+            return sub

@@ -273,3 +273,10 @@ async def test_the_lifecycle_of_a_failing_message_is_in_the_event_log(nameserver
         "acked",
     ]
     assert all(e["group"] == "billing" for e in lines if e["event"] != "stored")
+
+
+async def test_concurrent_first_receives_of_a_new_group_all_succeed(broker: httpx.AsyncClient) -> None:
+    await make_group(broker)
+    await put(broker, *[str(i) for i in range(8)])
+    answers = await asyncio.gather(*(receive(broker, max_messages=1) for _ in range(8)))
+    assert sorted(b for received in answers for b in bodies(received)) == [str(i) for i in range(8)]
