@@ -22,6 +22,8 @@ DLQ_PREFIX: Final = "%DLQ%"
 SYSTEM_TOPICS: Final = frozenset(
     {SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC}
 )
+TRANSACTION_TOPICS: Final = frozenset({TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
+"""Never read through the public API: a half message is seen by no one until it is committed."""
 _RESERVED_PREFIXES: Final = (RETRY_PREFIX, DLQ_PREFIX, "rmq_sys_", "RMQ_SYS_")
 
 
@@ -50,6 +52,16 @@ def validate_group_name(name: str) -> str:
     if not _USER_NAME.fullmatch(name):
         raise InvalidRequest(
             f"group name {name!r} is invalid: use 1 to {MAX_NAME_LENGTH} characters from A-Z a-z 0-9 _ -"
+        )
+    return name
+
+
+def validate_readable_topic(name: str) -> str:
+    """A topic the public API may read: user topics and system ones, but not the transaction topics."""
+    validate_topic_name(name, allow_system=True)
+    if name in TRANSACTION_TOPICS:
+        raise ReservedTopicName(
+            f"topic {name!r} holds transactions' half messages and records: read them through /v1/transactions"
         )
     return name
 

@@ -30,7 +30,7 @@ from libs.codec import iter_records
 from libs.errors import InvalidRequest, MessageNotFound, PetrelError, TopicNotFound
 from libs.http.app import json_body, parse_json
 from libs.message import MessageRecord, Prop, SysFlag
-from libs.names import validate_topic_name
+from libs.names import TRANSACTION_TOPICS, validate_readable_topic, validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.routing import TopicRoute
 from libs.timeparse import parse_time_ms
@@ -114,7 +114,7 @@ async def pull_messages(
     broker: Annotated[str | None, Query(description="the broker, when several hold the topic")] = None,
 ) -> PullResult:
     """Messages of one queue from an offset; with wait_ms, waits for the first one to arrive."""
-    validate_topic_name(topic, allow_system=True)
+    validate_readable_topic(topic)
     route = await ctx.routes.get(topic)
     name, address = _pick_broker(route, broker)
     params: dict[str, str | int] = {"offset": offset, "max": max, "wait_ms": wait_ms}
@@ -139,7 +139,7 @@ async def get_message(ctx: Context, message_id: str) -> Message:
     params = {"begin": max(0, born - 60_000), "end": int(time.time() * 1000) + 60_000}
     found: list[Message] = []
     for name, _, raw in await ask_every_broker(ctx, lambda n, a: ctx.brokers.query_id(n, a, message_id, params)):
-        found.extend(to_message(r, name) for r in iter_records(raw))
+        found.extend(to_message(r, name) for r in iter_records(raw) if r.topic not in TRANSACTION_TOPICS)
     if not found:
         raise MessageNotFound(f"no broker holds a message with id {message_id}")
     return min(found, key=lambda m: m.stored_at)
@@ -155,7 +155,7 @@ async def query_by_key(
     max: Annotated[int, Query(ge=1, le=64)] = 32,
 ) -> MessageList:
     """Messages of the topic sent with `key`, stored between begin and end, newest first."""
-    validate_topic_name(topic, allow_system=True)
+    validate_readable_topic(topic)
     now = int(time.time() * 1000)
     begin_ms = parse_time_ms(begin, "begin") if begin else now - 72 * 3600 * 1000
     end_ms = parse_time_ms(end, "end") if end else now + 60_000

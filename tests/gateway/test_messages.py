@@ -269,3 +269,14 @@ async def test_a_scheduled_send_answers_its_time_and_is_not_visible(gateway: htt
     assert sent["queue_offset"] is None
     page = await pull(gateway, "later", sent["queue_id"], sent["broker"])
     assert page["messages"] == []
+
+
+@pytest.mark.parametrize(
+    "topic", ["RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"]
+)
+async def test_transaction_topics_cannot_be_read(gateway: httpx.AsyncClient, topic: str) -> None:
+    pulled = await gateway.get(f"/v1/topics/{topic}/queues/0/messages")
+    by_key = await gateway.get(f"/v1/topics/{topic}/messages", params={"key": "k"})
+    for answer in (pulled, by_key):
+        assert answer.status_code == 400
+        assert answer.json()["type"].endswith("/reserved-topic-name")
