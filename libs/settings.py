@@ -5,14 +5,20 @@ Each service subclasses `ServiceSettings` with its own prefix, e.g.
 whole cluster, so they may also be given once without the service's name
 (`PETREL_DATA_DIR`, `PETREL_INTERNAL_TOKEN`, `PETREL_NAMESERVERS`, ...); the
 service-specific spelling wins when both are set.
+
+`SharedDatabaseSettings` is the base of the services that use the cluster's
+shared metadata database (the gateway writes producer groups, txcheck reads
+them): its `database_url` is cluster-wide too (`PETREL_DATABASE_URL`). It is not
+in `ServiceSettings` because a broker's own `database_url` (topics, consumer
+offsets) must never follow it: brokers sharing those tables would mix them up.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
-from pydantic import SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -58,14 +64,36 @@ class ServiceSettings(BaseSettings):
         shared = _SharedEnvSource(settings_cls, env_prefix="PETREL_")
         return init_settings, env_settings, shared, dotenv_settings, file_secret_settings
 
+    @classmethod
+    def shared_fields(cls) -> frozenset[str]:
+        """The cluster-wide fields: also read with the bare `PETREL_` prefix."""
+        return frozenset(ServiceSettings.model_fields) - {"host", "port"}
+
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+
+class SharedDatabaseSettings(ServiceSettings):
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the shared metadata database, e.g. postgresql+psycopg://user@host/petrel; "
+        "default: SQLite <data_dir>/metadata.db",
+    )
+
+    @classmethod
+    def shared_fields(cls) -> frozenset[str]:
+        return super().shared_fields() | {"database_url"}
+
+    @property
+    def metadata_url(self) -> str:
+        """The shared metadata database's URL: `database_url`, or the SQLite file in the data dir."""
+        return self.database_url or f"sqlite:///{self.data_dir / 'metadata.db'}"
 
 
 class _SharedEnvSource(EnvSettingsSource):
     """Reads only the cluster-wide fields, with the bare `PETREL_` prefix."""
 
     def __call__(self) -> dict[str, Any]:
-        shared = ServiceSettings.model_fields.keys() - {"host", "port"}
+        shared = cast(type[ServiceSettings], self.settings_cls).shared_fields()
         return {name: value for name, value in super().__call__().items() if name in shared}

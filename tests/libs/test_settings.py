@@ -9,7 +9,8 @@ import pytest
 from pydantic import SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from libs.settings import ServiceSettings
+from libs.settings import ServiceSettings, SharedDatabaseSettings
+from services.broker.settings import BrokerSettings
 
 
 class TestServiceSettings(ServiceSettings):
@@ -115,3 +116,32 @@ def test_internal_token_is_hidden_from_repr_and_str(monkeypatch: pytest.MonkeyPa
     assert isinstance(settings.internal_token, SecretStr)
     assert "hunter2-cluster" not in repr(settings)
     assert "hunter2-cluster" not in str(settings)
+
+
+class TestSharedDatabaseSettings(SharedDatabaseSettings):
+    __test__ = False
+    model_config = SettingsConfigDict(env_prefix="PETREL_TESTSVC_")
+
+
+def test_the_shared_metadata_database_defaults_to_sqlite_in_the_data_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PETREL_DATA_DIR", "/srv/petrel")
+    settings = TestSharedDatabaseSettings()
+    assert settings.database_url is None
+    assert settings.metadata_url == "sqlite:////srv/petrel/metadata.db"
+
+
+def test_the_shared_metadata_database_is_read_from_petrel_database_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PETREL_DATABASE_URL", "postgresql+psycopg://petrel@db/petrel")
+    assert TestSharedDatabaseSettings().metadata_url == "postgresql+psycopg://petrel@db/petrel"
+    monkeypatch.setenv("PETREL_TESTSVC_DATABASE_URL", "sqlite:///mine.db")
+    assert TestSharedDatabaseSettings().metadata_url == "sqlite:///mine.db"
+
+
+def test_a_broker_keeps_its_own_database_when_petrel_database_url_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Brokers sharing one topics and offsets table would mix up each other's rows."""
+    monkeypatch.setenv("PETREL_DATABASE_URL", "postgresql+psycopg://petrel@db/petrel")
+    monkeypatch.setenv("PETREL_DATA_DIR", "/srv/petrel")
+    settings = BrokerSettings()
+    assert settings.database_url is None
+    assert settings.metadata_url == "sqlite:////srv/petrel/brokers/broker-a/metadata.db"
+    assert "database_url" not in TestServiceSettings.shared_fields()

@@ -1,0 +1,141 @@
+"""Producer groups: where txcheck asks a transaction's producer for its outcome, and with what key it signs.
+
+A producer group registers a `checkback_url` (http or https) and a signing secret
+in the Standard Webhooks form (libs.webhooks), `whsec_` + base64 of 24 to 64
+random bytes, generated when none is given. The gateway writes groups (`PUT
+/v1/producer-groups/{group}`); txcheck reads them. Both open the same database:
+SQLAlchemy over SQLite by default, PostgreSQL in production (DESIGN section 5).
+Calls are synchronous: an async caller runs them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Final
+from urllib.parse import urlsplit
+
+from sqlalchemy import BigInteger, Engine, MetaData, String, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from libs.errors import InvalidRequest, ProducerGroupNotFound
+from libs.metadata_db import open_engine
+from libs.webhooks import SECRET_PREFIX, InvalidSecret, new_secret, secret_key
+
+MIN_SECRET_BYTES: Final = 24
+MAX_SECRET_BYTES: Final = 64
+MAX_URL_LENGTH: Final = 2048
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData()
+
+
+class ProducerGroupRow(Base):
+    __tablename__ = "producer_groups"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    checkback_url: Mapped[str] = mapped_column(String(MAX_URL_LENGTH))
+    signing_secret: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[int] = mapped_column(BigInteger)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerGroup:
+    name: str
+    checkback_url: str
+    signing_secret: str = field(repr=False)
+    created_at: int
+    """ms since the epoch"""
+
+
+def open_metadata_engine(url: str) -> Engine:
+    """An engine for the shared metadata database at `url`, with the producer-group table created."""
+    return open_engine(url, Base.metadata)
+
+
+def validate_signing_secret(secret: str) -> str:
+    """The secret, if it is whsec_ + base64 of 24 to 64 bytes; else InvalidRequest (400) saying what is wrong."""
+    if not secret.startswith(SECRET_PREFIX):
+        raise InvalidRequest(f"signing_secret must start with {SECRET_PREFIX!r} (Standard Webhooks: whsec_<base64>)")
+    try:
+        key = secret_key(secret)
+    except InvalidSecret as exc:
+        raise InvalidRequest(f"signing_secret is not {SECRET_PREFIX}<base64>: {exc}") from None
+    if not MIN_SECRET_BYTES <= len(key) <= MAX_SECRET_BYTES:
+        raise InvalidRequest(
+            f"signing_secret holds {len(key)} bytes; use {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} random bytes"
+        )
+    return secret
+
+
+def validate_checkback_url(url: str) -> str:
+    """The URL, if txcheck can POST to it (http or https, with a host); else InvalidRequest (400)."""
+    try:
+        parts = urlsplit(url)
+        host, _port = parts.hostname, parts.port  # .port raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise InvalidRequest(f"checkback_url {url!r} is not a URL: {exc}") from None
+    if parts.scheme not in {"http", "https"} or not host:
+        raise InvalidRequest(f"checkback_url {url!r} must be an http or https URL with a host")
+    if len(url) > MAX_URL_LENGTH:
+        raise InvalidRequest(f"checkback_url is {len(url)} characters long; the limit is {MAX_URL_LENGTH}")
+    return url
+
+
+class ProducerGroupStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def find(self, name: str) -> ProducerGroup | None:
+        with Session(self.engine) as session:
+            row = session.get(ProducerGroupRow, name)
+            return None if row is None else _group(row)
+
+    def get(self, name: str) -> ProducerGroup:
+        group = self.find(name)
+        if group is None:
+            raise ProducerGroupNotFound(f"no producer group {name!r}: register it with PUT /v1/producer-groups/{name}")
+        return group
+
+    def put(
+        self, name: str, checkback_url: str, signing_secret: str | None = None, now_ms: int | None = None
+    ) -> tuple[ProducerGroup, bool]:
+        """Create or update the group; answers it and whether it was created.
+
+        Without a secret a new group gets a generated one and an existing group keeps its own.
+        """
+        validate_checkback_url(checkback_url)
+        if signing_secret is not None:
+            validate_signing_secret(signing_secret)
+        created_at = int(time.time() * 1000) if now_ms is None else now_ms
+        try:
+            return self._put(name, checkback_url, signing_secret, created_at)
+        except IntegrityError:  # created by someone else since our read: now it is an update
+            return self._put(name, checkback_url, signing_secret, created_at)
+
+    def _put(
+        self, name: str, checkback_url: str, signing_secret: str | None, created_at: int
+    ) -> tuple[ProducerGroup, bool]:
+        with Session(self.engine) as session, session.begin():
+            row = session.get(ProducerGroupRow, name, with_for_update=True)
+            created = row is None
+            if row is None:
+                row = ProducerGroupRow(name=name, signing_secret=signing_secret or new_secret(), created_at=created_at)
+                session.add(row)
+            elif signing_secret is not None:
+                row.signing_secret = signing_secret
+            row.checkback_url = checkback_url
+            session.flush()
+            return _group(row), created
+
+    def list(self) -> list[ProducerGroup]:
+        """Every group, by name (code point order, whatever the database's collation)."""
+        with Session(self.engine) as session:
+            groups = [_group(r) for r in session.scalars(select(ProducerGroupRow))]
+        return sorted(groups, key=lambda g: g.name)
+
+
+def _group(row: ProducerGroupRow) -> ProducerGroup:
+    return ProducerGroup(row.name, row.checkback_url, row.signing_secret, row.created_at)
