@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 
-from gateway.api import consume, groups, messages, timers, topics
+from gateway.api import consume, groups, messages, timers, topics, transactions
 from gateway.brokers import BrokerClient
 from gateway.context import GatewayContext, gateway_context
 from gateway.group_schemas import (
@@ -22,15 +23,18 @@ from gateway.group_schemas import (
 )
 from gateway.idempotency import IdempotencyKeys
 from gateway.message_schemas import SendBatch, SendMessage
+from gateway.producer_groups import ProducerGroups
 from gateway.receiver import Receiver
 from gateway.routes import MasterDirectory, RouteCache
 from gateway.sender import Sender
 from gateway.settings import GatewaySettings
+from gateway.transaction_schemas import EndTransaction, ProducerGroupUpdate, SendTransaction
 from libs.delay import parse_delay_levels
 from libs.errors import PetrelError
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.nameserver_client import NameserverClient
+from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 
 DESCRIPTION = """\
 Petrel is a message queue you use over plain HTTP.
@@ -46,6 +50,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
         options = ClientOptions(token=token, timeout=settings.broker_timeout_seconds)
         redis = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=1, socket_timeout=2)
+        metadata = await asyncio.to_thread(open_metadata_engine, settings.metadata_url)
         try:
             async with InternalClient(options) as client:
                 nameservers = NameserverClient(client, settings.nameservers)
@@ -67,9 +72,11 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                     idempotency=IdempotencyKeys(redis),
                     receiver=Receiver(routes, brokers),
                     masters=MasterDirectory(nameservers, settings.route_refresh_seconds),
+                    producer_groups=ProducerGroups(ProducerGroupStore(metadata)),
                 )
                 yield {"gateway": context}
         finally:
+            metadata.dispose()
             await redis.aclose()
 
     async def readiness(request: Request) -> dict[str, str]:
@@ -95,6 +102,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.include_router(timers.router)
     app.include_router(groups.router)
     app.include_router(consume.router)
+    app.include_router(transactions.router)
     register_schemas(
         app,
         [
@@ -107,6 +115,9 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             VisibilityRequest,
             OffsetResetRequest,
             RedriveRequest,
+            ProducerGroupUpdate,
+            SendTransaction,
+            EndTransaction,
         ],
     )
     return app

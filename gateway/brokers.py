@@ -1,4 +1,4 @@
-"""BrokerClient: the gateway's calls to a broker's internal API (topics, messages, consumer groups).
+"""BrokerClient: the gateway's calls to a broker's internal API (topics, messages, consumer groups, transactions).
 
 A transport failure becomes BrokerUnavailable naming the broker, so the client
 sees which broker is down rather than an address.
@@ -43,9 +43,12 @@ class BrokerClient:
         *,
         params: Mapping[str, str | int] | None = None,
         timeout: float | None = None,
+        idempotent: bool | None = None,
     ) -> Any:
         try:
-            return await self.client.json(method, f"http://{address}{path}", body=body, params=params, timeout=timeout)
+            return await self.client.json(
+                method, f"http://{address}{path}", body=body, params=params, timeout=timeout, idempotent=idempotent
+            )
         except ServiceUnavailable as exc:
             raise BrokerUnavailable(
                 f"broker {broker} at {address} did not answer: {exc.detail}", broker=broker
@@ -194,3 +197,22 @@ class BrokerClient:
                 broker, address, "POST", path, request.model_dump(), timeout=self._waiting(int(seconds * 1000))
             )
         )
+
+    async def put_half(self, broker: str, address: str, record: bytes | bytearray) -> PutAnswer:
+        """Store one record (its real topic and queue set) as a half message."""
+        response = await self._binary(broker, address, "POST", "/internal/transactions", body=bytes(record))
+        return PutAnswer.model_validate_json(response.body)
+
+    async def end_transaction(
+        self, broker: str, address: str, message_id: str, outcome: str, by: str
+    ) -> dict[str, Any]:
+        """Commit or roll back (outcome "commit" or "rollback"); safe to repeat, so retried when the broker is busy."""
+        path = f"/internal/transactions/{message_id}/{outcome}"
+        return dict(await self._json(broker, address, "POST", path, {"by": by}, idempotent=True))
+
+    async def get_transaction(self, broker: str, address: str, message_id: str) -> dict[str, Any]:
+        return dict(await self._json(broker, address, "GET", f"/internal/transactions/{message_id}"))
+
+    async def list_transactions(self, broker: str, address: str, state: str, max: int) -> list[dict[str, Any]]:
+        params: dict[str, str | int] = {"state": state, "max": max}
+        return list((await self._json(broker, address, "GET", "/internal/transactions", params=params))["transactions"])

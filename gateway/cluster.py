@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.routes import masters
-from libs.errors import BrokerUnavailable, NotFound, PetrelError, ServiceUnavailable
+from libs.errors import BrokerUnavailable, NotFound, PetrelError, ServiceUnavailable, TopicNotFound
 from libs.routing import TopicRoute
 from libs.topic import Perm, TopicConfig
 from services.broker.schemas import BrokerTopic
@@ -77,6 +77,16 @@ async def create_topic(ctx: GatewayContext, config: TopicConfig) -> list[BrokerT
     if failed:
         raise write_failed(f"topic {config.name!r}", failed)
     return [topic for _, topic in stored]
+
+
+async def ensure_topic(ctx: GatewayContext, topic: str) -> None:
+    """With auto_create_topics on, a send to an unknown topic creates it (default queues)."""
+    try:
+        await ctx.routes.get(topic)
+    except TopicNotFound:
+        if not ctx.settings.auto_create_topics:
+            raise
+        await create_topic(ctx, default_topic(ctx, topic))
 
 
 def default_topic(ctx: GatewayContext, name: str) -> TopicConfig:

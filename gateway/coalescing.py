@@ -62,7 +62,7 @@ class PutCoalescer:
         try:
             self.puts += 1
             answer = await self.put(b"".join(w.records for w in batch))
-            outcome: Outcome | PetrelError = _per_record(answer, sum(w.count for w in batch))
+            outcome: Outcome | PetrelError = per_record(answer, sum(w.count for w in batch))
         except PetrelError as exc:
             outcome = exc
         except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller, never lost
@@ -83,7 +83,8 @@ class PutCoalescer:
                 waiting.future.set_result(mine)
 
 
-def _per_record(answer: PutAnswer, count: int) -> Outcome:
+def per_record(answer: PutAnswer, count: int) -> Outcome:
+    """Per record of a put of `count`: where it was stored, or why not (the records after a failure were not tried)."""
     results: Outcome = list(answer.stored)
     if len(results) < count:
         failure = answer.failure

@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from gateway.brokers import BrokerClient
 from gateway.idempotency import IdempotencyKeys
+from gateway.producer_groups import ProducerGroups
 from gateway.receiver import Receiver
 from gateway.routes import MasterDirectory, RouteCache
 from gateway.sender import Sender
@@ -28,6 +29,7 @@ class GatewayContext:
     internal: InternalClient
     receiver: Receiver
     masters: MasterDirectory
+    producer_groups: ProducerGroups
 
 
 def gateway_context(request: Request) -> GatewayContext:

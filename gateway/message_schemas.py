@@ -16,8 +16,8 @@ Properties = TypeAliasType(
 )
 
 
-class SendMessage(BaseModel):
-    """One message to send: exactly one of `body` (text) or `body_base64` (bytes)."""
+class MessageContent(BaseModel):
+    """What a message holds, as sent: the fields a transactional send shares with a plain one."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -29,6 +29,11 @@ class SendMessage(BaseModel):
     message_group: str | None = Field(
         default=None, min_length=1, max_length=255, description="messages of one group go to one queue, in order"
     )
+
+
+class SendMessage(MessageContent):
+    """One message to send: exactly one of `body` (text) or `body_base64` (bytes)."""
+
     delay_level: int | None = Field(default=None, description="deliver after level N's delay (1: 1 s ... 18: 2 h)")
     delay_ms: int | None = Field(default=None, ge=0, description="deliver after this many milliseconds")
     deliver_at: str | int | None = Field(default=None, description="deliver at this time: RFC 3339 or epoch ms")

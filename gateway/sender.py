@@ -14,10 +14,11 @@ import asyncio
 import base64
 import binascii
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gateway.brokers import BrokerClient
-from gateway.coalescing import PutCoalescer
+from gateway.coalescing import PutCoalescer, per_record
 from gateway.message_schemas import SendMessage, SendResult
 from gateway.producer import BrokerAvoidance, QueueSelector, QueueTarget
 from gateway.routes import RouteCache
@@ -26,6 +27,7 @@ from libs.errors import BrokerUnavailable, InvalidMessage, PayloadTooLarge, Petr
 from libs.message import KEY_SEPARATOR, SYSTEM_PROPERTIES, MessageIdFactory, MessageRecord, Prop, SysFlag
 from libs.routing import TopicRoute
 from libs.timeparse import parse_time_ms
+from services.broker.schemas import PutEntry
 
 SEND_RETRIES = 2
 
@@ -58,13 +60,17 @@ class Sender:
         self.ids = MessageIdFactory()
         self._coalescers: dict[tuple[str, str], PutCoalescer] = {}
 
-    def prepare(self, topic: str, message: SendMessage) -> Prepared:
-        """Validate and build the record; InvalidMessage / PayloadTooLarge say what is wrong."""
+    def prepare(self, topic: str, message: SendMessage, system: Mapping[str, str] | None = None) -> Prepared:
+        """Validate and build the record; InvalidMessage / PayloadTooLarge say what is wrong.
+
+        `system`: system properties the gateway adds (a transaction's producer group, ...).
+        """
         body, binary = _body(message)
         properties = dict(message.properties)
         reserved = sorted(properties.keys() & SYSTEM_PROPERTIES)
         if reserved:
             raise InvalidMessage(f"property name(s) {', '.join(reserved)} are reserved for Petrel")
+        properties.update(system or {})
         message_id = self.ids.new_id()
         properties[Prop.UNIQ_KEY] = message_id
         if message.tag is not None:
@@ -134,6 +140,43 @@ class Sender:
             if not pending:
                 break
         return [r if r is not None else BrokerUnavailable("not sent") for r in results]
+
+    async def send_half(self, topic: str, prepared: Prepared) -> SendResult:
+        """Put one half message (a transaction's first phase) where the selector says; retried as `send` retries.
+
+        Not coalesced: the broker takes one half message per call. The answer's queue is the one
+        the message goes to when committed; it has no queue offset until then.
+        """
+        tried: set[str] = set()
+        for attempt in range(SEND_RETRIES + 1):
+            route = await self.routes.get(topic)
+            target = self.selector.select(topic, route, prepared.message.message_group, tried)
+            stored = await self._put_half(target, prepared)
+            if isinstance(stored, PutEntry):
+                self.avoidance.succeeded(target.broker)
+                return SendResult(
+                    message_id=prepared.message_id,
+                    topic=route.topic,
+                    broker=target.broker,
+                    queue_id=target.queue_id,
+                    queue_offset=None,
+                    stored_at=stored.store_timestamp,
+                )
+            error = self._failed(route, target, stored)
+            retryable = isinstance(error, BrokerUnavailable) and prepared.message.message_group is None
+            if not retryable or attempt == SEND_RETRIES:
+                raise error
+            tried.add(target.broker)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _put_half(self, target: QueueTarget, prepared: Prepared) -> PutEntry | PetrelError:
+        record = bytearray(prepared.encoded)
+        set_queue_id(record, 0, target.queue_id)
+        try:
+            answer = await self.brokers.put_half(target.broker, target.address, record)
+        except PetrelError as exc:
+            return exc
+        return per_record(answer, 1)[0]
 
     def _coalescer(self, target: QueueTarget) -> PutCoalescer:
         key = (target.broker, target.address)

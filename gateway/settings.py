@@ -1,4 +1,4 @@
-"""Gateway settings (env prefix `PETREL_GATEWAY_`)."""
+"""Gateway settings (env prefix `PETREL_GATEWAY_`; the shared metadata database: `PETREL_DATABASE_URL`)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from libs.delay import DEFAULT_DELAY_LEVELS
-from libs.settings import ServiceSettings
+from libs.settings import SharedDatabaseSettings
 from libs.topic import DEFAULT_QUEUES
 
 
-class GatewaySettings(ServiceSettings):
+class GatewaySettings(SharedDatabaseSettings):
     model_config = SettingsConfigDict(env_prefix="PETREL_GATEWAY_", extra="ignore")
 
     port: int = 8080

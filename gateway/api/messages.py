@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel
 
-from gateway.cluster import create_topic, default_topic, master_address
+from gateway.cluster import ensure_topic, master_address
 from gateway.context import Context, GatewayContext
 from gateway.message_schemas import (
     BatchEntry,
@@ -55,7 +55,7 @@ async def send_message(ctx: Context, topic: str, request: Request, idempotency_k
 
     async def run() -> dict[str, Any]:
         prepared = ctx.sender.prepare(topic, message)
-        await _ensure_topic(ctx, topic)
+        await ensure_topic(ctx, topic)
         (result,) = await ctx.sender.send(topic, [prepared])
         if isinstance(result, PetrelError):
             raise result
@@ -86,7 +86,7 @@ async def send_batch(ctx: Context, topic: str, request: Request, idempotency_key
             except PetrelError as exc:
                 entries[index] = BatchEntry(index=index, error=_batch_error(exc))
         if prepared:
-            await _ensure_topic(ctx, topic)
+            await ensure_topic(ctx, topic)
             results = await ctx.sender.send(topic, [p for _, p in prepared])
             for (index, _), result in zip(prepared, results, strict=True):
                 if isinstance(result, PetrelError):
@@ -195,16 +195,6 @@ def message_fields(record: MessageRecord, broker: str) -> dict[str, Any]:
         "queue_offset": record.queue_offset,
         "reconsume_times": record.reconsume_times,
     }
-
-
-async def _ensure_topic(ctx: GatewayContext, topic: str) -> None:
-    """With auto_create_topics on, a send to an unknown topic creates it (default queues)."""
-    try:
-        await ctx.routes.get(topic)
-    except TopicNotFound:
-        if not ctx.settings.auto_create_topics:
-            raise
-        await create_topic(ctx, default_topic(ctx, topic))
 
 
 async def _idempotent(ctx: GatewayContext, scope: str, key: str | None, payload: BaseModel, run: Any) -> Any:

@@ -216,3 +216,30 @@ def test_a_consumer_group_through_the_generated_client(sdk: Sdk) -> None:
     (letter,) = dead.messages
     assert (letter.original_topic, letter.attempts, letter.body) == ("sdk-jobs", 2, "fails")
     assert "attempt 2 failed" in letter.reason
+
+
+def test_a_transaction_through_the_generated_client(sdk: Sdk) -> None:
+    m = sdk.models
+    update = m.ProducerGroupUpdate(checkback_url="http://127.0.0.1:9/checkback")
+    group = sdk.call("transactions", "put_producer_group", 201, group="sdk-shop", body=update)
+    assert group.signing_secret.startswith("whsec_")
+    shown = sdk.call("transactions", "get_producer_group", 200, group="sdk-shop")
+    assert (shown.name, shown.checkback_url) == ("sdk-shop", "http://127.0.0.1:9/checkback")
+
+    sdk.call("topics", "put_topic", 201, topic="sdk-payments", body=m.TopicSpec(queues=1))
+    half = m.SendTransaction(body="charge order 9", producer_group="sdk-shop", check_immunity_seconds=60)
+    sent = sdk.call("transactions", "send_transaction", 201, topic="sdk-payments", body=half)
+    assert sent.transaction_id == f"{sent.broker}:{sent.message_id}"
+    state = sdk.call("transactions", "get_transaction", 200, transaction_id=sent.transaction_id)
+    assert (state.state, state.producer_group) == (m.TransactionState.OPEN, "sdk-shop")
+
+    committed = sdk.call("transactions", "commit_transaction", 200, transaction_id=sent.transaction_id)
+    assert (committed.outcome, committed.first, committed.queue_offset) == (m.TransactionOutcome.COMMIT, True, 0)
+    operator = m.EndTransaction(by=m.TransactionEndedBy.OPERATOR)
+    refused = sdk.call("transactions", "rollback_transaction", 409, transaction_id=sent.transaction_id, body=operator)
+    assert refused.type_ == "https://petrel.dev/problems/transaction-already-ended"
+    found = sdk.call("messages", "get_message", 200, message_id=sent.message_id)
+    assert (found.topic, found.body) == ("sdk-payments", "charge order 9")
+
+    abandoned = sdk.call("transactions", "list_transactions", 200, state=m.TransactionFilter.ABANDONED)
+    assert abandoned.transactions == []

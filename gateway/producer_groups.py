@@ -1,0 +1,37 @@
+"""ProducerGroups: the gateway's async use of the shared producer-group store (libs.producer_groups).
+
+The store is synchronous (SQLAlchemy); its calls run in a worker thread. A half
+message only needs its producer group to exist, and groups are never deleted,
+so a name once found is remembered: a busy producer costs no query per send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from libs.producer_groups import ProducerGroup, ProducerGroupStore
+
+
+class ProducerGroups:
+    def __init__(self, store: ProducerGroupStore) -> None:
+        self.store = store
+        self._known: set[str] = set()
+
+    async def put(self, name: str, checkback_url: str, signing_secret: str | None) -> tuple[ProducerGroup, bool]:
+        """The group as stored, and whether it was created; InvalidRequest for a bad URL or secret."""
+        group, created = await asyncio.to_thread(self.store.put, name, checkback_url, signing_secret)
+        self._known.add(name)
+        return group, created
+
+    async def get(self, name: str) -> ProducerGroup:
+        """The group; ProducerGroupNotFound when there is none."""
+        return await asyncio.to_thread(self.store.get, name)
+
+    async def list(self) -> list[ProducerGroup]:
+        return await asyncio.to_thread(self.store.list)
+
+    async def require(self, name: str) -> None:
+        """Return when the group exists; else ProducerGroupNotFound."""
+        if name not in self._known:
+            await self.get(name)
+            self._known.add(name)

@@ -1,0 +1,394 @@
+"""`/v1` transactions: producer groups, half messages, commit and rollback, lookups, abandoned transactions."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from libs.codec import iter_records
+from libs.message import MessageRecord, Prop
+from libs.names import TRANS_HALF_TOPIC
+from services.broker.app import create_app as broker_app
+from tests.conftest import broker_settings, in_process
+from tests.gateway.test_consume import received
+from tests.gateway.test_topics import problem_type, register_silent_broker
+from tests.support.serving import ServedApp, start_app
+
+SECRET = "whsec_" + base64.b64encode(bytes(range(32))).decode()
+UNKNOWN_ID = "0" * 32
+
+
+@pytest.fixture
+def brokers(nameserver: ServedApp) -> Iterator[dict[str, ServedApp]]:
+    """Two brokers that abandon a transaction at its first check, so abandoning one takes one call."""
+    served = {}
+    for name in ("broker-a", "broker-b"):
+        settings = broker_settings(nameserver, name, transaction_check_max=1)
+        served[name] = start_app(broker_app(settings), settings.port)
+    yield served
+    for app in served.values():
+        if app.thread.is_alive():
+            app.stop()
+
+
+async def register(gateway: httpx.AsyncClient, group: str = "shop", **fields: Any) -> httpx.Response:
+    body = {"checkback_url": "http://127.0.0.1:9/checkback"} | fields
+    return await gateway.put(f"/v1/producer-groups/{group}", json=body)
+
+
+async def begin(gateway: httpx.AsyncClient, topic: str = "orders", **fields: Any) -> dict[str, Any]:
+    """Register group `shop` and send a half message to `topic`; the answer."""
+    assert (await register(gateway)).status_code in (200, 201)
+    body = {"body": "pay order 7", "producer_group": "shop"} | fields
+    answer = await gateway.post(f"/v1/topics/{topic}/transactions", json=body)
+    assert answer.status_code == 201, answer.text
+    return dict(answer.json())
+
+
+async def end(gateway: httpx.AsyncClient, transaction_id: str, verb: str, **body: Any) -> httpx.Response:
+    return await gateway.post(f"/v1/transactions/{transaction_id}/{verb}", json=body or None)
+
+
+async def pull(gateway: httpx.AsyncClient, topic: str, broker: str, queue_id: int) -> list[dict[str, Any]]:
+    answer = await gateway.get(f"/v1/topics/{topic}/queues/{queue_id}/messages", params={"broker": broker})
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["messages"])
+
+
+async def visible(gateway: httpx.AsyncClient, topic: str) -> list[str]:
+    """The ids of every message a consumer can pull from the topic, on every broker."""
+    described = (await gateway.get(f"/v1/topics/{topic}")).json()
+    return [
+        m["message_id"]
+        for b in described["brokers"]
+        for q in b["queues"]
+        for m in await pull(gateway, topic, b["broker"], q["queue_id"])
+    ]
+
+
+async def half_copies(broker: ServedApp) -> list[MessageRecord]:
+    async with httpx.AsyncClient() as client:
+        path = f"{broker.url}/internal/topics/{TRANS_HALF_TOPIC}/queues/0/messages"
+        answer = await client.get(path, params={"offset": 0, "max": 100})
+    assert answer.status_code == 200, answer.text
+    return list(iter_records(answer.content))
+
+
+# ---- producer groups -----------------------------------------------------------------------------
+
+
+async def test_put_registers_a_group_with_a_generated_secret_shown_once(gateway: httpx.AsyncClient) -> None:
+    created = await register(gateway, checkback_url="https://shop.example/tx")
+    assert created.status_code == 201, created.text
+    group = created.json()
+    assert (group["name"], group["checkback_url"]) == ("shop", "https://shop.example/tx")
+    assert group["signing_secret"].startswith("whsec_")
+    assert isinstance(group["created_at"], int)
+
+    shown = await gateway.get("/v1/producer-groups/shop")
+    assert shown.status_code == 200, shown.text
+    assert shown.json() == {
+        "name": "shop",
+        "checkback_url": "https://shop.example/tx",
+        "created_at": group["created_at"],
+    }
+
+
+async def test_put_again_updates_the_url_and_keeps_the_secret(gateway: httpx.AsyncClient) -> None:
+    first = (await register(gateway)).json()
+    updated = await register(gateway, checkback_url="http://127.0.0.1:8000/tx")
+    assert updated.status_code == 200, updated.text
+    assert updated.json() == first | {"checkback_url": "http://127.0.0.1:8000/tx"}
+
+    rotated = await register(gateway, signing_secret=SECRET)
+    assert (rotated.status_code, rotated.json()["signing_secret"]) == (200, SECRET)
+
+
+async def test_list_shows_every_group_by_name_without_secrets(gateway: httpx.AsyncClient) -> None:
+    for name in ("zeta", "alpha"):
+        assert (await register(gateway, name)).status_code == 201
+    listed = await gateway.get("/v1/producer-groups")
+    assert listed.status_code == 200, listed.text
+    groups = listed.json()["producer_groups"]
+    assert [g["name"] for g in groups] == ["alpha", "zeta"]
+    assert all("signing_secret" not in g for g in groups)
+
+
+@pytest.mark.parametrize(
+    ("fields", "status", "kind", "detail"),
+    [
+        ({"checkback_url": "ftp://shop.example/"}, 400, "invalid-request", "must be an http or https URL with a host"),
+        ({"checkback_url": "shop.example/tx"}, 400, "invalid-request", "must be an http or https URL with a host"),
+        ({"checkback_url": "http://"}, 400, "invalid-request", "must be an http or https URL with a host"),
+        ({"signing_secret": "hunter2"}, 400, "invalid-request", "signing_secret must start with 'whsec_'"),
+        ({"signing_secret": "whsec_c2hvcnQ="}, 400, "invalid-request", "signing_secret holds 5 bytes"),
+        ({"checkback_url": None}, 422, "validation-failed", "body.checkback_url"),
+        ({"retries": 3}, 422, "validation-failed", "body.retries"),
+    ],
+)
+async def test_a_bad_registration_is_refused(
+    gateway: httpx.AsyncClient, fields: dict[str, Any], status: int, kind: str, detail: str
+) -> None:
+    body = {"checkback_url": "http://127.0.0.1:9/tx"} | fields
+    answer = await gateway.put("/v1/producer-groups/shop", json={k: v for k, v in body.items() if v is not None})
+    assert answer.status_code == status, answer.text
+    assert problem_type(answer) == kind
+    assert detail in answer.json()["detail"]
+    assert (await gateway.get("/v1/producer-groups/shop")).status_code == 404
+
+
+async def test_unknown_and_badly_named_producer_groups(gateway: httpx.AsyncClient) -> None:
+    missing = await gateway.get("/v1/producer-groups/nobody")
+    assert missing.status_code == 404
+    assert problem_type(missing) == "producer-group-not-found"
+    bad = await gateway.put("/v1/producer-groups/no%20spaces", json={"checkback_url": "http://a.example/"})
+    assert bad.status_code == 400
+    assert problem_type(bad) == "invalid-request"
+
+
+# ---- half messages --------------------------------------------------------------------------------
+
+
+async def test_a_half_message_is_stored_unseen_with_its_producer_group(
+    gateway: httpx.AsyncClient, brokers: dict[str, ServedApp]
+) -> None:
+    sent = await begin(gateway, tag="paid", keys=["order-7"], properties={"amount": "42"}, check_immunity_seconds=30)
+
+    assert sent["transaction_id"] == f"{sent['broker']}:{sent['message_id']}"
+    assert (sent["topic"], sent["broker"] in brokers) == ("orders", True)
+    assert await visible(gateway, "orders") == [], "a consumer could pull a half message"
+    (copy,) = await half_copies(brokers[sent["broker"]])
+    assert copy.message_id == sent["message_id"]
+    assert copy.properties[Prop.PRODUCER_GROUP] == "shop"
+    assert copy.properties["CHECK_IMMUNITY_TIME_IN_SECONDS"] == "30"
+    assert copy.properties[Prop.REAL_TOPIC] == "orders"
+
+    state = await gateway.get(f"/v1/transactions/{sent['transaction_id']}")
+    assert state.status_code == 200, state.text
+    # The broker times a transaction from just before its half copy is stored: a millisecond may separate them.
+    shown = state.json()
+    assert 0 <= sent["stored_at"] - shown["stored_at"] <= 1000
+    assert shown | {"stored_at": sent["stored_at"]} == {
+        "transaction_id": sent["transaction_id"],
+        "message_id": sent["message_id"],
+        "state": "OPEN",
+        "topic": "orders",
+        "producer_group": "shop",
+        "check_count": 0,
+        "stored_at": sent["stored_at"],
+        "broker": sent["broker"],
+    }
+
+
+async def test_an_unknown_producer_group_is_404_and_nothing_is_stored(
+    gateway: httpx.AsyncClient, brokers: dict[str, ServedApp]
+) -> None:
+    answer = await gateway.post("/v1/topics/orders/transactions", json={"body": "x", "producer_group": "nobody"})
+    assert answer.status_code == 404, answer.text
+    assert problem_type(answer) == "producer-group-not-found"
+    for broker in brokers.values():
+        assert await half_copies(broker) == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "status", "kind", "detail"),
+    [
+        ({"delay_ms": 1000}, 400, "invalid-message", "a transactional message cannot be delayed (delay_ms)"),
+        (
+            {"delay_level": 3, "deliver_at": 1},
+            400,
+            "invalid-message",
+            "a transactional message cannot be delayed (delay_level, deliver_at)",
+        ),
+        ({"properties": {Prop.PRODUCER_GROUP: "other"}}, 400, "invalid-message", "reserved for Petrel"),
+        ({"producer_group": "no spaces"}, 400, "invalid-request", "group name 'no spaces' is invalid"),
+        ({"check_immunity_seconds": 86_401}, 422, "validation-failed", "body.check_immunity_seconds"),
+        ({"producer_group": None}, 422, "validation-failed", "body.producer_group"),
+        ({"body": None}, 400, "invalid-message", "give exactly one of body (text) or body_base64"),
+    ],
+)
+async def test_a_bad_half_message_is_refused(
+    gateway: httpx.AsyncClient, fields: dict[str, Any], status: int, kind: str, detail: str
+) -> None:
+    assert (await register(gateway)).status_code == 201
+    body = {"body": "x", "producer_group": "shop"} | fields
+    answer = await gateway.post("/v1/topics/orders/transactions", json={k: v for k, v in body.items() if v is not None})
+    assert answer.status_code == status, answer.text
+    assert problem_type(answer) == kind
+    assert detail in answer.json()["detail"]
+
+
+async def test_a_half_message_to_a_system_topic_is_refused(gateway: httpx.AsyncClient) -> None:
+    assert (await register(gateway)).status_code == 201
+    answer = await gateway.post(
+        f"/v1/topics/{TRANS_HALF_TOPIC}/transactions", json={"body": "x", "producer_group": "shop"}
+    )
+    assert answer.status_code == 400, answer.text
+    assert problem_type(answer) == "reserved-topic-name"
+
+
+async def test_a_silent_broker_is_avoided(gateway: httpx.AsyncClient, nameserver: ServedApp) -> None:
+    """A broker the nameserver still lists but that answers nothing: the half goes to a live one."""
+    await gateway.put("/v1/topics/orders")
+    await register_silent_broker(nameserver, "orders")
+    brokers = {(await begin(gateway))["broker"] for _ in range(6)}
+    assert brokers <= {"broker-a", "broker-b"}
+
+
+# ---- commit and rollback --------------------------------------------------------------------------
+
+
+async def test_commit_delivers_the_message_once_with_its_id(gateway: httpx.AsyncClient) -> None:
+    sent = await begin(gateway, tag="paid", keys=["order-7"], properties={"amount": "42"}, check_immunity_seconds=5)
+    transaction_id = sent["transaction_id"]
+
+    first = await end(gateway, transaction_id, "commit")
+    assert first.status_code == 200, first.text
+    committed = first.json()
+    assert committed["transaction_id"] == transaction_id
+    assert (committed["message_id"], committed["outcome"], committed["first"]) == (sent["message_id"], "COMMIT", True)
+    assert committed["topic"] == "orders"
+    assert isinstance(committed["queue_offset"], int)
+
+    (message,) = await pull(gateway, "orders", sent["broker"], committed["queue_id"])
+    assert (message["message_id"], message["body"], message["tag"]) == (sent["message_id"], "pay order 7", "paid")
+    assert (message["keys"], message["properties"]) == (["order-7"], {"amount": "42"})
+    assert message["queue_offset"] == committed["queue_offset"]
+
+    again = await end(gateway, transaction_id, "commit")
+    assert again.status_code == 200, again.text
+    assert again.json() == committed | {"first": False}
+    assert await visible(gateway, "orders") == [sent["message_id"]]
+
+    state = (await gateway.get(f"/v1/transactions/{transaction_id}")).json()["state"]
+    assert state == "COMMITTED"
+
+
+async def test_rollback_delivers_nothing_and_a_commit_after_it_is_409(gateway: httpx.AsyncClient) -> None:
+    sent = await begin(gateway)
+    transaction_id = sent["transaction_id"]
+
+    first = await end(gateway, transaction_id, "rollback")
+    assert first.status_code == 200, first.text
+    assert (first.json()["outcome"], first.json()["first"], first.json()["queue_offset"]) == ("ROLLBACK", True, None)
+    assert (await end(gateway, transaction_id, "rollback")).json()["first"] is False
+
+    late = await end(gateway, transaction_id, "commit")
+    assert late.status_code == 409, late.text
+    assert problem_type(late) == "transaction-already-ended"
+    assert late.json()["outcome"] == "ROLLBACK"
+    assert await visible(gateway, "orders") == []
+    assert (await gateway.get(f"/v1/transactions/{transaction_id}")).json()["state"] == "ROLLED_BACK"
+
+
+async def test_a_rollback_after_a_commit_is_409_naming_the_commit(gateway: httpx.AsyncClient) -> None:
+    transaction_id = (await begin(gateway))["transaction_id"]
+    assert (await end(gateway, transaction_id, "commit")).status_code == 200
+    late = await end(gateway, transaction_id, "rollback")
+    assert late.status_code == 409, late.text
+    assert (problem_type(late), late.json()["outcome"]) == ("transaction-already-ended", "COMMIT")
+
+
+async def test_a_consumer_group_receives_the_message_only_once_committed(gateway: httpx.AsyncClient) -> None:
+    assert (await gateway.put("/v1/groups/billing")).status_code == 201
+    sent = await begin(gateway)
+    assert await received(gateway, "billing", "orders") == []
+    assert (await end(gateway, sent["transaction_id"], "commit")).status_code == 200
+    assert [m["message_id"] for m in await received(gateway, "billing", "orders")] == [sent["message_id"]]
+
+
+@pytest.mark.parametrize(
+    "transaction_id",
+    ["nonsense", f":{UNKNOWN_ID}", "broker-a:not-hex", f"broker-z:{UNKNOWN_ID}", f"broker-a:{UNKNOWN_ID}"],
+)
+async def test_unknown_transactions_are_404(gateway: httpx.AsyncClient, transaction_id: str) -> None:
+    for answer in (
+        await end(gateway, transaction_id, "commit"),
+        await end(gateway, transaction_id, "rollback"),
+        await gateway.get(f"/v1/transactions/{transaction_id}"),
+    ):
+        assert answer.status_code == 404, answer.text
+        assert problem_type(answer) == "transaction-not-found"
+
+
+async def test_who_ends_it_is_producer_or_operator(gateway: httpx.AsyncClient) -> None:
+    transaction_id = (await begin(gateway))["transaction_id"]
+    refused = await end(gateway, transaction_id, "commit", by="checkback")
+    assert refused.status_code == 422, refused.text
+    assert problem_type(refused) == "validation-failed"
+    operator = await end(gateway, transaction_id, "commit", by="operator")
+    assert operator.status_code == 200, operator.text
+    assert operator.json()["first"] is True
+
+
+# ---- abandoned transactions -----------------------------------------------------------------------
+
+
+async def abandon(broker: ServedApp, message_id: str) -> None:
+    """What txcheck does after a check when the limit (1 here) is reached: the broker moves it aside."""
+    (copy,) = [c for c in await half_copies(broker) if c.message_id == message_id]
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(
+            f"{broker.url}/internal/transactions/{message_id}/checked", json={"physical_offset": copy.physical_offset}
+        )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["state"] == "ABANDONED"
+
+
+async def test_abandoned_transactions_are_listed_and_an_operator_can_still_end_them(
+    gateway: httpx.AsyncClient, brokers: dict[str, ServedApp]
+) -> None:
+    sent = [await begin(gateway) for _ in range(3)]
+    for tx in sent[:2]:
+        await abandon(brokers[tx["broker"]], tx["message_id"])
+
+    listed = await gateway.get("/v1/transactions", params={"state": "abandoned"})
+    assert listed.status_code == 200, listed.text
+    abandoned = {t["transaction_id"]: t for t in listed.json()["transactions"]}
+    assert set(abandoned) == {tx["transaction_id"] for tx in sent[:2]}
+    assert all(t["state"] == "ABANDONED" and t["check_count"] == 1 for t in abandoned.values())
+    assert listed.json()["unavailable"] == []
+
+    committed = await end(gateway, sent[0]["transaction_id"], "commit", by="operator")
+    assert committed.status_code == 200, committed.text
+    assert await visible(gateway, "orders") == [sent[0]["message_id"]]
+    remaining = (await gateway.get("/v1/transactions", params={"state": "abandoned"})).json()["transactions"]
+    assert [t["transaction_id"] for t in remaining] == [sent[1]["transaction_id"]]
+
+
+async def test_only_abandoned_transactions_are_listed(gateway: httpx.AsyncClient) -> None:
+    queries: list[dict[str, str | int]] = [{}, {"state": "open"}, {"state": "abandoned", "max": 0}]
+    for params in queries:
+        answer = await gateway.get("/v1/transactions", params=params)
+        assert answer.status_code == 422, answer.text
+
+
+# ---- lifecycle events -----------------------------------------------------------------------------
+
+
+async def test_a_half_message_is_a_transaction_half_event(
+    nameserver: ServedApp, brokers: dict[str, ServedApp], tmp_path: Path
+) -> None:
+    settings = GatewaySettings(nameservers=[nameserver.address], data_dir=tmp_path / "gateway")
+    async for gateway in in_process(create_app(settings)):
+        sent = await begin(gateway)
+    lines = [
+        json.loads(line)
+        for path in (settings.data_dir / "export" / "events").rglob("gateway-*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    (event,) = [e for e in lines if e["event"] == "transaction_half"]
+    assert {k: event[k] for k in ("message_id", "topic", "transaction_id", "producer_group")} == {
+        "message_id": sent["message_id"],
+        "topic": "orders",
+        "transaction_id": sent["transaction_id"],
+        "producer_group": "shop",
+    }
