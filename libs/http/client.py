@@ -137,7 +137,9 @@ class InternalClient:
                     body = await response.read()
                     if response.status < 400:
                         return BinaryResponse(response.status, body, response.headers)
-                    last = _translate(method, url, response.status, response.headers.get("content-type", ""), body)
+                    last = error_for_response(
+                        method, url, response.status, response.headers.get("content-type", ""), body
+                    )
                     if response.status != 503:
                         raise last
             except (aiohttp.ClientConnectionError, TimeoutError) as exc:
@@ -160,7 +162,8 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _translate(method: str, url: str, status: int, content_type: str, body: bytes) -> PetrelError:
+def error_for_response(method: str, url: str, status: int, content_type: str, body: bytes) -> PetrelError:
+    """The PetrelError a failed answer stands for: the peer's own problem type when it sent one, else UpstreamError."""
     if content_type.startswith(("application/problem+json", JSON_TYPE)):
         try:
             problem = jsonutil.loads(body)

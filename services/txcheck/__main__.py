@@ -1,9 +1,61 @@
-"""`python -m services.txcheck`: run txcheck's health process with settings from the environment."""
+"""`python -m services.txcheck [serve | worker | beat]`: one of txcheck's processes, configured from the environment.
+
+- `serve` (the default): the health process, /healthz and /readyz (ready when Redis answers).
+- `worker`: a Celery worker running scans and checks (prefork, `worker_concurrency` processes).
+- `beat`: the Celery beat that starts a scan every `scan_interval_seconds`; its schedule file
+  is under `<data_dir>/txcheck/`.
+
+`petrel up` starts all three, each with its own log. Run one beat per cluster (a second one
+only makes scans that find their brokers locked) and as many workers as needed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
 
 from libs.http.serve import serve
 from services.txcheck.app import create_app
+from services.txcheck.celery_app import QUEUES, create_celery
 from services.txcheck.settings import TxcheckSettings
 
-if __name__ == "__main__":
+
+def main(argv: list[str]) -> int:
+    role = argv[0] if argv else "serve"
     settings = TxcheckSettings()
-    serve(create_app(settings), settings)
+    if role == "serve":
+        serve(create_app(settings), settings)
+        return 0
+    if role in {"worker", "beat"}:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        app = create_celery(settings)
+        return int(app.start(celery_argv(role, settings, argv[1:])) or 0)
+    print(f"usage: python -m services.txcheck [serve | worker | beat]; not {role!r}", file=sys.stderr)
+    return 2
+
+
+def celery_argv(role: str, settings: TxcheckSettings, extra: list[str]) -> list[str]:
+    """The `celery` command line of a worker or beat (extra arguments are Celery's own, appended)."""
+    level = ["--loglevel", settings.log_level.upper()]
+    if role == "worker":
+        return [
+            "worker",
+            *level,
+            "--pool",
+            "prefork",
+            "--concurrency",
+            str(settings.worker_concurrency),
+            "--queues",
+            ",".join(QUEUES),
+            "--hostname",
+            f"txcheck-{os.getpid()}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            *extra,
+        ]
+    return ["beat", *level, "--schedule", str(settings.state_dir / "beat-schedule"), *extra]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,153 @@
+"""The txcheck Celery application: `create_celery(settings)` builds it; nothing is built at import time.
+
+Redis is the Celery broker (no result backend: nothing waits for a task's
+result). Two tasks, on two queues so that a flood of checks never delays a scan:
+
+- `txcheck.scan` (queue `txcheck.scan`), started by beat every
+  `scan_interval_seconds` and expiring after one interval (a scan that waited
+  longer is superseded by the next): runs `HalfScanner` over every broker.
+- `txcheck.check` (queue `txcheck.check`): one check-back, given the broker and
+  the half copy's CommitLog offset. Acknowledged late and given back when its
+  worker dies (`task_reject_on_worker_lost`; a worker killed with -9 never
+  acknowledges, so Redis gives the task to a worker again after
+  `visibility_timeout_seconds`); killed past its time limit; retried with
+  backoff when the broker does not answer.
+
+Every key, Celery's queues included, starts with `redis_key_prefix`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Celery
+from celery.signals import after_setup_logger, worker_process_shutdown, worker_shutdown
+
+from libs.errors import NameserverUnavailable, ServiceUnavailable
+from services.txcheck.runtime import RuntimeHolder
+from services.txcheck.scan import CheckOrder, HalfScanner, ScanOptions
+from services.txcheck.settings import TxcheckSettings
+
+log = logging.getLogger(__name__)
+
+SCAN_TASK = "txcheck.scan"
+CHECK_TASK = "txcheck.check"
+SCAN_QUEUE = "txcheck.scan"
+CHECK_QUEUE = "txcheck.check"
+QUEUES = (SCAN_QUEUE, CHECK_QUEUE)
+
+
+def celery_config(settings: TxcheckSettings) -> dict[str, Any]:
+    visibility = settings.visibility_timeout_seconds
+    return {
+        "broker_url": settings.redis_url,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {
+            "global_keyprefix": settings.redis_key_prefix,
+            "visibility_timeout": visibility,
+            # how often a worker looks for tasks whose worker died: a few times per visibility timeout
+            "unacked_restore_interval": max(1, min(10, int(visibility / 4))),
+            "unacked_restore_throttle": 1,
+            "socket_timeout": 10,
+            "socket_connect_timeout": 5,
+        },
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_default_queue": CHECK_QUEUE,
+        "task_routes": {SCAN_TASK: {"queue": SCAN_QUEUE}, CHECK_TASK: {"queue": CHECK_QUEUE}},
+        "worker_prefetch_multiplier": 1,
+        "worker_concurrency": settings.worker_concurrency,
+        "worker_enable_remote_control": False,
+        "worker_send_task_events": False,
+        "beat_schedule": {
+            "scan": {
+                "task": SCAN_TASK,
+                "schedule": settings.scan_interval_seconds,
+                "options": {"expires": settings.scan_interval_seconds},
+            }
+        },
+        "beat_schedule_filename": str(settings.state_dir / "beat-schedule"),
+        "beat_max_loop_interval": max(0.1, min(5.0, settings.scan_interval_seconds / 2)),
+        "timezone": "UTC",
+        "enable_utc": True,
+    }
+
+
+def create_celery(settings: TxcheckSettings) -> Celery:
+    app = Celery("txcheck", set_as_current=False)
+    app.conf.update(celery_config(settings))
+    runtime = RuntimeHolder(settings)
+
+    # shared=False: a shared task would be added to every Celery app made later in this process
+    @app.task(
+        name=CHECK_TASK,
+        shared=False,
+        acks_late=True,
+        time_limit=settings.check_time_limit_seconds,
+        soft_time_limit=settings.check_time_limit_seconds - 3,
+        autoretry_for=(ServiceUnavailable,),
+        retry_backoff=1,
+        retry_backoff_max=settings.check_retry_backoff_max_seconds,
+        retry_jitter=True,
+        max_retries=settings.check_retries,
+    )
+    def check(broker: str, address: str, message_id: str, physical_offset: int) -> str:
+        """Ask the producer about one half message and end it by the answer (see checkback)."""
+        order = CheckOrder(broker, address, message_id, physical_offset)
+        return runtime.get().checkback.check(order)
+
+    def dispatch(order: CheckOrder) -> None:
+        check.apply_async(args=(order.broker, order.address, order.message_id, order.physical_offset))
+
+    @app.task(
+        name=SCAN_TASK,
+        shared=False,
+        acks_late=False,
+        time_limit=settings.scan_time_limit_seconds + 30,
+        soft_time_limit=settings.scan_time_limit_seconds + 15,
+    )
+    def scan() -> list[dict[str, Any]]:
+        """Find the half messages due for a check on every broker and dispatch their checks."""
+        resources = runtime.get()
+        scanner = HalfScanner(resources.api, resources.redis, scan_options(settings), dispatch)
+        try:
+            reports = scanner.scan(settings.scan_time_limit_seconds)
+        except NameserverUnavailable as exc:
+            log.warning("no scan: %s", exc.detail)
+            return []
+        for report in reports:
+            if report.dispatched or report.failures or report.stopped not in {"caught up", "not due"}:
+                log.info("scan of %s: %s", report.broker, report)
+        return [vars_of(report) for report in reports]
+
+    def close_runtime(**_: object) -> None:
+        runtime.close()
+
+    worker_process_shutdown.connect(close_runtime, weak=False)
+    worker_shutdown.connect(close_runtime, weak=False)
+    after_setup_logger.connect(quiet_task_lines, weak=False)
+    return app
+
+
+def quiet_task_lines(**_: object) -> None:
+    """No line per task received and succeeded (thousands a second under load); failures are still logged."""
+    for name in ("celery.worker.strategy", "celery.app.trace"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def scan_options(settings: TxcheckSettings) -> ScanOptions:
+    return ScanOptions(
+        transaction_timeout_ms=settings.transaction_timeout_ms,
+        key_prefix=settings.redis_key_prefix,
+        batch=settings.scan_batch,
+        parallelism=settings.scan_parallelism,
+        lock_seconds=max(10.0, 3 * settings.broker_timeout_seconds),
+        ended_ttl_seconds=settings.ended_ttl_seconds,
+    )
+
+
+def vars_of(report: object) -> dict[str, Any]:
+    return {name: getattr(report, name) for name in getattr(report, "__slots__", ())}

@@ -1,0 +1,187 @@
+"""CheckBack: asks a transaction's producer for its outcome and ends the transaction on the broker accordingly.
+
+One check (a Celery task runs `CheckBack.check`):
+
+1. the broker's state of the transaction: an ended one needs no check (its op
+   record was written after the scan read the op queue);
+2. the half copy the scan found (the broker's record at its CommitLog offset),
+   and its producer group's `checkback_url` and signing secret;
+3. POST the check-back request (JSON, signed Standard Webhooks style with the
+   group's secret, a fresh `webhook-id` per attempt) and read the answer,
+   `{"status": "COMMIT" | "ROLLBACK" | "UNKNOWN"}`. No answer in time, a
+   non-2xx, anything else in the body: UNKNOWN;
+4. COMMIT or ROLLBACK ends the transaction (`by: checkback`); one ended
+   meanwhile the other way (409) is logged, not an error. UNKNOWN does nothing:
+   the renewed half copy is checked again later.
+
+A broker that does not answer raises `ServiceUnavailable` for the task to retry.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from libs import jsonutil, webhooks
+from libs.errors import TransactionAlreadyEnded, TransactionNotFound
+from libs.events.writer import EventWriter
+from libs.message import MessageRecord, Prop, SysFlag
+from libs.producer_groups import ProducerGroup
+from services.broker.transactions import CHECK_IMMUNITY, FIRST_STORED
+from services.txcheck.broker_api import Broker, BrokerApi
+from services.txcheck.scan import CheckOrder
+
+log = logging.getLogger(__name__)
+
+ENDED_STATES = frozenset({"COMMITTED", "ROLLED_BACK"})
+HIDDEN_PROPERTIES = frozenset({CHECK_IMMUNITY, FIRST_STORED})
+"""Broker bookkeeping on a half copy that is not the producer's."""
+USER_AGENT = "petrel-txcheck/1"
+MAX_REASON = 200
+
+
+class Answer(enum.StrEnum):
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    answer: Answer
+    reason: str
+    """why the answer is UNKNOWN when the producer did not say so; empty otherwise"""
+    latency_ms: int
+
+
+def checkback_request(record: MessageRecord, broker: str, check_count: int) -> dict[str, Any]:
+    """The JSON a producer's check-back endpoint receives."""
+    message_id = record.message_id or ""
+    request: dict[str, Any] = {
+        "transaction_id": f"{broker}:{message_id}",
+        "message_id": message_id,
+        "topic": record.properties.get(Prop.REAL_TOPIC, ""),
+        "producer_group": record.properties.get(Prop.PRODUCER_GROUP, ""),
+        "check_count": check_count,
+        "tag": record.tag,
+        "keys": record.keys,
+        "properties": {k: v for k, v in record.user_properties.items() if k not in HIDDEN_PROPERTIES},
+    }
+    text = None if record.sysflag & SysFlag.BINARY_BODY else _utf8(record.body)
+    if text is None:
+        request["body_base64"] = base64.b64encode(record.body).decode()
+    else:
+        request["body"] = text
+    return request
+
+
+def read_reply(response: httpx.Response) -> tuple[Answer, str]:
+    """The producer's answer, and why it counts as UNKNOWN when it is not a proper one."""
+    if not response.is_success:
+        return Answer.UNKNOWN, f"answered HTTP {response.status_code}"
+    try:
+        answer = jsonutil.loads(response.content)
+    except ValueError:
+        return Answer.UNKNOWN, f"the answer is not JSON: {_snippet(response.content)}"
+    status = answer.get("status") if isinstance(answer, dict) else None
+    if not isinstance(status, str) or status not in Answer.__members__:
+        return Answer.UNKNOWN, f"the answer has no status COMMIT, ROLLBACK or UNKNOWN: {_snippet(response.content)}"
+    return Answer(status), ""
+
+
+def check_count_of(record: MessageRecord) -> int:
+    """This check's number (1 for the first): the half copy counts the checks before it."""
+    return int(record.properties.get(Prop.TRANSACTION_CHECK_TIMES, "0") or 0) + 1
+
+
+class CheckBack:
+    def __init__(
+        self,
+        api: BrokerApi,
+        producer_groups: Callable[[str], ProducerGroup | None],
+        http: httpx.Client,
+        events: EventWriter,
+        timeout: float,
+    ) -> None:
+        self.api = api
+        self.producer_groups = producer_groups
+        self.http = http
+        self.events = events
+        self.timeout = timeout
+
+    def check(self, order: CheckOrder) -> str:
+        """Run one check; what came of it: COMMIT, ROLLBACK, UNKNOWN, or ENDED / GONE when nobody was asked."""
+        broker = Broker(order.broker, order.address)
+        try:
+            state = self.api.transaction(broker, order.message_id)["state"]
+        except TransactionNotFound as exc:
+            log.warning("check of %s:%s: %s", order.broker, order.message_id, exc.detail)
+            return "GONE"
+        if state in ENDED_STATES:
+            log.info("check of %s:%s: already %s", order.broker, order.message_id, state)
+            return "ENDED"
+        record = self.api.record(broker, order.physical_offset)
+        if record.message_id != order.message_id:
+            log.error("check of %s: the record at %d is %s", order.message_id, order.physical_offset, record.message_id)
+            return "GONE"
+        reply = self.ask(record, broker.name)
+        self.events.emit(
+            "transaction_check",
+            message_id=order.message_id,
+            topic=record.properties.get(Prop.REAL_TOPIC, ""),
+            transaction_id=f"{broker.name}:{order.message_id}",
+            check_count=check_count_of(record),
+            answer=reply.answer.value,
+            latency_ms=reply.latency_ms,
+        )
+        if reply.answer is Answer.UNKNOWN:
+            log.info("check %d of %s: UNKNOWN (%s)", check_count_of(record), order.message_id, reply.reason or "said")
+        else:
+            self._end(broker, order.message_id, reply.answer)
+        return reply.answer.value
+
+    def ask(self, record: MessageRecord, broker: str) -> Reply:
+        """POST the signed check-back request to the producer group's endpoint; its answer."""
+        name = record.properties.get(Prop.PRODUCER_GROUP, "")
+        group = self.producer_groups(name)
+        if group is None:
+            return Reply(Answer.UNKNOWN, f"no producer group {name!r} is registered", 0)
+        body = jsonutil.dumps(checkback_request(record, broker, check_count_of(record)))
+        headers = {"content-type": "application/json", "user-agent": USER_AGENT}
+        started = time.monotonic()
+        try:
+            headers |= webhooks.sign(group.signing_secret, body)
+            response = self.http.post(group.checkback_url, content=body, headers=headers, timeout=self.timeout)
+            answer, reason = read_reply(response)
+        except (httpx.HTTPError, httpx.InvalidURL, webhooks.WebhookError) as exc:
+            answer, reason = Answer.UNKNOWN, f"{group.checkback_url}: {type(exc).__name__}: {exc}"
+        return Reply(answer, reason, int((time.monotonic() - started) * 1000))
+
+    def _end(self, broker: Broker, message_id: str, answer: Answer) -> None:
+        try:
+            ended = self.api.end(broker, message_id, answer.value, by="checkback")
+        except TransactionAlreadyEnded as exc:
+            log.info("%s answered %s, but it was already ended: %s", message_id, answer.value, exc.detail)
+            return
+        except TransactionNotFound as exc:
+            log.warning("%s answered %s, but the broker no longer has it: %s", message_id, answer.value, exc.detail)
+            return
+        log.info("%s: %s by check-back (first: %s)", message_id, answer.value, ended.get("first"))
+
+
+def _utf8(body: bytes) -> str | None:
+    try:
+        return body.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _snippet(content: bytes) -> str:
+    return repr(content[:MAX_REASON].decode(errors="replace"))

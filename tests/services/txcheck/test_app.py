@@ -1,0 +1,59 @@
+"""txcheck's health process: ready when the Redis its workers use answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from libs.errors import ServiceUnavailable
+from services.txcheck.app import create_app
+from services.txcheck.celery_app import CHECK_TASK, SCAN_TASK, create_celery
+from services.txcheck.settings import TxcheckSettings
+from tests.conftest import in_process
+from tests.services.txcheck.conftest import REDIS_URL
+from tests.support.serving import free_port
+
+
+async def test_ready_when_redis_answers() -> None:
+    async for client in in_process(create_app(TxcheckSettings(redis_url=REDIS_URL))):
+        answer = await client.get("/readyz")
+        assert (answer.status_code, answer.json()["checks"]) == (200, {"redis": "ok"})
+
+
+async def test_not_ready_without_redis() -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    async for client in in_process(create_app(TxcheckSettings(redis_url=url))):
+        assert (await client.get("/healthz")).status_code == 200
+        answer = await client.get("/readyz")
+        assert answer.status_code == 503
+        assert answer.json()["checks"]["redis"].startswith(f"{url} did not answer: ")
+
+
+def test_the_defaults_are_the_issues() -> None:
+    settings = TxcheckSettings()
+    assert (settings.scan_interval_seconds, settings.transaction_timeout_ms, settings.transaction_check_max) == (
+        30.0,
+        6000,
+        15,
+    )
+    assert settings.port == 10941
+
+
+def test_the_celery_app_acknowledges_checks_late_and_scans_on_a_schedule(tmp_path: Path) -> None:
+    settings = TxcheckSettings(
+        data_dir=tmp_path, scan_interval_seconds=1.5, visibility_timeout_seconds=8, redis_key_prefix="p:"
+    )
+    app = create_celery(settings)
+    conf = app.conf
+    check, scan = app.tasks[CHECK_TASK], app.tasks[SCAN_TASK]
+    assert (conf.task_acks_late, conf.task_reject_on_worker_lost, conf.worker_prefetch_multiplier) == (True, True, 1)
+    assert conf.result_backend is None
+    assert conf.broker_transport_options["visibility_timeout"] == 8
+    assert conf.broker_transport_options["global_keyprefix"] == "p:"
+    assert conf.beat_schedule["scan"]["task"] == SCAN_TASK
+    assert conf.beat_schedule["scan"]["schedule"] == 1.5
+    assert conf.beat_schedule_filename == str(tmp_path / "txcheck" / "beat-schedule")
+    assert (check.acks_late, check.time_limit, check.max_retries) == (True, 30, 5)
+    assert check.autoretry_for == (ServiceUnavailable,)
+    assert scan.acks_late is False
+    assert conf.task_routes[CHECK_TASK]["queue"] == "txcheck.check"
+    app.close()

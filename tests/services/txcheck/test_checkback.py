@@ -1,0 +1,251 @@
+"""CheckBack against a real broker and a real check-back receiver served on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request, Response
+
+from libs import webhooks
+from libs.errors import BrokerUnavailable
+from libs.events.writer import EventWriter
+from libs.producer_groups import ProducerGroupStore
+from services.broker.transactions import CHECK_IMMUNITY
+from services.txcheck.broker_api import BrokerApi
+from services.txcheck.checkback import CheckBack
+from services.txcheck.scan import CheckOrder
+from tests.services.txcheck.conftest import TxBroker
+from tests.support.serving import ServedApp, free_port, serving
+
+
+@dataclass
+class Receiver:
+    """A producer's check-back endpoint: verifies each request, records it, answers what the test says."""
+
+    secret: str
+    status: int = 200
+    answer: bytes = b'{"status": "COMMIT"}'
+    delay: float = 0.0
+    before_answer: Any = None
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/checkback")
+        async def checkback(request: Request) -> Response:
+            body = await request.body()
+            try:
+                webhooks.verify(self.secret, request.headers, body)
+            except webhooks.VerificationFailed as exc:
+                self.refused.append(str(exc))
+                return Response(status_code=401)
+            self.requests.append(json.loads(body))
+            if self.before_answer is not None:
+                await self.before_answer()
+            await asyncio.sleep(self.delay)
+            return Response(self.answer, status_code=self.status, media_type="application/json")
+
+        return app
+
+
+@pytest.fixture
+def receiver(producer_groups: tuple[str, ProducerGroupStore]) -> Iterator[tuple[Receiver, ServedApp]]:
+    _, store = producer_groups
+    secret = webhooks.new_secret()
+    receiver = Receiver(secret)
+    with serving(receiver.app()) as served:
+        store.put("shop", f"{served.url}/checkback", secret)
+        yield receiver, served
+
+
+@pytest.fixture
+def events(tmp_path: Path) -> Iterator[EventWriter]:
+    writer = EventWriter(tmp_path / "export", "txcheck")
+    yield writer
+    writer.close()
+
+
+@pytest.fixture
+def checkback(
+    tx_broker: TxBroker, producer_groups: tuple[str, ProducerGroupStore], events: EventWriter
+) -> Iterator[CheckBack]:
+    _, store = producer_groups
+    with httpx.Client(timeout=5) as broker_http, httpx.Client() as producer_http:
+        yield CheckBack(BrokerApi(broker_http, []), store.find, producer_http, events, timeout=0.5)
+
+
+def order_for(broker: TxBroker, stored: dict[str, Any]) -> CheckOrder:
+    return CheckOrder(broker.name, broker.served.address, stored["message_id"], stored["physical_offset"])
+
+
+def check_events(events: EventWriter) -> list[dict[str, Any]]:
+    events.flush()
+    lines = [
+        json.loads(line) for path in sorted(events.root.rglob("*.jsonl")) for line in path.read_text().splitlines()
+    ]
+    return [e for e in lines if e["event"] == "transaction_check"]
+
+
+def test_commit_sends_the_signed_request_and_commits_once(
+    checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp], events: EventWriter
+) -> None:
+    producer, _ = receiver
+    stored = tx_broker.put_half("A", {"amount": "42", CHECK_IMMUNITY: "30"})
+
+    assert checkback.check(order_for(tx_broker, stored)) == "COMMIT"
+
+    assert producer.refused == []
+    assert producer.requests == [
+        {
+            "transaction_id": "broker-a:A",
+            "message_id": "A",
+            "topic": "orders",
+            "producer_group": "shop",
+            "check_count": 1,
+            "tag": "paid",
+            "keys": [],
+            "properties": {"amount": "42"},
+            "body": "pay order 7",
+        }
+    ]
+    assert tx_broker.state("A")["state"] == "COMMITTED"
+    assert [(r.message_id, r.body) for r in tx_broker.records("orders", 1)] == [("A", b"pay order 7")]
+    (event,) = check_events(events)
+    assert {k: event[k] for k in ("message_id", "topic", "transaction_id", "check_count", "answer")} == {
+        "message_id": "A",
+        "topic": "orders",
+        "transaction_id": "broker-a:A",
+        "check_count": 1,
+        "answer": "COMMIT",
+    }
+    assert 0 <= event["latency_ms"] < 500
+
+
+def test_rollback_rolls_back_and_nothing_is_delivered(
+    checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp]
+) -> None:
+    producer, _ = receiver
+    producer.answer = b'{"status": "ROLLBACK"}'
+    assert checkback.check(order_for(tx_broker, tx_broker.put_half("A"))) == "ROLLBACK"
+    assert tx_broker.state("A")["state"] == "ROLLED_BACK"
+    assert tx_broker.records("orders", 1) == []
+
+
+NOT_AN_ANSWER = [
+    (200, b'{"status": "UNKNOWN"}'),
+    (500, b'{"status": "COMMIT"}'),
+    (404, b""),
+    (307, b'{"status": "COMMIT"}'),
+    (200, b"COMMIT"),
+    (200, b'{"status": "commit"}'),
+    (200, b'{"outcome": "COMMIT"}'),
+    (200, b'["COMMIT"]'),
+    (200, b'{"status": ["COMMIT"]}'),
+]
+
+
+def test_anything_but_a_clear_answer_is_unknown_and_leaves_the_transaction_open(
+    checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp], events: EventWriter
+) -> None:
+    producer, _ = receiver
+    for n, (status, answer) in enumerate(NOT_AN_ANSWER):
+        producer.status, producer.answer = status, answer
+        result = checkback.check(order_for(tx_broker, tx_broker.put_half(f"A{n}")))
+        assert (result, tx_broker.state(f"A{n}")["state"]) == ("UNKNOWN", "OPEN"), f"{status} {answer!r}"
+    assert [e["answer"] for e in check_events(events)] == ["UNKNOWN"] * len(NOT_AN_ANSWER)
+
+
+def test_a_producer_slower_than_the_timeout_is_unknown(
+    checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp]
+) -> None:
+    producer, _ = receiver
+    producer.delay = 1.0
+    assert checkback.check(order_for(tx_broker, tx_broker.put_half("A"))) == "UNKNOWN"
+    assert tx_broker.state("A")["state"] == "OPEN"
+
+
+def test_a_dead_endpoint_is_unknown(
+    checkback: CheckBack, tx_broker: TxBroker, producer_groups: tuple[str, ProducerGroupStore]
+) -> None:
+    _, store = producer_groups
+    store.put("shop", f"http://127.0.0.1:{free_port()}/checkback")
+    reply = checkback.ask(_half(tx_broker, "A"), "broker-a")
+    assert (reply.answer, reply.reason.split(":")[0:2]) == ("UNKNOWN", ["http", "//127.0.0.1"])
+    assert "ConnectError" in reply.reason
+
+
+def _half(broker: TxBroker, message_id: str) -> Any:
+    stored = broker.put_half(message_id)
+    return BrokerApi(broker.http, []).record(broker.ref, stored["physical_offset"])
+
+
+def test_a_renewed_copy_is_asked_with_its_check_count(
+    checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp]
+) -> None:
+    producer, _ = receiver
+    producer.answer = b'{"status": "UNKNOWN"}'
+    stored = tx_broker.put_half("A")
+    tx_broker.http.post("/internal/transactions/A/checked", json={"physical_offset": stored["physical_offset"]})
+    renewed = [
+        r for r in tx_broker.records("RMQ_SYS_TRANS_HALF_TOPIC") if r.physical_offset != stored["physical_offset"]
+    ]
+    checkback.check(CheckOrder("broker-a", tx_broker.served.address, "A", renewed[0].physical_offset))
+    assert [r["check_count"] for r in producer.requests] == [2]
+
+
+def test_a_binary_body_travels_as_base64(
+    checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp]
+) -> None:
+    producer, _ = receiver
+    record = tx_broker.put_half("A", body=b"\xff\x00")
+    checkback.check(order_for(tx_broker, record))
+    assert (producer.requests[0].get("body"), producer.requests[0]["body_base64"]) == (None, "/wA=")
+
+
+def test_an_ended_transaction_is_not_asked_about(
+    checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp], events: EventWriter
+) -> None:
+    producer, _ = receiver
+    stored = tx_broker.put_half("A")
+    assert tx_broker.end("A", "rollback").status_code == 200
+    assert checkback.check(order_for(tx_broker, stored)) == "ENDED"
+    assert (producer.requests, check_events(events)) == ([], [])
+
+
+def test_an_answer_the_other_way_than_the_producer_ended_it_changes_nothing(
+    checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp]
+) -> None:
+    producer, _ = receiver
+    stored = tx_broker.put_half("A")
+
+    async def producer_rolls_back_meanwhile() -> None:
+        async with httpx.AsyncClient(base_url=tx_broker.served.url) as client:
+            await client.post("/internal/transactions/A/rollback", json={"by": "producer"})
+
+    producer.before_answer = producer_rolls_back_meanwhile
+    assert checkback.check(order_for(tx_broker, stored)) == "COMMIT"
+    assert tx_broker.state("A")["state"] == "ROLLED_BACK"
+    assert tx_broker.records("orders", 1) == []
+
+
+def test_an_unregistered_producer_group_is_unknown(
+    checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp]
+) -> None:
+    producer, _ = receiver
+    stored = tx_broker.put_half("A", group="nobody")
+    assert checkback.check(order_for(tx_broker, stored)) == "UNKNOWN"
+    assert producer.requests == []
+
+
+def test_a_broker_that_does_not_answer_raises_for_the_task_to_retry(checkback: CheckBack) -> None:
+    with pytest.raises(BrokerUnavailable, match="ConnectError"):
+        checkback.check(CheckOrder("broker-a", f"127.0.0.1:{free_port()}", "A", 0))

@@ -1,0 +1,155 @@
+"""txcheck's tasks on a real Celery worker process and the real Redis: scans resolve, killed workers lose nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI, Request, Response
+
+from libs import webhooks
+from libs.producer_groups import ProducerGroupStore
+from services.broker.transactions import CHECK_IMMUNITY
+from services.txcheck.celery_app import CHECK_TASK, SCAN_TASK, create_celery
+from services.txcheck.settings import TxcheckSettings
+from tests.services.txcheck.conftest import REDIS_URL, TxBroker
+from tests.services.txcheck.processes import TxcheckProcess
+from tests.support.serving import ServedApp, serving
+
+IMMUNE = {CHECK_IMMUNITY: "0"}
+
+
+class Producer:
+    """A check-back receiver: answers by message id; can hold requests until released."""
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+        self.answers: dict[str, str] = {}
+        self.requests: list[tuple[str, str]] = []
+        """(message id, webhook-id) of each verified request"""
+        self.hold_first = 0
+        self.released = threading.Event()
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/checkback")
+        async def checkback(request: Request) -> Response:
+            body = await request.body()
+            webhooks.verify(self.secret, request.headers, body)
+            message_id = (await request.json())["message_id"]
+            self.requests.append((message_id, request.headers["webhook-id"]))
+            if len(self.requests) <= self.hold_first:
+                for _ in range(200):  # the worker asking is killed meanwhile; let go at the end of the test
+                    if self.released.is_set():
+                        break
+                    await asyncio.sleep(0.05)
+            status = self.answers.get(message_id, "UNKNOWN")
+            return Response(f'{{"status": "{status}"}}', media_type="application/json")
+
+        return app
+
+
+@pytest.fixture
+def producer(producer_groups: tuple[str, ProducerGroupStore]) -> Iterator[Producer]:
+    _, store = producer_groups
+    producer = Producer(webhooks.new_secret())
+    with serving(producer.app()) as served:
+        store.put("shop", f"{served.url}/checkback", producer.secret)
+        yield producer
+        producer.released.set()
+
+
+@pytest.fixture
+def txcheck_env(
+    tmp_path: Path, nameserver: ServedApp, redis_prefix: str, producer_groups: tuple[str, ProducerGroupStore]
+) -> dict[str, str]:
+    url, _ = producer_groups
+    return {
+        "PETREL_DATA_DIR": str(tmp_path / "data"),
+        "PETREL_NAMESERVERS": nameserver.address,
+        "PETREL_REDIS_URL": REDIS_URL,
+        "PETREL_DATABASE_URL": url,
+        "PETREL_EVENTS_ENABLED": "false",
+        "PETREL_TXCHECK_REDIS_KEY_PREFIX": redis_prefix,
+        "PETREL_TXCHECK_WORKER_CONCURRENCY": "2",
+        "PETREL_TXCHECK_VISIBILITY_TIMEOUT_SECONDS": "2",
+    }
+
+
+@pytest.fixture
+def worker(txcheck_env: dict[str, str], tmp_path: Path) -> Iterator[TxcheckProcess]:
+    process = TxcheckProcess("worker", txcheck_env, tmp_path / "logs")
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def send(txcheck_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """Sends a task to the worker's queues, as beat and the scan do."""
+    for name, value in txcheck_env.items():
+        monkeypatch.setenv(name, value)
+    app = create_celery(TxcheckSettings())
+
+    def send_task(name: str, *args: object) -> None:
+        app.tasks[name].apply_async(args=args)
+
+    yield send_task
+    app.close()
+
+
+def wait_for(check: Callable[[], bool], what: str, worker: TxcheckProcess, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}; the worker's log:\n{worker.log_tail()}")
+        time.sleep(0.05)
+
+
+def test_a_scan_on_the_worker_resolves_what_the_producer_says_and_keeps_the_rest_open(
+    worker: TxcheckProcess, send: Callable[..., None], tx_broker: TxBroker, producer: Producer
+) -> None:
+    producer.answers = {"C": "COMMIT", "R": "ROLLBACK"}
+    for message_id in ("C", "R", "U"):
+        tx_broker.put_half(message_id, IMMUNE)
+
+    send(SCAN_TASK)
+
+    wait_for(lambda: len(producer.requests) == 3 and tx_broker.state("R")["state"] == "ROLLED_BACK", "3 checks", worker)
+    wait_for(lambda: tx_broker.state("C")["state"] == "COMMITTED", "C committed", worker)
+    assert sorted(m for m, _ in producer.requests) == ["C", "R", "U"]
+    assert (tx_broker.state("U")["state"], tx_broker.state("U")["check_count"]) == ("OPEN", 1)
+    assert [r.message_id for r in tx_broker.records("orders", 1)] == ["C"]
+
+
+def test_a_check_whose_worker_is_killed_is_run_again_and_commits_once(
+    worker: TxcheckProcess,
+    send: Callable[..., None],
+    tx_broker: TxBroker,
+    producer: Producer,
+    txcheck_env: dict[str, str],
+) -> None:
+    producer.answers = {"A": "COMMIT"}
+    producer.hold_first = 2
+    stored = tx_broker.put_half("A")
+
+    send(CHECK_TASK, "broker-a", tx_broker.served.address, "A", stored["physical_offset"])
+    wait_for(lambda: len(producer.requests) == 1, "the first check-back", worker)
+    for child in worker.children():  # a pool process dies: the task goes back to the queue at once
+        os.kill(child, signal.SIGKILL)
+    wait_for(lambda: len(producer.requests) == 2, "the check again after its pool process died", worker)
+    worker.kill()  # the whole worker dies with the task unacknowledged: Redis gives it back after the timeout
+    assert tx_broker.state("A")["state"] == "OPEN"
+    worker.start()
+
+    wait_for(lambda: tx_broker.state("A")["state"] == "COMMITTED", "the commit after the worker's restart", worker)
+    assert len(producer.requests) == 3
+    assert len({webhook_id for _, webhook_id in producer.requests}) == 3, "a webhook-id was used twice"
+    assert [r.message_id for r in tx_broker.records("orders", 1)] == ["A"]
