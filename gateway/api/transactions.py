@@ -38,11 +38,13 @@ from libs.http.app import json_body, parse_json
 from libs.message import Prop
 from libs.names import validate_group_name, validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
-from services.broker.transactions import CHECK_IMMUNITY
+from services.broker.transactions import CHECK_IMMUNITY, FIRST_STORED
 
 router = APIRouter(prefix="/v1", tags=["transactions"], responses=PROBLEM_RESPONSES)
 
 DELAY_FIELDS: Final = frozenset({"delay_level", "delay_ms", "deliver_at"})
+HALF_PROPERTIES: Final = frozenset({CHECK_IMMUNITY, FIRST_STORED})
+"""Properties the broker and txcheck read on a half message, beyond libs.message.Prop: never the producer's."""
 _MESSAGE_ID = re.compile(r"[0-9A-Fa-f]{32}")
 
 
@@ -97,6 +99,9 @@ async def send_transaction(ctx: Context, topic: str, request: Request) -> SendTr
     """Send a half message: stored, seen by no consumer until committed; left open, its producer is asked."""
     validate_topic_name(topic)
     spec = _parse_transaction(await request.body())
+    reserved = sorted(spec.properties.keys() & HALF_PROPERTIES)
+    if reserved:
+        raise InvalidMessage(f"property name(s) {', '.join(reserved)} are reserved for Petrel")
     await ctx.producer_groups.require(validate_group_name(spec.producer_group))
     system = {Prop.PRODUCER_GROUP: spec.producer_group}
     if spec.check_immunity_seconds is not None:

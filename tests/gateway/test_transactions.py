@@ -16,10 +16,12 @@ from gateway.settings import GatewaySettings
 from libs.codec import iter_records
 from libs.message import MessageRecord, Prop
 from libs.names import TRANS_HALF_TOPIC
+from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 from services.broker.app import create_app as broker_app
 from tests.conftest import broker_settings, in_process
 from tests.gateway.test_consume import received
 from tests.gateway.test_topics import problem_type, register_silent_broker
+from tests.support.databases import postgres_schema
 from tests.support.serving import ServedApp, start_app
 
 SECRET = "whsec_" + base64.b64encode(bytes(range(32))).decode()
@@ -145,6 +147,24 @@ async def test_a_bad_registration_is_refused(
     assert (await gateway.get("/v1/producer-groups/shop")).status_code == 404
 
 
+async def test_producer_groups_go_to_the_database_petrel_database_url_names(
+    nameserver: ServedApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where txcheck, with its own engine, reads them: here the real PostgreSQL."""
+    with postgres_schema() as url:
+        monkeypatch.setenv("PETREL_DATABASE_URL", url)
+        settings = GatewaySettings(nameservers=[nameserver.address])
+        assert settings.metadata_url == url
+        async for gateway in in_process(create_app(settings)):
+            created = (await register(gateway)).json()
+        engine = open_metadata_engine(url)
+        try:
+            stored = ProducerGroupStore(engine).get("shop")
+        finally:
+            engine.dispose()
+    assert (stored.checkback_url, stored.signing_secret) == (created["checkback_url"], created["signing_secret"])
+
+
 async def test_unknown_and_badly_named_producer_groups(gateway: httpx.AsyncClient) -> None:
     missing = await gateway.get("/v1/producer-groups/nobody")
     assert missing.status_code == 404
@@ -209,6 +229,12 @@ async def test_an_unknown_producer_group_is_404_and_nothing_is_stored(
             "a transactional message cannot be delayed (delay_level, deliver_at)",
         ),
         ({"properties": {Prop.PRODUCER_GROUP: "other"}}, 400, "invalid-message", "reserved for Petrel"),
+        (
+            {"properties": {"CHECK_IMMUNITY_TIME_IN_SECONDS": "99999999"}},
+            400,
+            "invalid-message",
+            "property name(s) CHECK_IMMUNITY_TIME_IN_SECONDS are reserved for Petrel",
+        ),
         ({"producer_group": "no spaces"}, 400, "invalid-request", "group name 'no spaces' is invalid"),
         ({"check_immunity_seconds": 86_401}, 422, "validation-failed", "body.check_immunity_seconds"),
         ({"producer_group": None}, 422, "validation-failed", "body.producer_group"),
