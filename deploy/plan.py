@@ -30,12 +30,15 @@ class ProcessSpec:
     name: str
     module: str
     port: int
+    """0 for a process that serves nothing (a Celery worker or beat): it is up once started"""
     env: dict[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
+    args: tuple[str, ...] = ()
+    """after `python -m <module>`"""
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"http://{self.host}:{self.port}" if self.port else "(no port)"
 
 
 def broker_name(index: int) -> str:
@@ -50,7 +53,7 @@ def broker_name(index: int) -> str:
 
 
 def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
-    """In start order: nameservers, brokers, timer, txcheck, gateway."""
+    """In start order: nameservers, brokers, timer, txcheck (health, Celery worker, beat), gateway."""
     if options.brokers < 1 or options.nameservers < 1:
         raise ValueError("a cluster needs at least one nameserver and one broker")
     nameservers = [f"127.0.0.1:{options.nameserver_port + i}" for i in range(options.nameservers)]
@@ -75,11 +78,10 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
     specs.append(
         ProcessSpec("timer", "services.timer", options.timer_port, shared | _port("TIMER", options.timer_port))
     )
-    specs.append(
-        ProcessSpec(
-            "txcheck", "services.txcheck", options.txcheck_port, shared | _port("TXCHECK", options.txcheck_port)
-        )
-    )
+    txcheck_env = shared | _port("TXCHECK", options.txcheck_port)
+    specs.append(ProcessSpec("txcheck", "services.txcheck", options.txcheck_port, txcheck_env))
+    specs.append(ProcessSpec("txcheck-worker", "services.txcheck", 0, txcheck_env, args=("worker",)))
+    specs.append(ProcessSpec("txcheck-beat", "services.txcheck", 0, txcheck_env, args=("beat",)))
     gateway_env = (
         shared
         | _port("GATEWAY", options.gateway_port)

@@ -1,11 +1,13 @@
 """Supervisor: starts the cluster's processes, watches them, and stops them all.
 
 - Children start in plan order; each must answer `/healthz` before the next
-  starts, so brokers find their nameservers and the gateway finds brokers.
+  starts, so brokers find their nameservers and the gateway finds brokers
+  (a child without a port, as txcheck's Celery worker and beat, only has to start).
 - Each child runs in its own session (Ctrl-C reaches only the supervisor, which
   then stops children in reverse order: SIGTERM, then SIGKILL after a grace
   period) and, on Linux, is sent SIGTERM if the supervisor itself dies.
-- A child that exits is reported with the tail of its log, never hidden.
+- A child that exits is reported with the tail of its log, never hidden, and
+  not restarted.
 - `<data>/run/cluster.json` lists the live processes for tools and tests.
 """
 
@@ -78,7 +80,7 @@ class Supervisor:
         self.stopping = threading.Event()
 
     def check_ports(self, specs: list[ProcessSpec]) -> None:
-        busy = [f"{s.name} :{s.port}" for s in specs if port_in_use(s.host, s.port)]
+        busy = [f"{s.name} :{s.port}" for s in specs if s.port and port_in_use(s.host, s.port)]
         if busy:
             raise StartupFailed(
                 "ports already in use: " + ", ".join(busy) + " (is another `petrel up` running? see --help for ports)"
@@ -89,7 +91,7 @@ class Supervisor:
         log_path = self.log_dir / f"{spec.name}.log"
         log_file: IO[bytes] = log_path.open("ab")
         env = os.environ | spec.env | {"PYTHONUNBUFFERED": "1"}
-        argv = command or [sys.executable, "-m", spec.module]
+        argv = command or [sys.executable, "-m", spec.module, *spec.args]
         process = subprocess.Popen(
             argv,
             env=env,
@@ -124,6 +126,8 @@ class Supervisor:
 
     @staticmethod
     def _answers(spec: ProcessSpec, health_path: str | None) -> bool:
+        if not spec.port:
+            return True  # serves nothing: started is all that can be known (a later death is reported)
         if health_path is None:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", spec.port), timeout=0.2):
                 return True

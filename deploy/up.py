@@ -24,7 +24,7 @@ def up(options: UpOptions, redis_url: str | None) -> int:
         specs = plan_cluster(options, url)
         supervisor.check_ports(specs)
         for spec in specs:
-            print(f"[petrel] starting {spec.name} on {spec.url} ...", flush=True)
+            print(f"[petrel] starting {spec.name}{f' on {spec.url}' if spec.port else ''} ...", flush=True)
             supervisor.start(spec)
     except (StartupFailed, RedisNotAvailable, ValueError) as exc:
         print(f"[petrel] could not start the cluster: {exc}", file=sys.stderr, flush=True)
@@ -53,8 +53,9 @@ def _redis(supervisor: Supervisor, options: UpOptions) -> str:
 def _print_urls(specs: list[ProcessSpec], options: UpOptions, redis_url: str) -> None:
     print("\nPetrel is up.", flush=True)
     for spec in specs:
-        print(f"  {spec.name:12} {spec.url}", flush=True)
-    print(f"  {'redis':12} {redis_url}")
+        where = spec.url if spec.port else f"(Celery {spec.args[0] if spec.args else 'process'}, no port)"
+        print(f"  {spec.name:15} {where}", flush=True)
+    print(f"  {'redis':15} {redis_url}")
     print(f"\n  API docs:  http://{options.host}:{options.gateway_port}/docs")
     print(f"  logs:      {options.data_dir / 'logs'}/")
     print(f"  try:       curl -X PUT http://{options.host}:{options.gateway_port}/v1/topics/orders")

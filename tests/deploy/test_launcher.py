@@ -30,11 +30,17 @@ def test_plan_starts_nameservers_first_and_the_gateway_last() -> None:
         "broker-c",
         "timer",
         "txcheck",
+        "txcheck-worker",
+        "txcheck-beat",
         "gateway",
     ]
     assert [s.port for s in specs if s.module == "services.broker"] == [10911, 10912, 10913]
     assert specs[2].env["PETREL_NAMESERVERS"] == "127.0.0.1:9876,127.0.0.1:9877"
     assert specs[2].env["PETREL_BROKER_BROKER_NAME"] == "broker-a"
+    worker, beat = specs[-3], specs[-2]
+    assert (worker.module, worker.args, worker.port) == ("services.txcheck", ("worker",), 0)
+    assert (beat.module, beat.args, beat.port) == ("services.txcheck", ("beat",), 0)
+    assert worker.env["PETREL_REDIS_URL"] == beat.env["PETREL_REDIS_URL"] == "redis://127.0.0.1:6379/0"
 
 
 def test_plan_refuses_an_empty_cluster() -> None:
@@ -74,3 +80,19 @@ def test_busy_ports_are_named(tmp_path: Path) -> None:
         port = sock.getsockname()[1]
         with pytest.raises(StartupFailed, match=f"gateway :{port}"):
             Supervisor(tmp_path).check_ports([ProcessSpec("gateway", "gateway", port)])
+
+
+def test_a_child_without_a_port_is_up_once_started_and_its_death_is_reported_not_restarted(tmp_path: Path) -> None:
+    said: list[str] = []
+    supervisor = Supervisor(tmp_path, say=said.append)
+    command = [sys.executable, "-c", "import time; time.sleep(0.5); print('worker lost'); raise SystemExit(9)"]
+
+    child = supervisor.start(ProcessSpec("txcheck-worker", "", 0), command=command)
+    assert child.process.poll() is None, "the supervisor waited for a child that serves nothing"
+    supervisor.watch(poll_seconds=0.05)
+
+    assert said[0].startswith(f"[petrel] txcheck-worker (pid {child.process.pid}) exited with code 9")
+    assert "worker lost" in said[0]
+    assert said[1:] == ["[petrel] every process has exited; stopping"]
+    assert len(supervisor.children) == 1
+    supervisor.stop_all()

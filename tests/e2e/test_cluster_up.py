@@ -123,7 +123,10 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 def test_cluster_serves_routes_survives_a_dead_broker_and_stops_clean(cluster: Cluster) -> None:
     pids = cluster.all_pids()
-    assert len(pids) == 6, cluster.state()
+    assert len(pids) == 8, cluster.state()
+    worker = cluster.pid_of("txcheck-worker")
+    wait_until(lambda: pool_processes(worker), "the Celery worker's pool processes", 20)
+    pids += pool_processes(worker)
 
     created = httpx.put(f"{cluster.gateway}/v1/topics/orders", timeout=10)
     assert created.status_code == 201, created.text
@@ -150,3 +153,13 @@ def test_cluster_serves_routes_survives_a_dead_broker_and_stops_clean(cluster: C
     assert leftovers == [], f"processes left after stop: {leftovers}"
     assert not (cluster.data_dir / "run" / "cluster.json").exists()
     assert (cluster.data_dir / "logs" / "gateway.log").exists()
+    assert "beat: Starting" in (cluster.data_dir / "logs" / "txcheck-beat.log").read_text()
+    assert "ready." in (cluster.data_dir / "logs" / "txcheck-worker.log").read_text()
+    assert list((cluster.data_dir / "txcheck").glob("beat-schedule*")), "beat's schedule is not in the data dir"
+
+
+def pool_processes(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
