@@ -1,15 +1,21 @@
-"""LocalCluster: a whole Petrel cluster on real processes for e2e tests (nameserver, broker, timer, gateway)."""
+"""LocalCluster: a whole Petrel cluster on real processes for e2e tests (nameserver, broker, timer, gateway).
+
+With `txcheck=True`, also txcheck's Celery worker and beat on the real Redis, under a
+key prefix of the cluster's own (scans every second, transactions due after one second).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import redis
 
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
@@ -22,6 +28,15 @@ SMALL_BROKER = {
     "PETREL_BROKER_INDEX_MAX_ENTRIES": "100000",
     "PETREL_BROKER_REGISTER_INTERVAL_SECONDS": "0.5",
 }
+FAST_TXCHECK = {
+    "PETREL_REDIS_URL": "redis://127.0.0.1:6379/0",
+    "PETREL_TXCHECK_SCAN_INTERVAL_SECONDS": "1",
+    "PETREL_TXCHECK_TRANSACTION_TIMEOUT_MS": "1000",
+    "PETREL_TXCHECK_VISIBILITY_TIMEOUT_SECONDS": "3",
+    "PETREL_TXCHECK_WORKER_CONCURRENCY": "4",
+    "PETREL_TXCHECK_CHECKBACK_TIMEOUT_SECONDS": "2",
+    "PETREL_TXCHECK_CHECK_RETRY_BACKOFF_MAX_SECONDS": "2",
+}
 SMALL_TIMER = {
     "PETREL_TIMER_WINDOW_DAYS": "0.01",
     "PETREL_TIMER_TIMER_LOG_SEGMENT_BYTES": str(56 * 4096),
@@ -30,17 +45,20 @@ SMALL_TIMER = {
 
 
 class LocalCluster:
-    def __init__(self, data_dir: Path, env: dict[str, str]) -> None:
+    def __init__(self, data_dir: Path, env: dict[str, str], *, txcheck: bool = False) -> None:
         self.data_dir = data_dir
         self.supervisor = Supervisor(data_dir)
         ports = {name: free_port() for name in ("nameserver", "broker", "timer", "gateway")}
+        self.redis_prefix = f"petrel-e2e:{uuid.uuid4().hex[:12]}:"
         shared = (
             {
                 "PETREL_DATA_DIR": str(data_dir),
                 "PETREL_NAMESERVERS": f"127.0.0.1:{ports['nameserver']}",
+                "PETREL_TXCHECK_REDIS_KEY_PREFIX": self.redis_prefix,
             }
             | SMALL_BROKER
             | SMALL_TIMER
+            | (FAST_TXCHECK if txcheck else {})
             | env
         )
 
@@ -57,6 +75,11 @@ class LocalCluster:
             "timer": spec("timer", "services.timer", "timer"),
             "gateway": spec("gateway", "gateway", "gateway", {"PETREL_GATEWAY_TIMER_ADDRESS": timer_address}),
         }
+        if txcheck:
+            for role in ("worker", "beat"):
+                self.specs[f"txcheck-{role}"] = ProcessSpec(
+                    f"txcheck-{role}", "services.txcheck", 0, shared, args=(role,)
+                )
 
     @property
     def url(self) -> str:
@@ -79,13 +102,38 @@ class LocalCluster:
 
         await eventually(routed, f"{name} is routed again after its restart")
 
+    async def kill(self, name: str) -> None:
+        """kill -9 of one process (a Celery worker's pool processes die with it)."""
+        child = next(c for c in self.supervisor.children if c.spec.name == name)
+        os.kill(child.process.pid, signal.SIGKILL)
+        await asyncio.to_thread(child.process.wait)
+        self.supervisor.children.remove(child)
+
+    async def restart(self, name: str) -> None:
+        await asyncio.to_thread(self.supervisor.start, self.specs[name])
+
+    def log(self, name: str) -> str:
+        return (self.supervisor.log_dir / f"{name}.log").read_text(errors="replace")
+
 
 @asynccontextmanager
-async def local_cluster(data_dir: Path, **env: str) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
-    cluster = LocalCluster(data_dir, env)
+async def local_cluster(
+    data_dir: Path, *, txcheck: bool = False, **env: str
+) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
+    cluster = LocalCluster(data_dir, env, txcheck=txcheck)
     try:
         await cluster.start()
         async with httpx.AsyncClient(base_url=cluster.url, timeout=15) as client:
             yield cluster, client
     finally:
         cluster.supervisor.stop_all()
+        if txcheck:
+            _forget_redis_keys(cluster.redis_prefix)
+
+
+def _forget_redis_keys(prefix: str) -> None:
+    client = redis.Redis.from_url(FAST_TXCHECK["PETREL_REDIS_URL"])
+    keys = list(client.scan_iter(match=prefix + "*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
