@@ -6,6 +6,7 @@ environment variables, exactly as one would run it by hand or in a container.
 
 from __future__ import annotations
 
+import hashlib
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,7 +79,9 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
     specs.append(
         ProcessSpec("timer", "services.timer", options.timer_port, shared | _port("TIMER", options.timer_port))
     )
-    txcheck_env = shared | _port("TXCHECK", options.txcheck_port)
+    txcheck_env = (
+        shared | _port("TXCHECK", options.txcheck_port) | {"PETREL_TXCHECK_REDIS_KEY_PREFIX": _prefix(options)}
+    )
     specs.append(ProcessSpec("txcheck", "services.txcheck", options.txcheck_port, txcheck_env))
     specs.append(ProcessSpec("txcheck-worker", "services.txcheck", 0, txcheck_env, args=("worker",)))
     specs.append(ProcessSpec("txcheck-beat", "services.txcheck", 0, txcheck_env, args=("beat",)))
@@ -93,3 +96,12 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
 
 def _port(service: str, port: int) -> dict[str, str]:
     return {f"PETREL_{service}_PORT": str(port)}
+
+
+def _prefix(options: UpOptions) -> str:
+    """txcheck's Redis keys and Celery queues, apart from those of other clusters sharing the Redis.
+
+    Derived from the data directory: a cluster restarted on the same data finds its queues again.
+    """
+    digest = hashlib.sha256(str(options.data_dir.resolve()).encode()).hexdigest()[:10]
+    return f"petrel:txcheck:{digest}:"

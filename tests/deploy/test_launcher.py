@@ -41,6 +41,10 @@ def test_plan_starts_nameservers_first_and_the_gateway_last() -> None:
     assert (worker.module, worker.args, worker.port) == ("services.txcheck", ("worker",), 0)
     assert (beat.module, beat.args, beat.port) == ("services.txcheck", ("beat",), 0)
     assert worker.env["PETREL_REDIS_URL"] == beat.env["PETREL_REDIS_URL"] == "redis://127.0.0.1:6379/0"
+    prefix = worker.env["PETREL_TXCHECK_REDIS_KEY_PREFIX"]
+    assert prefix == beat.env["PETREL_TXCHECK_REDIS_KEY_PREFIX"] == specs[-4].env["PETREL_TXCHECK_REDIS_KEY_PREFIX"]
+    other = plan_cluster(UpOptions(data_dir=Path("elsewhere")), "redis://127.0.0.1:6379/0")
+    assert other[-2].env["PETREL_TXCHECK_REDIS_KEY_PREFIX"] != prefix, "two clusters would share Celery queues"
 
 
 def test_plan_refuses_an_empty_cluster() -> None:
