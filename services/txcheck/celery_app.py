@@ -133,8 +133,11 @@ def create_celery(settings: TxcheckSettings) -> Celery:
 
 
 def quiet_task_lines(**_: object) -> None:
-    """No line per task received and succeeded (thousands a second under load); failures are still logged."""
-    for name in ("celery.worker.strategy", "celery.app.trace"):
+    """No line per task received and succeeded, nor per HTTP call (thousands a second under load).
+
+    Failures are still logged.
+    """
+    for name in ("celery.worker.strategy", "celery.app.trace", "httpx", "httpcore"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 

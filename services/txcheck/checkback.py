@@ -2,15 +2,14 @@
 
 One check (a Celery task runs `CheckBack.check`):
 
-1. the broker's state of the transaction: an ended one needs no check (its op
-   record was written after the scan read the op queue);
-2. the half copy the scan found (the broker's record at its CommitLog offset),
-   and its producer group's `checkback_url` and signing secret;
-3. POST the check-back request (JSON, signed Standard Webhooks style with the
+1. the half copy the scan found (the broker's record at its CommitLog offset),
+   and its producer group's `checkback_url` and signing secret (the scan
+   dispatches checks of open transactions only);
+2. POST the check-back request (JSON, signed Standard Webhooks style with the
    group's secret, a fresh `webhook-id` per attempt) and read the answer,
    `{"status": "COMMIT" | "ROLLBACK" | "UNKNOWN"}`. No answer in time, a
    non-2xx, anything else in the body: UNKNOWN;
-4. COMMIT or ROLLBACK ends the transaction (`by: checkback`); one ended
+3. COMMIT or ROLLBACK ends the transaction (`by: checkback`); one ended
    meanwhile the other way (409) is logged, not an error. UNKNOWN does nothing:
    the renewed half copy is checked again later.
 
@@ -30,7 +29,7 @@ from typing import Any
 import httpx
 
 from libs import jsonutil, webhooks
-from libs.errors import TransactionAlreadyEnded, TransactionNotFound
+from libs.errors import OffsetOutOfRange, TransactionAlreadyEnded, TransactionNotFound
 from libs.events.writer import EventWriter
 from libs.message import MessageRecord, Prop, SysFlag
 from libs.producer_groups import ProducerGroup
@@ -40,7 +39,6 @@ from services.txcheck.scan import CheckOrder
 
 log = logging.getLogger(__name__)
 
-ENDED_STATES = frozenset({"COMMITTED", "ROLLED_BACK"})
 HIDDEN_PROPERTIES = frozenset({CHECK_IMMUNITY, FIRST_STORED})
 """Broker bookkeeping on a half copy that is not the producer's."""
 USER_AGENT = "petrel-txcheck/1"
@@ -117,17 +115,13 @@ class CheckBack:
         self.timeout = timeout
 
     def check(self, order: CheckOrder) -> str:
-        """Run one check; what came of it: COMMIT, ROLLBACK, UNKNOWN, or ENDED / GONE when nobody was asked."""
+        """Run one check; what came of it: COMMIT, ROLLBACK, UNKNOWN, or GONE when nobody was asked."""
         broker = Broker(order.broker, order.address)
         try:
-            state = self.api.transaction(broker, order.message_id)["state"]
-        except TransactionNotFound as exc:
-            log.warning("check of %s:%s: %s", order.broker, order.message_id, exc.detail)
+            record = self.api.record(broker, order.physical_offset)
+        except OffsetOutOfRange as exc:  # past retention: so is every copy of it
+            log.warning("check of %s: %s", order.message_id, exc.detail)
             return "GONE"
-        if state in ENDED_STATES:
-            log.info("check of %s:%s: already %s", order.broker, order.message_id, state)
-            return "ENDED"
-        record = self.api.record(broker, order.physical_offset)
         if record.message_id != order.message_id:
             log.error("check of %s: the record at %d is %s", order.message_id, order.physical_offset, record.message_id)
             return "GONE"
@@ -142,7 +136,7 @@ class CheckBack:
             latency_ms=reply.latency_ms,
         )
         if reply.answer is Answer.UNKNOWN:
-            log.info("check %d of %s: UNKNOWN (%s)", check_count_of(record), order.message_id, reply.reason or "said")
+            log.debug("check %d of %s: UNKNOWN (%s)", check_count_of(record), order.message_id, reply.reason or "said")
         else:
             self._end(broker, order.message_id, reply.answer)
         return reply.answer.value
@@ -173,7 +167,7 @@ class CheckBack:
         except TransactionNotFound as exc:
             log.warning("%s answered %s, but the broker no longer has it: %s", message_id, answer.value, exc.detail)
             return
-        log.info("%s: %s by check-back (first: %s)", message_id, answer.value, ended.get("first"))
+        log.debug("%s: %s by check-back (first: %s)", message_id, answer.value, ended.get("first"))
 
 
 def _utf8(body: bytes) -> str | None:

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
 
 import httpx
 import redis
 
 from libs.events.writer import EventWriter
-from libs.producer_groups import ProducerGroupStore, open_metadata_engine
+from libs.producer_groups import ProducerGroup, ProducerGroupStore, open_metadata_engine
 from services.txcheck.broker_api import BrokerApi, open_http
 from services.txcheck.checkback import CheckBack
 from services.txcheck.settings import TxcheckSettings
+
+PRODUCER_GROUP_TTL_SECONDS = 2.0
 
 
 class Runtime:
@@ -37,7 +41,11 @@ class Runtime:
         self.engine = open_metadata_engine(settings.metadata_url)
         self.producer_groups = ProducerGroupStore(self.engine)
         self.checkback = CheckBack(
-            self.api, self.producer_groups.find, self.producer_http, self.events, settings.checkback_timeout_seconds
+            self.api,
+            RecentProducerGroups(self.producer_groups, PRODUCER_GROUP_TTL_SECONDS),
+            self.producer_http,
+            self.events,
+            settings.checkback_timeout_seconds,
         )
 
     def close(self) -> None:
@@ -46,6 +54,24 @@ class Runtime:
         self.producer_http.close()
         self.redis.close()
         self.engine.dispose()
+
+
+class RecentProducerGroups:
+    """The producer groups as read at most `ttl` seconds ago (a changed URL or secret is used within `ttl`)."""
+
+    def __init__(self, store: ProducerGroupStore, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.ttl = ttl
+        self.clock = clock
+        self._read: dict[str, tuple[float, ProducerGroup | None]] = {}
+
+    def __call__(self, name: str) -> ProducerGroup | None:
+        now = self.clock()
+        read = self._read.get(name)
+        if read is None or now - read[0] >= self.ttl:
+            read = (now, self.store.find(name))
+            self._read[name] = read
+        return read[1]
 
 
 class RuntimeHolder:

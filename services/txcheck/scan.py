@@ -10,15 +10,18 @@ or two beats, never scan one broker at once):
 2. read `RMQ_SYS_TRANS_HALF_TOPIC/0` from its progress, in store order: skip a
    copy whose transaction ended; stop at the first copy not yet due (stored
    less than `transaction_timeout` ago, or its check immunity for a first check);
-   for each due copy, dispatch a check task, then tell the broker
-   (`checked`), which appends a renewed copy with one more check counted (or,
-   past the check limit, moves it to TRANS_CHECK_MAX_TIME_TOPIC);
+   for each due copy, tell the broker (`checked`), which appends a renewed copy
+   with one more check counted (or, past the check limit, moves it to
+   TRANS_CHECK_MAX_TIME_TOPIC) and answers the transaction's state; then
+   dispatch a check task for each one not ended meanwhile;
 3. commit the progress after each batch.
 
-A copy whose dispatch or `checked` failed stops the progress there, so it is
-read again by the next scan. Nothing is lost by a crash between steps: a
-dispatched check without its renewal is dispatched again (checks are
-idempotent), a renewal without its check is checked when the renewed copy is due.
+A copy whose `checked` or dispatch failed stops the progress there, so it is
+read again by the next scan (the broker renews a copy only once; a copy read
+again is dispatched without another renewal). Nothing is lost by a crash
+between steps: a renewal without its check is checked when the renewed copy is
+due; a dispatched check whose progress was not committed is dispatched again
+(checks are idempotent).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ log = logging.getLogger(__name__)
 
 SYSTEM_GROUP = "CID_SYS_RMQ_TRANS"
 OP_BATCH = 1024
+ENDED_STATES = frozenset({"COMMITTED", "ROLLED_BACK"})
 FORGET_MARGIN_MS = 60_000
 """Ended ids are kept this much longer than the copies they could still match (a renewal racing an end)."""
 
@@ -216,18 +220,32 @@ class HalfScanner:
                 report.skipped_ended += 1
             elif due_at(record, self.options.transaction_timeout_ms) > now:
                 report.stopped = "not due"
-                return self._dispatch_all(broker, due, pool, report, resume=record.queue_offset)
+                return self._check_all(broker, due, pool, report, resume=record.queue_offset)
             else:
                 due.append(record)
-        return self._dispatch_all(broker, due, pool, report, resume=pulled.next_offset)
+        return self._check_all(broker, due, pool, report, resume=pulled.next_offset)
 
-    def _dispatch_all(
+    def _check_all(
         self, broker: Broker, due: list[MessageRecord], pool: ThreadPoolExecutor, report: BrokerScan, resume: int
     ) -> int:
-        """Dispatch each copy's check, then renew the copies; where to resume (the first failure, if any)."""
-        dispatched: list[MessageRecord] = []
+        """Renew the due copies, then dispatch the check of each one still open; where to resume.
+
+        A copy whose renewal failed is read again by the next scan, and so is every copy after it
+        (those renewed already are then stale: the broker answers their state without renewing
+        them again, and their checks are dispatched then).
+        """
+        renewals = list(pool.map(lambda r: self._renew(broker, r), due))
         failures_before = len(report.failures)
-        for record in due:
+        for record, (_, error) in zip(due, renewals, strict=True):
+            if error is not None:
+                report.failures.append(error)
+                resume = min(resume, record.queue_offset)
+        for record, (state, _) in zip(due, renewals, strict=True):
+            if record.queue_offset >= resume:
+                break
+            if state in ENDED_STATES:  # ended after the op queue was read
+                report.skipped_ended += 1
+                continue
             order = CheckOrder(broker.name, broker.address, record.message_id or "", record.physical_offset)
             try:
                 self.dispatch(order)
@@ -235,21 +253,14 @@ class HalfScanner:
                 report.failures.append(f"dispatching the check of {order.message_id}: {exc}")
                 resume = record.queue_offset
                 break
-            dispatched.append(record)
-        renewals = list(pool.map(lambda r: self._renew(broker, r), dispatched))
-        report.dispatched += len(dispatched)
-        for record, (state, error) in zip(dispatched, renewals, strict=True):
-            if error is not None:
-                report.failures.append(error)
-                resume = min(resume, record.queue_offset)
-            elif state == "ABANDONED":
-                report.abandoned += 1
+            report.dispatched += 1
+            report.abandoned += state == "ABANDONED"
         if len(report.failures) > failures_before:
             report.stopped = f"failed: {report.failures[-1]}"
         return resume
 
     def _renew(self, broker: Broker, record: MessageRecord) -> tuple[str | None, str | None]:
-        """Tell the broker the copy's check was dispatched: (its state afterwards, None) or (None, what failed)."""
+        """Tell the broker the copy is being checked: (its state afterwards, None) or (None, what failed)."""
         try:
             answer = self.api.checked(broker, record.message_id or "", record.physical_offset)
         except PetrelError as exc:

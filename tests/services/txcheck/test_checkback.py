@@ -20,8 +20,10 @@ from libs.producer_groups import ProducerGroupStore
 from services.broker.transactions import CHECK_IMMUNITY
 from services.txcheck.broker_api import BrokerApi
 from services.txcheck.checkback import CheckBack
+from services.txcheck.runtime import RecentProducerGroups
 from services.txcheck.scan import CheckOrder
 from tests.services.txcheck.conftest import TxBroker
+from tests.support.clock import FakeClock
 from tests.support.serving import ServedApp, free_port, serving
 
 
@@ -211,14 +213,17 @@ def test_a_binary_body_travels_as_base64(
     assert (producer.requests[0].get("body"), producer.requests[0]["body_base64"]) == (None, "/wA=")
 
 
-def test_an_ended_transaction_is_not_asked_about(
-    checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp], events: EventWriter
+def test_an_answer_the_same_way_the_producer_ended_it_meanwhile_is_fine(
+    checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp]
 ) -> None:
-    producer, _ = receiver
     stored = tx_broker.put_half("A")
-    assert tx_broker.end("A", "rollback").status_code == 200
-    assert checkback.check(order_for(tx_broker, stored)) == "ENDED"
-    assert (producer.requests, check_events(events)) == ([], [])
+    assert tx_broker.end("A", "commit").status_code == 200
+    assert checkback.check(order_for(tx_broker, stored)) == "COMMIT"
+    assert [r.message_id for r in tx_broker.records("orders", 1)] == ["A"]
+
+
+def test_a_half_copy_past_retention_is_gone(checkback: CheckBack, tx_broker: TxBroker) -> None:
+    assert checkback.check(CheckOrder("broker-a", tx_broker.served.address, "A", 10**9)) == "GONE"
 
 
 def test_an_answer_the_other_way_than_the_producer_ended_it_changes_nothing(
@@ -249,3 +254,16 @@ def test_an_unregistered_producer_group_is_unknown(
 def test_a_broker_that_does_not_answer_raises_for_the_task_to_retry(checkback: CheckBack) -> None:
     with pytest.raises(BrokerUnavailable, match="ConnectError"):
         checkback.check(CheckOrder("broker-a", f"127.0.0.1:{free_port()}", "A", 0))
+
+
+def test_producer_groups_are_read_again_after_their_ttl(producer_groups: tuple[str, ProducerGroupStore]) -> None:
+    _, store = producer_groups
+    clock = FakeClock()
+    recent = RecentProducerGroups(store, ttl=2.0, clock=clock)
+    assert recent("shop") is None
+    store.put("shop", "http://127.0.0.1:1/checkback")
+    assert recent("shop") is None, "read again within the TTL"
+    clock.advance(2.0)
+    group = recent("shop")
+    assert group is not None
+    assert group.checkback_url == "http://127.0.0.1:1/checkback"

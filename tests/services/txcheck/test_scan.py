@@ -162,6 +162,22 @@ def test_two_overlapping_scans_never_check_one_copy_twice(
     assert sorted(o.message_id for o in dispatched) == ids
 
 
+def test_a_transaction_ended_after_the_op_queue_was_read_is_not_checked(
+    api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    tx_broker.put_half("A", IMMUNE)
+    tx_broker.put_half("B", IMMUNE)
+    assert tx_broker.end("A", "commit").status_code == 200
+    api.commit_progress(tx_broker.ref, SYSTEM_GROUP, TRANS_OP_HALF_TOPIC, 1)  # as if read before the commit
+    dispatched: list[CheckOrder] = []
+
+    (report,) = make_scanner(api, redis_client, redis_prefix, FakeClock(time.time() + 1), dispatched).scan(
+        10, [tx_broker.ref]
+    )
+
+    assert ([o.message_id for o in dispatched], report.skipped_ended) == (["B"], 1)
+
+
 def test_a_held_lock_means_another_scan_has_the_broker(
     api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
@@ -194,8 +210,8 @@ def test_a_copy_whose_dispatch_failed_is_dispatched_by_the_next_scan(
     assert progress(api, tx_broker, TRANS_HALF_TOPIC) == 1
 
     make_scanner(api, redis_client, redis_prefix, clock, dispatched).scan(10, [tx_broker.ref])
-    assert [o.message_id for o in dispatched] == ["A", "B", "C"]
-    assert [tx_broker.state(m)["check_count"] for m in ("A", "B", "C")] == [1, 1, 1]
+    assert [o.message_id for o in dispatched] == ["A", "B", "C"], "B or C lost its check, or A was checked twice"
+    assert [tx_broker.state(m)["check_count"] for m in ("A", "B", "C")] == [1, 1, 1], "a copy was renewed twice"
 
 
 def test_a_broker_that_does_not_answer_fails_its_scan_only(
