@@ -6,12 +6,14 @@ result). Two tasks, on two queues so that a flood of checks never delays a scan:
 - `txcheck.scan` (queue `txcheck.scan`), started by beat every
   `scan_interval_seconds` and expiring after one interval (a scan that waited
   longer is superseded by the next): runs `HalfScanner` over every broker.
-- `txcheck.check` (queue `txcheck.check`): one check-back, given the broker and
-  the half copy's CommitLog offset. Acknowledged late and given back when its
-  worker dies (`task_reject_on_worker_lost`; a worker killed with -9 never
-  acknowledges, so Redis gives the task to a worker again after
-  `visibility_timeout_seconds`); killed past its time limit; retried with
-  backoff when the broker does not answer.
+- `txcheck.check` (queue `txcheck.check`): the check-backs of up to
+  `check_batch` half copies of one broker, given by message id and CommitLog
+  offset, run side by side (one task per copy would spend more on Celery than
+  on the check). Acknowledged late and given back when its worker dies
+  (`task_reject_on_worker_lost`; a worker killed with -9 never acknowledges, so
+  Redis gives the task to a worker again after `visibility_timeout_seconds`);
+  killed past its time limit; the checks whose broker did not answer are
+  retried, with exponential backoff and jitter.
 
 Every key, Celery's queues included, starts with `redis_key_prefix`.
 """
@@ -19,12 +21,14 @@ Every key, Celery's queues included, starts with `redis_key_prefix`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
 from celery.signals import after_setup_logger, worker_process_shutdown, worker_shutdown
+from celery.utils.time import get_exponential_backoff_interval
 
-from libs.errors import NameserverUnavailable, ServiceUnavailable
+from libs.errors import NameserverUnavailable
 from services.txcheck.runtime import RuntimeHolder
 from services.txcheck.scan import CheckOrder, HalfScanner, ScanOptions
 from services.txcheck.settings import TxcheckSettings
@@ -85,22 +89,31 @@ def create_celery(settings: TxcheckSettings) -> Celery:
     @app.task(
         name=CHECK_TASK,
         shared=False,
+        bind=True,
         acks_late=True,
         time_limit=settings.check_time_limit_seconds,
         soft_time_limit=settings.check_time_limit_seconds - 3,
-        autoretry_for=(ServiceUnavailable,),
-        retry_backoff=1,
-        retry_backoff_max=settings.check_retry_backoff_max_seconds,
-        retry_jitter=True,
         max_retries=settings.check_retries,
     )
-    def check(broker: str, address: str, message_id: str, physical_offset: int) -> str:
-        """Ask the producer about one half message and end it by the answer (see checkback)."""
-        order = CheckOrder(broker, address, message_id, physical_offset)
-        return runtime.get().checkback.check(order)
+    def check(task: Task[Any, Any], broker: str, address: str, halves: list[tuple[str, int]]) -> list[str]:
+        """Ask the producers about these half messages (message id, CommitLog offset) of one broker, side by side,
+        and end each by its answer (see checkback); retry, with backoff, those whose broker did not answer."""
+        resources = runtime.get()
+        orders = [CheckOrder(broker, address, message_id, offset) for message_id, offset in halves]
+        outcomes, unanswered = resources.checkback.check_many(orders, resources.check_pool)
+        if unanswered:
+            retries = task.request.retries
+            if retries >= settings.check_retries:
+                log.error("%d checks on %s given up after %d retries", len(unanswered), broker, retries)
+            else:
+                countdown = get_exponential_backoff_interval(1, retries, settings.check_retry_backoff_max_seconds, True)
+                again = [(o.message_id, o.physical_offset) for o in unanswered]
+                raise task.retry(args=(broker, address, again), countdown=countdown)
+        return outcomes
 
-    def dispatch(order: CheckOrder) -> None:
-        check.apply_async(args=(order.broker, order.address, order.message_id, order.physical_offset))
+    def dispatch(orders: Sequence[CheckOrder]) -> None:
+        first = orders[0]
+        check.apply_async(args=(first.broker, first.address, [(o.message_id, o.physical_offset) for o in orders]))
 
     @app.task(
         name=SCAN_TASK,
@@ -148,6 +161,7 @@ def scan_options(settings: TxcheckSettings) -> ScanOptions:
         batch=settings.scan_batch,
         parallelism=settings.scan_parallelism,
         lock_seconds=max(10.0, 3 * settings.broker_timeout_seconds),
+        check_batch=settings.check_batch,
         ended_ttl_seconds=settings.ended_ttl_seconds,
     )
 

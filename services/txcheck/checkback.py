@@ -13,7 +13,8 @@ One check (a Celery task runs `CheckBack.check`):
    meanwhile the other way (409) is logged, not an error. UNKNOWN does nothing:
    the renewed half copy is checked again later.
 
-A broker that does not answer raises `ServiceUnavailable` for the task to retry.
+A broker that does not answer raises `ServiceUnavailable`; `check_many` runs
+the checks of a task side by side and says which to retry.
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ import base64
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from libs import jsonutil, webhooks
-from libs.errors import OffsetOutOfRange, TransactionAlreadyEnded, TransactionNotFound
+from libs.errors import OffsetOutOfRange, PetrelError, ServiceUnavailable, TransactionAlreadyEnded, TransactionNotFound
 from libs.events.writer import EventWriter
 from libs.message import MessageRecord, Prop, SysFlag
 from libs.producer_groups import ProducerGroup
@@ -140,6 +142,25 @@ class CheckBack:
         else:
             self._end(broker, order.message_id, reply.answer)
         return reply.answer.value
+
+    def check_many(self, orders: Sequence[CheckOrder], pool: Executor) -> tuple[list[str], list[CheckOrder]]:
+        """Run the checks side by side; what came of each, and those whose broker did not answer (to retry).
+
+        A check that failed otherwise is logged and not retried: its renewed half copy is checked later.
+        """
+        outcomes: list[str] = []
+        unanswered: list[CheckOrder] = []
+        for order, future in [(order, pool.submit(self.check, order)) for order in orders]:
+            try:
+                outcomes.append(future.result())
+            except ServiceUnavailable as exc:
+                log.warning("check of %s: %s; will retry", order.message_id, exc.detail)
+                unanswered.append(order)
+                outcomes.append("RETRY")
+            except PetrelError as exc:
+                log.error("check of %s failed: %s", order.message_id, exc.detail)
+                outcomes.append("FAILED")
+        return outcomes, unanswered
 
     def ask(self, record: MessageRecord, broker: str) -> Reply:
         """POST the signed check-back request to the producer group's endpoint; its answer."""

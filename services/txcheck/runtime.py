@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import redis
@@ -48,7 +49,10 @@ class Runtime:
             settings.checkback_timeout_seconds,
         )
 
+        self.check_pool = ThreadPoolExecutor(settings.check_batch, thread_name_prefix="txcheck-check")
+
     def close(self) -> None:
+        self.check_pool.shutdown(wait=False, cancel_futures=True)
         self.events.close()
         self.broker_http.close()
         self.producer_http.close()

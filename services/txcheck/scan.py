@@ -13,7 +13,7 @@ or two beats, never scan one broker at once):
    for each due copy, tell the broker (`checked`), which appends a renewed copy
    with one more check counted (or, past the check limit, moves it to
    TRANS_CHECK_MAX_TIME_TOPIC) and answers the transaction's state; then
-   dispatch a check task for each one not ended meanwhile;
+   dispatch the checks of those not ended meanwhile (`check_batch` to a task);
 3. commit the progress after each batch.
 
 A copy whose `checked` or dispatch failed stops the progress there, so it is
@@ -69,6 +69,8 @@ class ScanOptions:
     batch: int = 256
     parallelism: int = 16
     lock_seconds: float = 15.0
+    check_batch: int = 16
+    """half copies (of one broker) per check task"""
     ended_ttl_seconds: int = 3 * 86400
 
 
@@ -117,7 +119,7 @@ class HalfScanner:
         api: BrokerApi,
         client: redis.Redis,
         options: ScanOptions,
-        dispatch: Callable[[CheckOrder], None],
+        dispatch: Callable[[Sequence[CheckOrder]], None],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
@@ -240,21 +242,26 @@ class HalfScanner:
             if error is not None:
                 report.failures.append(error)
                 resume = min(resume, record.queue_offset)
+        checks: list[tuple[MessageRecord, CheckOrder]] = []
         for record, (state, _) in zip(due, renewals, strict=True):
             if record.queue_offset >= resume:
                 break
             if state in ENDED_STATES:  # ended after the op queue was read
                 report.skipped_ended += 1
                 continue
-            order = CheckOrder(broker.name, broker.address, record.message_id or "", record.physical_offset)
-            try:
-                self.dispatch(order)
-            except Exception as exc:  # noqa: BLE001 - whatever the task queue raised, resume from this copy
-                report.failures.append(f"dispatching the check of {order.message_id}: {exc}")
-                resume = record.queue_offset
-                break
-            report.dispatched += 1
             report.abandoned += state == "ABANDONED"
+            checks.append(
+                (record, CheckOrder(broker.name, broker.address, record.message_id or "", record.physical_offset))
+            )
+        for start in range(0, len(checks), self.options.check_batch):
+            chunk = checks[start : start + self.options.check_batch]
+            try:
+                self.dispatch([order for _, order in chunk])
+            except Exception as exc:  # noqa: BLE001 - whatever the task queue raised, resume from these copies
+                report.failures.append(f"dispatching the check of {chunk[0][1].message_id}: {exc}")
+                resume = chunk[0][0].queue_offset
+                break
+            report.dispatched += len(chunk)
         if len(report.failures) > failures_before:
             report.stopped = f"failed: {report.failures[-1]}"
         return resume

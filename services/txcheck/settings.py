@@ -32,7 +32,10 @@ class TxcheckSettings(SharedDatabaseSettings):
     check_retry_backoff_max_seconds: int = Field(default=30, ge=1)
     scan_time_limit_seconds: int = Field(default=120, ge=1, description="a scan stops and resumes next time")
     scan_batch: int = Field(default=256, ge=1, le=1024, description="half or op records read per pull")
-    scan_parallelism: int = Field(default=16, ge=1, description="checks dispatched at once during a scan")
+    scan_parallelism: int = Field(default=16, ge=1, description="half copies renewed at once during a scan")
+    check_batch: int = Field(
+        default=16, ge=1, le=64, description="half copies of one broker checked by one task, side by side"
+    )
     ended_ttl_seconds: int = Field(
         default=3 * 86400, gt=0, description="how long the ended message ids of a broker no longer scanned are kept"
     )

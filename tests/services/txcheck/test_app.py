@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from libs.errors import ServiceUnavailable
 from services.txcheck.app import create_app
 from services.txcheck.celery_app import CHECK_TASK, SCAN_TASK, create_celery
 from services.txcheck.settings import TxcheckSettings
@@ -53,7 +52,6 @@ def test_the_celery_app_acknowledges_checks_late_and_scans_on_a_schedule(tmp_pat
     assert conf.beat_schedule["scan"]["schedule"] == 1.5
     assert conf.beat_schedule_filename == str(tmp_path / "txcheck" / "beat-schedule")
     assert (check.acks_late, check.time_limit, check.max_retries) == (True, 30, 5)
-    assert check.autoretry_for == (ServiceUnavailable,)
     assert scan.acks_late is False
     assert conf.task_routes[CHECK_TASK]["queue"] == "txcheck.check"
     app.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,6 +255,27 @@ def test_an_unregistered_producer_group_is_unknown(
 def test_a_broker_that_does_not_answer_raises_for_the_task_to_retry(checkback: CheckBack) -> None:
     with pytest.raises(BrokerUnavailable, match="ConnectError"):
         checkback.check(CheckOrder("broker-a", f"127.0.0.1:{free_port()}", "A", 0))
+
+
+def test_checks_run_side_by_side_and_only_those_whose_broker_did_not_answer_are_retried(
+    checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp]
+) -> None:
+    producer, _ = receiver
+
+    async def answer_once_all_four_are_asked() -> None:  # one at a time, each would time out waiting
+        for _ in range(40):
+            if len(producer.requests) >= 4:
+                return
+            await asyncio.sleep(0.05)
+
+    producer.before_answer = answer_once_all_four_are_asked
+    orders = [order_for(tx_broker, tx_broker.put_half(f"A{n}")) for n in range(4)]
+    gone = CheckOrder("broker-b", f"127.0.0.1:{free_port()}", "B", 0)
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes, unanswered = checkback.check_many([*orders, gone], pool)
+
+    assert (outcomes, unanswered) == (["COMMIT"] * 4 + ["RETRY"], [gone])
 
 
 def test_producer_groups_are_read_again_after_their_ttl(producer_groups: tuple[str, ProducerGroupStore]) -> None:

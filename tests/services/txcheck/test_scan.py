@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import httpx
@@ -41,7 +41,7 @@ def make_scanner(
     **options: Any,
 ) -> HalfScanner:
     values: dict[str, Any] = {"transaction_timeout_ms": TIMEOUT_MS, "key_prefix": prefix, "batch": 2} | options
-    return HalfScanner(api, client, ScanOptions(**values), dispatched.append, clock)
+    return HalfScanner(api, client, ScanOptions(**values), dispatched.extend, clock)
 
 
 def progress(api: BrokerApi, broker: TxBroker, topic: str) -> int | None:
@@ -145,7 +145,9 @@ def test_two_overlapping_scans_never_check_one_copy_twice(
         tx_broker.put_half(message_id, IMMUNE)
     clock = FakeClock(time.time() + 1)
     dispatched: list[CheckOrder] = []
-    scanners = [make_scanner(api, redis_client, redis_prefix, clock, dispatched, batch=3) for _ in range(2)]
+    scanners = [
+        make_scanner(api, redis_client, redis_prefix, clock, dispatched, batch=3, check_batch=2) for _ in range(2)
+    ]
     start = threading.Barrier(2)
 
     def run(scanner: HalfScanner) -> None:
@@ -198,12 +200,12 @@ def test_a_copy_whose_dispatch_failed_is_dispatched_by_the_next_scan(
         tx_broker.put_half(message_id, IMMUNE)
     dispatched: list[CheckOrder] = []
 
-    def dispatch_until_b(order: CheckOrder) -> None:
-        if order.message_id == "B":
+    def dispatch_until_b(orders: Sequence[CheckOrder]) -> None:
+        if any(order.message_id == "B" for order in orders):
             raise ConnectionError("redis went away")
-        dispatched.append(order)
+        dispatched.extend(orders)
 
-    options = ScanOptions(transaction_timeout_ms=TIMEOUT_MS, key_prefix=redis_prefix, batch=10)
+    options = ScanOptions(transaction_timeout_ms=TIMEOUT_MS, key_prefix=redis_prefix, batch=10, check_batch=1)
     clock = FakeClock(time.time() + 1)
     (report,) = HalfScanner(api, redis_client, options, dispatch_until_b, clock).scan(10, [tx_broker.ref])
     assert report.stopped == "failed: dispatching the check of B: redis went away"

@@ -20,7 +20,7 @@ from services.txcheck.celery_app import CHECK_TASK, SCAN_TASK, create_celery
 from services.txcheck.settings import TxcheckSettings
 from tests.services.txcheck.conftest import REDIS_URL, TxBroker
 from tests.services.txcheck.processes import TxcheckProcess
-from tests.support.serving import ServedApp, serving
+from tests.support.serving import ServedApp, free_port, serving
 
 IMMUNE = {CHECK_IMMUNITY: "0"}
 
@@ -80,6 +80,8 @@ def txcheck_env(
         "PETREL_TXCHECK_REDIS_KEY_PREFIX": redis_prefix,
         "PETREL_TXCHECK_WORKER_CONCURRENCY": "2",
         "PETREL_TXCHECK_VISIBILITY_TIMEOUT_SECONDS": "2",
+        "PETREL_TXCHECK_CHECK_RETRIES": "1",
+        "PETREL_TXCHECK_CHECK_RETRY_BACKOFF_MAX_SECONDS": "1",
     }
 
 
@@ -140,7 +142,7 @@ def test_a_check_whose_worker_is_killed_is_run_again_and_commits_once(
     producer.hold_first = 2
     stored = tx_broker.put_half("A")
 
-    send(CHECK_TASK, "broker-a", tx_broker.served.address, "A", stored["physical_offset"])
+    send(CHECK_TASK, "broker-a", tx_broker.served.address, [("A", stored["physical_offset"])])
     wait_for(lambda: len(producer.requests) == 1, "the first check-back", worker)
     for child in worker.children():  # a pool process dies: the task goes back to the queue at once
         os.kill(child, signal.SIGKILL)
@@ -153,3 +155,19 @@ def test_a_check_whose_worker_is_killed_is_run_again_and_commits_once(
     assert len(producer.requests) == 3
     assert len({webhook_id for _, webhook_id in producer.requests}) == 3, "a webhook-id was used twice"
     assert [r.message_id for r in tx_broker.records("orders", 1)] == ["A"]
+
+
+def test_checks_whose_broker_does_not_answer_are_retried_then_given_up(
+    worker: TxcheckProcess, send: Callable[..., None], tx_broker: TxBroker, producer: Producer
+) -> None:
+    producer.answers = {"A": "COMMIT"}
+    stored = tx_broker.put_half("A")
+    gone = f"127.0.0.1:{free_port()}"
+
+    send(CHECK_TASK, "broker-a", tx_broker.served.address, [("A", stored["physical_offset"])])
+    send(CHECK_TASK, "broker-x", gone, [("X", 0)])
+
+    wait_for(lambda: tx_broker.state("A")["state"] == "COMMITTED", "the check of a live broker", worker)
+    wait_for(lambda: "1 checks on broker-x given up after 1 retries" in worker.log_tail(), "the retry", worker)
+    assert worker.log_tail(100).count("check of X: POST") == 0
+    assert worker.log_tail(100).count("check of X: GET http://" + gone) == 2, "not tried exactly twice"
