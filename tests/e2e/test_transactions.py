@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI, Request, Response
 
 from libs import webhooks
-from tests.support.cluster import LocalCluster, local_cluster
+from tests.support.cluster import LocalCluster, local_cluster_with_txcheck
 from tests.support.serving import ServedApp, serving
 
 pytestmark = pytest.mark.e2e
@@ -135,7 +135,7 @@ async def test_forgotten_transactions_are_resolved_by_check_backs_and_ended_ones
     tmp_path: Path, producer: tuple[Producer, ServedApp]
 ) -> None:
     receiver, served = producer
-    async with local_cluster(tmp_path / "data", txcheck=True) as (cluster, client):
+    async with local_cluster_with_txcheck(tmp_path / "data") as (cluster, client):
         await register(client, receiver, served)
         by_producer = [await begin(client, f"{verb} by the producer", check_immunity_seconds=60) for verb in ("c", "r")]
         assert (await client.post(f"/v1/transactions/{by_producer[0]}/commit")).json()["outcome"] == "COMMIT"
@@ -173,7 +173,7 @@ async def test_open_transactions_survive_kill_9_of_beat_worker_and_broker_and_en
 ) -> None:
     receiver, served = producer
     receiver.unsure, receiver.delay = True, 0.2
-    async with local_cluster(tmp_path / "data", txcheck=True) as (cluster, client):
+    async with local_cluster_with_txcheck(tmp_path / "data") as (cluster, client):
         await register(client, receiver, served)
         transactions = [await begin(client, f"{'commit' if n % 2 else 'rollback'} {n}") for n in range(24)]
         await wait_for(lambda: len(receiver.checks) >= 12, "checks under way", 20)

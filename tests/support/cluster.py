@@ -117,18 +117,32 @@ class LocalCluster:
 
 
 @asynccontextmanager
-async def local_cluster(
-    data_dir: Path, *, txcheck: bool = False, **env: str
+async def local_cluster(data_dir: Path, **env: str) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
+    async with _running(LocalCluster(data_dir, env)) as running:
+        yield running
+
+
+@asynccontextmanager
+async def local_cluster_with_txcheck(
+    data_dir: Path, **env: str
 ) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
-    cluster = LocalCluster(data_dir, env, txcheck=txcheck)
+    """The cluster and txcheck's Celery worker and beat; their Redis keys are removed afterwards."""
+    cluster = LocalCluster(data_dir, env, txcheck=True)
+    try:
+        async with _running(cluster) as running:
+            yield running
+    finally:
+        _forget_redis_keys(cluster.redis_prefix)
+
+
+@asynccontextmanager
+async def _running(cluster: LocalCluster) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
     try:
         await cluster.start()
         async with httpx.AsyncClient(base_url=cluster.url, timeout=15) as client:
             yield cluster, client
     finally:
         cluster.supervisor.stop_all()
-        if txcheck:
-            _forget_redis_keys(cluster.redis_prefix)
 
 
 def _forget_redis_keys(prefix: str) -> None:
