@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import orjson
 
@@ -25,14 +26,19 @@ TEXT_BODY = "x" * 1024
 
 
 DELAY_MS = 3_600_000
-KINDS = ("single", "batch", "delayed")
-"""single: one message a request; batch: 32; delayed: 32, each scheduled an hour ahead."""
+KINDS = ("single", "batch", "delayed", "transaction")
+"""single: one message a request; batch: 32; delayed: 32, each scheduled an hour ahead;
+transaction: one half message (producer group `bench`) to /v1/topics/T/transactions, then its commit
+(two requests per message, counted as one)."""
+PRODUCER_GROUP = "bench"
 
 
 def payload(kind: str) -> tuple[bytes, int]:
     """The request body and how many messages it carries."""
     if kind == "single":
         return orjson.dumps({"body": TEXT_BODY, "tag": "t"}), 1
+    if kind == "transaction":
+        return orjson.dumps({"body": TEXT_BODY, "tag": "t", "producer_group": PRODUCER_GROUP}), 1
     extra = {"delay_ms": DELAY_MS} if kind == "delayed" else {}
     return orjson.dumps({"messages": [{"body": TEXT_BODY} | extra for _ in range(BATCH)]}), BATCH
 
@@ -89,10 +95,23 @@ async def drive(url: str, kind: str, warmup: float, seconds: float) -> Tally:
                 answer = await response.read()
                 if response.status >= 300 or b'"error":{' in answer:
                     return f"{response.status} {answer[:300]!r}"
+            if kind == "transaction":
+                return await commit(session, url, answer)
             return None
 
         await tally.measure(one_request, CONNECTIONS, warmup, seconds)
     return tally
+
+
+async def commit(session: Any, transactions_url: str, half_answer: bytes) -> str | None:
+    """Commit the transaction a half message's answer names; what went wrong, or None."""
+    base = transactions_url.split("/v1/", 1)[0]
+    transaction_id = orjson.loads(half_answer)["transaction_id"]
+    async with session.post(f"{base}/v1/transactions/{transaction_id}/commit") as response:
+        answer = await response.read()
+        if response.status != 200:
+            return f"commit: {response.status} {answer[:300]!r}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
