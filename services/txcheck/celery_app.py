@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from celery import Celery, Task
 from celery.signals import after_setup_logger, worker_process_shutdown, worker_shutdown
@@ -125,7 +125,14 @@ def create_celery(settings: TxcheckSettings) -> Celery:
     def scan() -> list[dict[str, Any]]:
         """Find the half messages due for a check on every broker and dispatch their checks."""
         resources = runtime.get()
-        scanner = HalfScanner(resources.api, resources.redis, scan_options(settings), dispatch)
+        queued_checks = f"{settings.redis_key_prefix}{CHECK_QUEUE}"
+        scanner = HalfScanner(
+            resources.api,
+            resources.redis,
+            scan_options(settings),
+            dispatch,
+            backlog=lambda: cast(int, resources.redis.llen(queued_checks)),
+        )
         try:
             reports = scanner.scan(settings.scan_time_limit_seconds)
         except NameserverUnavailable as exc:
@@ -162,6 +169,7 @@ def scan_options(settings: TxcheckSettings) -> ScanOptions:
         parallelism=settings.scan_parallelism,
         lock_seconds=max(10.0, 3 * settings.broker_timeout_seconds),
         check_batch=settings.check_batch,
+        max_backlog=settings.max_check_backlog,
         ended_ttl_seconds=settings.ended_ttl_seconds,
     )
 

@@ -16,6 +16,11 @@ or two beats, never scan one broker at once):
    dispatch the checks of those not ended meanwhile (`check_batch` to a task);
 3. commit the progress after each batch.
 
+A scan stops early when the check tasks already waiting pass `max_backlog`
+(checks slower than the scans, e.g. producers that time out): a renewal counts
+a check, so renewing faster than checks are made would abandon transactions
+whose producer was never asked.
+
 A copy whose `checked` or dispatch failed stops the progress there, so it is
 read again by the next scan (the broker renews a copy only once; a copy read
 again is dispatched without another renewal). Nothing is lost by a crash
@@ -39,7 +44,7 @@ from libs import jsonutil
 from libs.errors import OffsetOutOfRange, PetrelError
 from libs.message import MessageRecord, Prop
 from libs.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from services.broker.transactions import CHECK_IMMUNITY, OP_TAG
+from services.broker.transactions import CHECK_IMMUNITY, FIRST_STORED, OP_TAG
 from services.txcheck.broker_api import Broker, BrokerApi, Pulled
 from services.txcheck.ended import EndedTransactions
 
@@ -71,6 +76,8 @@ class ScanOptions:
     lock_seconds: float = 15.0
     check_batch: int = 16
     """half copies (of one broker) per check task"""
+    max_backlog: int = 1000
+    """check tasks waiting in the queue past which a scan stops (and resumes next time)"""
     ended_ttl_seconds: int = 3 * 86400
 
 
@@ -84,16 +91,18 @@ class BrokerScan:
     dispatched: int = 0
     abandoned: int = 0
     stopped: str = "caught up"
-    """caught up | not due | deadline | locked | failed: <why>"""
+    """caught up | not due | deadline | backlog | locked | failed: <why>"""
     failures: list[str] = field(default_factory=list)
 
 
 def due_at(record: MessageRecord, timeout_ms: int) -> int:
-    """When a half copy is due for a check (ms): its store time plus the timeout, or its immunity before check 1."""
+    """When a half copy is due for a check (ms): its store time plus the timeout, or before the first check,
+    the producer's check immunity after the half message was first stored."""
     checks = int(record.properties.get(Prop.TRANSACTION_CHECK_TIMES, "0") or 0)
     immunity = record.properties.get(CHECK_IMMUNITY)
     if checks == 0 and immunity is not None and immunity.isdigit():
-        return record.store_timestamp + int(immunity) * 1000
+        first = record.properties.get(FIRST_STORED, "")
+        return (int(first) if first.isdigit() else record.store_timestamp) + int(immunity) * 1000
     return record.store_timestamp + timeout_ms
 
 
@@ -121,12 +130,14 @@ class HalfScanner:
         options: ScanOptions,
         dispatch: Callable[[Sequence[CheckOrder]], None],
         clock: Callable[[], float] = time.time,
+        backlog: Callable[[], int] = lambda: 0,
     ) -> None:
         self.api = api
         self.redis = client
         self.options = options
         self.dispatch = dispatch
         self.clock = clock
+        self.backlog = backlog
 
     def scan(self, time_limit: float, brokers: Sequence[Broker] | None = None) -> list[BrokerScan]:
         """Scan every live broker (or those given) until done or `time_limit` seconds have passed."""
@@ -172,6 +183,10 @@ class HalfScanner:
         while True:
             if time.monotonic() >= deadline:
                 report.stopped = "deadline"
+                return
+            if self.backlog() >= self.options.max_backlog:
+                # renewing counts a check: never count checks the workers are not keeping up with
+                report.stopped = "backlog"
                 return
             pulled = self._pull(broker, TRANS_HALF_TOPIC, offset, self.options.batch)
             # copies renewed by this scan wait for the next one (with no timeout, they would be due at once)

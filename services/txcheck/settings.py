@@ -36,6 +36,9 @@ class TxcheckSettings(SharedDatabaseSettings):
     check_batch: int = Field(
         default=16, ge=1, le=64, description="half copies of one broker checked by one task, side by side"
     )
+    max_check_backlog: int = Field(
+        default=1000, ge=1, description="check tasks waiting in Redis past which a scan stops until the next one"
+    )
     ended_ttl_seconds: int = Field(
         default=3 * 86400, gt=0, description="how long the ended message ids of a broker no longer scanned are kept"
     )

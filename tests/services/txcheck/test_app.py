@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import redis
+
 from services.txcheck.app import create_app
-from services.txcheck.celery_app import CHECK_TASK, SCAN_TASK, create_celery
+from services.txcheck.celery_app import CHECK_QUEUE, CHECK_TASK, SCAN_TASK, create_celery
 from services.txcheck.settings import TxcheckSettings
 from tests.conftest import in_process
 from tests.services.txcheck.conftest import REDIS_URL
@@ -54,4 +56,13 @@ def test_the_celery_app_acknowledges_checks_late_and_scans_on_a_schedule(tmp_pat
     assert (check.acks_late, check.time_limit, check.max_retries) == (True, 30, 5)
     assert scan.acks_late is False
     assert conf.task_routes[CHECK_TASK]["queue"] == "txcheck.check"
+    app.close()
+
+
+def test_the_backlog_a_scan_watches_is_the_queue_checks_wait_in(
+    tmp_path: Path, redis_prefix: str, redis_client: redis.Redis
+) -> None:
+    app = create_celery(TxcheckSettings(data_dir=tmp_path, redis_key_prefix=redis_prefix, redis_url=REDIS_URL))
+    app.tasks[CHECK_TASK].apply_async(args=("broker-a", "127.0.0.1:1", [("A", 0)]))
+    assert redis_client.llen(f"{redis_prefix}{CHECK_QUEUE}") == 1
     app.close()

@@ -13,7 +13,7 @@ import redis
 
 from libs.message import MessageRecord, Prop
 from libs.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from services.broker.transactions import CHECK_IMMUNITY
+from services.broker.transactions import CHECK_IMMUNITY, FIRST_STORED
 from services.txcheck.broker_api import Broker, BrokerApi
 from services.txcheck.ended import EndedTransactions
 from services.txcheck.scan import SYSTEM_GROUP, CheckOrder, HalfScanner, ScanOptions, due_at, ended_ops
@@ -57,6 +57,8 @@ def test_a_copy_is_due_after_the_timeout_or_its_immunity_before_the_first_check(
     assert due_at(record(1000, **{CHECK_IMMUNITY: "60"}), TIMEOUT_MS) == 61_000
     assert due_at(record(1000, **{CHECK_IMMUNITY: "60", Prop.TRANSACTION_CHECK_TIMES: "1"}), TIMEOUT_MS) == 7000
     assert due_at(record(1000, **{CHECK_IMMUNITY: "soon"}), TIMEOUT_MS) == 7000
+    renewed_unchecked = record(5000, **{CHECK_IMMUNITY: "60", FIRST_STORED: "1000"})
+    assert due_at(renewed_unchecked, TIMEOUT_MS) == 61_000, "immunity counts from the first store"
 
 
 def test_only_op_records_naming_a_message_end_a_transaction() -> None:
@@ -178,6 +180,24 @@ def test_a_transaction_ended_after_the_op_queue_was_read_is_not_checked(
     )
 
     assert ([o.message_id for o in dispatched], report.skipped_ended) == (["B"], 1)
+
+
+def test_a_scan_renews_nothing_while_the_checks_waiting_pass_the_backlog(
+    api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    tx_broker.put_half("A", IMMUNE)
+    dispatched: list[CheckOrder] = []
+    waiting = [5]
+    options = ScanOptions(transaction_timeout_ms=TIMEOUT_MS, key_prefix=redis_prefix, max_backlog=5)
+    clock = FakeClock(time.time() + 1)
+    scanner = HalfScanner(api, redis_client, options, dispatched.extend, clock, backlog=lambda: waiting[0])
+
+    (report,) = scanner.scan(10, [tx_broker.ref])
+    assert (report.stopped, dispatched, tx_broker.state("A")["check_count"]) == ("backlog", [], 0)
+
+    waiting[0] = 4
+    scanner.scan(10, [tx_broker.ref])
+    assert [o.message_id for o in dispatched] == ["A"]
 
 
 def test_a_held_lock_means_another_scan_has_the_broker(
