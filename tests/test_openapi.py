@@ -79,3 +79,20 @@ def test_errors_are_documented_as_problem_json(name: str) -> None:
         for code, response in operation["responses"].items():
             if code.startswith(("4", "5")):
                 assert list(response["content"]) == ["application/problem+json"], f"{name} {method} {path} {code}"
+
+
+def refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        return found + [r for value in node.values() for r in refs(value)]
+    if isinstance(node, list):
+        return [r for value in node for r in refs(value)]
+    return []
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_every_schema_reference_resolves(name: str) -> None:
+    spec = json.loads(SPECS[name])
+    schemas = spec.get("components", {}).get("schemas", {})
+    dangling = sorted({r for r in refs(spec) if r.removeprefix("#/components/schemas/") not in schemas})
+    assert not dangling, f"{name} refers to schemas it does not define (register them): {dangling}"

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from sqlalchemy import Engine
 
 from libs.events.writer import EventWriter
-from libs.http.app import service_app
+from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
@@ -29,6 +29,7 @@ from services.broker.consume import api as consume_api
 from services.broker.consume.dead_letters import DeadLetters
 from services.broker.consume.groups import GroupStore, GroupTable
 from services.broker.consume.pop import PopService
+from services.broker.consume.schemas import ReceiveBody
 from services.broker.consume.settle import Settlement
 from services.broker.context import BrokerContext, Context, broker_context
 from services.broker.long_polling import PullWaiters
@@ -169,6 +170,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.include_router(timers.router)
     app.include_router(consume_api.router)
     app.include_router(transaction_api.router)
+    register_schemas(app, [ReceiveBody, transaction_api.EndRequest])
     return app
 
 

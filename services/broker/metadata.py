@@ -6,9 +6,10 @@ Calls are synchronous: the app runs them in a worker thread.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Engine, Integer, MetaData, String, create_engine, delete, event, select
+from sqlalchemy import BigInteger, Engine, Integer, MetaData, String, delete, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from libs.metadata_db import open_engine as open_metadata_engine
 from libs.topic import MessageType, TopicConfig
 
 
@@ -36,18 +37,8 @@ class ConsumerOffsetRow(Base):
 
 
 def open_engine(url: str) -> Engine:
-    engine = create_engine(url)
-    if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _sqlite_pragmas)
-    Base.metadata.create_all(engine)
-    return engine
-
-
-def _sqlite_pragmas(connection: object, _record: object) -> None:
-    cursor = connection.cursor()  # type: ignore[attr-defined]
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=FULL")
-    cursor.close()
+    """The broker's metadata database, its tables created (topics, offsets, groups, subscriptions)."""
+    return open_metadata_engine(url, Base.metadata)
 
 
 class TopicStore:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from libs import jsonutil
 from libs.errors import InvalidRequest
+from libs.http.app import json_body, parse_json
 from libs.problem import PROBLEM_RESPONSES
 from services.broker.context import Context
 from services.broker.messages import BINARY_BODY, answer_put, check_destinations
@@ -88,7 +89,7 @@ async def put_half(ctx: Context, request: Request) -> Response:
 
 async def _end(ctx: Context, message_id: str, outcome: Outcome, request: Request) -> EndAnswer:
     raw = await request.body()
-    by = EndRequest.model_validate_json(raw).by if raw.strip() else EndedBy.PRODUCER
+    by = parse_json(EndRequest, raw).by if raw.strip() else EndedBy.PRODUCER
     ended = await ctx.transactions.end(message_id, outcome, by.value)
     return EndAnswer(
         message_id=ended.message_id,
@@ -100,9 +101,7 @@ async def _end(ctx: Context, message_id: str, outcome: Outcome, request: Request
     )
 
 
-END_BODY = {
-    "requestBody": {"required": False, "content": {"application/json": {"schema": EndRequest.model_json_schema()}}}
-}
+END_BODY = json_body(EndRequest, required=False)
 
 
 @router.post("/{message_id}/commit", operation_id="commitTransaction", response_model=EndAnswer, openapi_extra=END_BODY)
@@ -128,12 +127,12 @@ async def get_transaction(ctx: Context, message_id: str) -> TransactionAnswer:
 @router.get("", operation_id="listTransactions", response_model=TransactionList)
 async def list_transactions(
     ctx: Context,
-    state: TransactionState = TransactionState.ABANDONED,
+    state: Annotated[str, Query(description="abandoned (any case): the only state listed")] = "abandoned",
     max: Annotated[int, Query(ge=1, le=10_000)] = 100,
 ) -> TransactionList:
     """Abandoned transactions (past the check limit, still resolvable by commit or rollback)."""
-    if state is not TransactionState.ABANDONED:
-        raise InvalidRequest("only state=ABANDONED can be listed")
+    if state.upper() != TransactionState.ABANDONED:
+        raise InvalidRequest(f"state={state!r}: only state=abandoned can be listed")
     return TransactionList(transactions=[TransactionAnswer.of(i) for i in ctx.transactions.abandoned(max)])
 
 
