@@ -35,14 +35,11 @@ from libs.errors import OffsetOutOfRange, PetrelError, ServiceUnavailable, Trans
 from libs.events.writer import EventWriter
 from libs.message import MessageRecord, Prop, SysFlag
 from libs.producer_groups import ProducerGroup
-from services.broker.transactions import CHECK_IMMUNITY, FIRST_STORED
 from services.txcheck.broker_api import Broker, BrokerApi
 from services.txcheck.scan import CheckOrder
 
 log = logging.getLogger(__name__)
 
-HIDDEN_PROPERTIES = frozenset({CHECK_IMMUNITY, FIRST_STORED})
-"""Broker bookkeeping on a half copy that is not the producer's."""
 USER_AGENT = "petrel-txcheck/1"
 MAX_REASON = 200
 
@@ -72,7 +69,7 @@ def checkback_request(record: MessageRecord, broker: str, check_count: int) -> d
         "check_count": check_count,
         "tag": record.tag,
         "keys": record.keys,
-        "properties": {k: v for k, v in record.user_properties.items() if k not in HIDDEN_PROPERTIES},
+        "properties": record.user_properties,
     }
     text = None if record.sysflag & SysFlag.BINARY_BODY else _utf8(record.body)
     if text is None:

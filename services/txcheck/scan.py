@@ -44,7 +44,7 @@ from libs import jsonutil
 from libs.errors import OffsetOutOfRange, PetrelError
 from libs.message import MessageRecord, Prop
 from libs.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from services.broker.transactions import CHECK_IMMUNITY, FIRST_STORED, OP_TAG
+from services.broker.transactions import OP_TAG
 from services.txcheck.broker_api import Broker, BrokerApi, Pulled
 from services.txcheck.ended import EndedTransactions
 
@@ -99,9 +99,9 @@ def due_at(record: MessageRecord, timeout_ms: int) -> int:
     """When a half copy is due for a check (ms): its store time plus the timeout, or before the first check,
     the producer's check immunity after the half message was first stored."""
     checks = int(record.properties.get(Prop.TRANSACTION_CHECK_TIMES, "0") or 0)
-    immunity = record.properties.get(CHECK_IMMUNITY)
+    immunity = record.properties.get(Prop.CHECK_IMMUNITY)
     if checks == 0 and immunity is not None and immunity.isdigit():
-        first = record.properties.get(FIRST_STORED, "")
+        first = record.properties.get(Prop.TRANSACTION_FIRST_STORED, "")
         return (int(first) if first.isdigit() else record.store_timestamp) + int(immunity) * 1000
     return record.store_timestamp + timeout_ms
 
