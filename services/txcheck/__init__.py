@@ -1,1 +1,1 @@
-"""txcheck: transaction check-backs driven by Celery (the health process; Celery joins with transactions)."""
+"""txcheck: transaction check-backs driven by Celery (a health process, a Celery worker and beat; see celery_app)."""
