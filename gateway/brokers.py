@@ -198,11 +198,6 @@ class BrokerClient:
             )
         )
 
-    async def put_half(self, broker: str, address: str, record: bytes | bytearray) -> PutAnswer:
-        """Store one record (its real topic and queue set) as a half message."""
-        response = await self._binary(broker, address, "POST", "/internal/transactions", body=bytes(record))
-        return PutAnswer.model_validate_json(response.body)
-
     async def end_transaction(
         self, broker: str, address: str, message_id: str, outcome: str, by: str
     ) -> dict[str, Any]:

@@ -18,16 +18,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gateway.brokers import BrokerClient
-from gateway.coalescing import PutCoalescer, per_record
+from gateway.coalescing import PutCoalescer
 from gateway.message_schemas import SendMessage, SendResult
 from gateway.producer import BrokerAvoidance, QueueSelector, QueueTarget
 from gateway.routes import RouteCache
 from libs.codec import MAX_BODY_SIZE, encode_record, set_queue_id
 from libs.errors import BrokerUnavailable, InvalidMessage, PayloadTooLarge, PetrelError, TopicNotFound
 from libs.message import KEY_SEPARATOR, SYSTEM_PROPERTIES, MessageIdFactory, MessageRecord, Prop, SysFlag
+from libs.names import TRANS_HALF_TOPIC
 from libs.routing import TopicRoute
 from libs.timeparse import parse_time_ms
-from services.broker.schemas import PutEntry
 
 SEND_RETRIES = 2
 
@@ -142,41 +142,14 @@ class Sender:
         return [r if r is not None else BrokerUnavailable("not sent") for r in results]
 
     async def send_half(self, topic: str, prepared: Prepared) -> SendResult:
-        """Put one half message (a transaction's first phase) where the selector says; retried as `send` retries.
+        """Put one half message (a transaction's first phase, marked TRAN_MSG) as sends go: coalesced, retried.
 
-        Not coalesced: the broker takes one half message per call. The answer's queue is the one
-        the message goes to when committed; it has no queue offset until then.
+        The answer's queue is the one the message goes to when committed; it has no queue offset until then.
         """
-        tried: set[str] = set()
-        for attempt in range(SEND_RETRIES + 1):
-            route = await self.routes.get(topic)
-            target = self.selector.select(topic, route, prepared.message.message_group, tried)
-            stored = await self._put_half(target, prepared)
-            if isinstance(stored, PutEntry):
-                self.avoidance.succeeded(target.broker)
-                return SendResult(
-                    message_id=prepared.message_id,
-                    topic=route.topic,
-                    broker=target.broker,
-                    queue_id=target.queue_id,
-                    queue_offset=None,
-                    stored_at=stored.store_timestamp,
-                )
-            error = self._failed(route, target, stored)
-            retryable = isinstance(error, BrokerUnavailable) and prepared.message.message_group is None
-            if not retryable or attempt == SEND_RETRIES:
-                raise error
-            tried.add(target.broker)
-        raise AssertionError("unreachable: the last attempt returns or raises")
-
-    async def _put_half(self, target: QueueTarget, prepared: Prepared) -> PutEntry | PetrelError:
-        record = bytearray(prepared.encoded)
-        set_queue_id(record, 0, target.queue_id)
-        try:
-            answer = await self.brokers.put_half(target.broker, target.address, record)
-        except PetrelError as exc:
-            return exc
-        return per_record(answer, 1)[0]
+        (result,) = await self.send(topic, [prepared])
+        if isinstance(result, PetrelError):
+            raise result
+        return result
 
     def _coalescer(self, target: QueueTarget) -> PutCoalescer:
         key = (target.broker, target.address)
@@ -203,7 +176,7 @@ class Sender:
                 results.append(self._failed(route, target, stored))
                 continue
             self.avoidance.succeeded(target.broker)
-            scheduled = stored.deliver_at is not None
+            scheduled = stored.deliver_at is not None or stored.topic == TRANS_HALF_TOPIC  # kept back for now
             results.append(
                 SendResult(
                     message_id=prepared[i].message_id,

@@ -103,7 +103,7 @@ async def send_transaction(ctx: Context, topic: str, request: Request) -> SendTr
     if reserved:
         raise InvalidMessage(f"property name(s) {', '.join(reserved)} are reserved for Petrel")
     await ctx.producer_groups.require(validate_group_name(spec.producer_group))
-    system = {Prop.PRODUCER_GROUP: spec.producer_group}
+    system = {Prop.PRODUCER_GROUP: spec.producer_group, Prop.TRANSACTION_PREPARED: "true"}
     if spec.check_immunity_seconds is not None:
         system[CHECK_IMMUNITY] = str(spec.check_immunity_seconds)
     prepared = ctx.sender.prepare(topic, spec.message(), system)

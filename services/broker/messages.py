@@ -6,6 +6,7 @@ a put's request body and a pull's or query's answer. Control paths are JSON.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -50,7 +51,10 @@ async def put_messages(ctx: Context, request: Request) -> Response:
     if not body:
         raise InvalidRequest("the body holds no record")
     scheduled: dict[int, int] = {}
-    if check_destinations(ctx, body):
+    held = check_destinations(ctx, body)
+    if held.half:
+        body = ctx.transactions.to_half_batch(body)
+    if held.scheduled:
         body, scheduled = schedule_batch(body, ctx.settings.delay_level_ms)
         outcome = await ctx.store.put(body)
         _emit_scheduled(request, body, outcome, scheduled)
@@ -78,11 +82,19 @@ def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:
         )
 
 
-def check_destinations(ctx: Context, body: bytes) -> bool:
-    """Every record's topic and queue exist here; True when some record asks for a delay."""
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Does the batch hold records that are kept back: delayed ones, transactions' half messages?"""
+
+    scheduled: bool
+    half: bool
+
+
+def check_destinations(ctx: Context, body: bytes) -> Held:
+    """Every record's topic and queue exist here; which kinds of kept-back records there are."""
     offset = 0
     index = 0
-    scheduled = False
+    scheduled = half = False
     while offset < len(body):
         head = peek_head(body, offset)
         config = ctx.topics.find(head.topic)
@@ -94,10 +106,11 @@ def check_destinations(ctx: Context, body: bytes) -> bool:
                 f"(0 to {config.write_queues - 1})",
                 index=index,
             )
-        scheduled = scheduled or is_scheduled(head.properties)
+        half = half or head.properties.get(Prop.TRANSACTION_PREPARED) == "true"
+        scheduled = scheduled or (is_scheduled(head.properties) and not half)
         offset += head.total_size
         index += 1
-    return scheduled
+    return Held(scheduled, half)
 
 
 def _emit_scheduled(request: Request, body: bytes, outcome: PutOutcome, scheduled: dict[int, int]) -> None:

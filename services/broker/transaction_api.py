@@ -5,16 +5,13 @@ from __future__ import annotations
 import enum
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from libs import jsonutil
 from libs.errors import InvalidRequest
 from libs.http.app import json_body, parse_json
 from libs.problem import PROBLEM_RESPONSES
 from services.broker.context import Context
-from services.broker.messages import BINARY_BODY, answer_put, check_destinations
-from services.broker.schemas import PutAnswer
 from services.broker.transactions import Outcome, TransactionInfo, TransactionState
 
 router = APIRouter(prefix="/internal/transactions", tags=["transactions"], responses=PROBLEM_RESPONSES)
@@ -69,22 +66,6 @@ class CheckedRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     physical_offset: int = Field(ge=0)
-
-
-@router.post(
-    "",
-    operation_id="putHalfMessage",
-    response_model=PutAnswer,
-    openapi_extra={"requestBody": {"required": True, **BINARY_BODY}},
-)
-async def put_half(ctx: Context, request: Request) -> Response:
-    """Store one record (the binary codec) as a half message: kept, invisible, until it is ended."""
-    body = await request.body()
-    if not body:
-        raise InvalidRequest("the body holds no record")
-    check_destinations(ctx, body)
-    outcome = await ctx.store.put(ctx.transactions.to_half(body))
-    return Response(jsonutil.dumps(answer_put(outcome, {})), media_type="application/json")
 
 
 async def _end(ctx: Context, message_id: str, outcome: Outcome, request: Request) -> EndAnswer:

@@ -27,11 +27,12 @@ from dataclasses import dataclass, replace
 
 from libs import jsonutil
 from libs.codec import decode_record, encode_record, peek_head
+from libs.delay import is_scheduled
 from libs.errors import InvalidMessage, TransactionAlreadyEnded, TransactionNotFound
 from libs.events.writer import EventWriter
 from libs.message import MessageRecord, Prop, SysFlag
 from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from libs.store.message_store import MessageStore, PutOutcome
+from libs.store.message_store import MessageStore
 from services.broker.topics import TopicTable
 
 CHECK_IMMUNITY = Prop.CHECK_IMMUNITY
@@ -112,11 +113,24 @@ class Transactions:
 
     # ---- half messages -----------------------------------------------------------------------
 
+    def to_half_batch(self, body: bytes) -> bytes:
+        """A put's records, each marked TRAN_MSG=true moved to the half topic (the others as they are)."""
+        parts: list[bytes] = []
+        offset = 0
+        while offset < len(body):
+            head = peek_head(body, offset)
+            raw = body[offset : offset + head.total_size]
+            parts.append(self.to_half(raw) if head.properties.get(Prop.TRANSACTION_PREPARED) == "true" else raw)
+            offset += head.total_size
+        return b"".join(parts)
+
     def to_half(self, raw: bytes) -> bytes:
         """The producer's record as stored until it is ended: in the half topic, its destination in properties."""
         head = peek_head(raw)
         if head.total_size != len(raw):
             raise InvalidMessage("a half message is exactly one record")
+        if is_scheduled(head.properties):
+            raise InvalidMessage("a half message cannot be delayed")
         record = decode_record(raw, verify_crc=False)
         if not record.message_id or not record.properties.get(Prop.PRODUCER_GROUP):
             raise InvalidMessage(f"a half message carries {Prop.UNIQ_KEY} and {Prop.PRODUCER_GROUP}")
@@ -140,21 +154,13 @@ class Transactions:
 
     def latest_copy(self, message_id: str) -> MessageRecord | None:
         """The newest half copy (half topic or check-max topic) of a transaction."""
-        copies = [
-            r
-            for r in self.store.query_id(message_id, 0, 2**62)
-            if r.topic in (TRANS_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC)
-        ]
-        return max(copies, key=lambda r: r.physical_offset) if copies else None
-
-    def _committed_copy(self, message_id: str, topic: str) -> MessageRecord | None:
-        copies = [r for r in self.store.query_id(message_id, 0, 2**62) if r.topic == topic]
-        return min(copies, key=lambda r: r.physical_offset) if copies else None
+        return _latest_half(self.store.query_id(message_id, 0, 2**62))
 
     # ---- ending --------------------------------------------------------------------------------
 
     async def end(self, message_id: str, outcome: Outcome, by: str) -> Ended:
-        half = self.latest_copy(message_id)
+        copies = self.store.query_id(message_id, 0, 2**62)  # once: the index is the cost of an end
+        half = _latest_half(copies)
         first = self.outcomes.get(message_id)
         if half is None:
             raise TransactionNotFound(f"no half message {message_id} on this broker (or it is past retention)")
@@ -164,12 +170,15 @@ class Transactions:
                 raise TransactionAlreadyEnded(
                     f"transaction {message_id} was already ended with {first.value}", outcome=first.value
                 )
-            return self._ended(message_id, outcome, topic, first=False)
+            return _ended(message_id, outcome, topic, _committed_copy(copies, topic), first=False)
         self.outcomes[message_id] = outcome  # before the append's await: a racing end sees it
         try:
             parts = []
-            if outcome is Outcome.COMMIT and self._committed_copy(message_id, topic) is None:
-                parts.append(encode_record(self._real_copy(half)))
+            committed = _committed_copy(copies, topic)
+            real = None
+            if outcome is Outcome.COMMIT and committed is None:
+                real = self._real_copy(half)
+                parts.append(encode_record(real))
             parts.append(encode_record(_op_record(message_id, outcome, by)))
             stored = await self.store.put(b"".join(parts))
             if stored.failure is not None:
@@ -181,16 +190,9 @@ class Transactions:
         self.events.emit(
             event, message_id=message_id, topic=topic, transaction_id=self.transaction_id(message_id), by=by
         )
-        return self._ended(message_id, outcome, topic, first=True, stored=stored)
-
-    def _ended(
-        self, message_id: str, outcome: Outcome, topic: str, *, first: bool, stored: PutOutcome | None = None
-    ) -> Ended:
-        if outcome is Outcome.COMMIT:
-            copy = self._committed_copy(message_id, topic)
-            if copy is not None:
-                return Ended(message_id, outcome, first, topic, copy.queue_id, copy.queue_offset)
-        return Ended(message_id, outcome, first, topic, 0, None)
+        if real is not None:
+            committed = replace(real, queue_offset=stored.stored[0].queue_offset)
+        return _ended(message_id, outcome, topic, committed if outcome is Outcome.COMMIT else None, first=True)
 
     def _real_copy(self, half: MessageRecord) -> MessageRecord:
         topic = half.properties[Prop.REAL_TOPIC]
@@ -282,3 +284,19 @@ class Transactions:
 def _op_record(message_id: str, outcome: Outcome, by: str) -> MessageRecord:
     body = jsonutil.dumps({"message_id": message_id, "outcome": outcome.value, "by": by})
     return MessageRecord(topic=TRANS_OP_HALF_TOPIC, body=body, properties={Prop.TAGS: OP_TAG})
+
+
+def _latest_half(copies: list[MessageRecord]) -> MessageRecord | None:
+    halves = [r for r in copies if r.topic in (TRANS_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC)]
+    return max(halves, key=lambda r: r.physical_offset) if halves else None
+
+
+def _committed_copy(copies: list[MessageRecord], topic: str) -> MessageRecord | None:
+    found = [r for r in copies if r.topic == topic]
+    return min(found, key=lambda r: r.physical_offset) if found else None
+
+
+def _ended(message_id: str, outcome: Outcome, topic: str, committed: MessageRecord | None, *, first: bool) -> Ended:
+    if committed is not None:
+        return Ended(message_id, outcome, first, topic, committed.queue_id, committed.queue_offset)
+    return Ended(message_id, outcome, first, topic, 0, None)

@@ -24,12 +24,17 @@ async def broker(nameserver: ServedApp) -> AsyncIterator[httpx.AsyncClient]:
 
 
 def half(message_id: str, body: str = "pay order 7", **properties: str) -> bytes:
-    props = {Prop.UNIQ_KEY: message_id, Prop.PRODUCER_GROUP: "shop", Prop.TAGS: "paid"} | properties
+    props = {
+        Prop.UNIQ_KEY: message_id,
+        Prop.PRODUCER_GROUP: "shop",
+        Prop.TRANSACTION_PREPARED: "true",
+        Prop.TAGS: "paid",
+    } | properties
     return encode_record(MessageRecord(topic="orders", body=body.encode(), queue_id=1, properties=props))
 
 
 async def put_half(broker: httpx.AsyncClient, message_id: str, **properties: str) -> dict[str, Any]:
-    answer = await broker.post("/internal/transactions", content=half(message_id, **properties))
+    answer = await broker.post("/internal/messages", content=half(message_id, **properties))
     assert answer.status_code == 200, answer.text
     stored: dict[str, Any] = answer.json()["stored"][0]
     return stored
@@ -79,8 +84,10 @@ async def test_unknown_transactions_are_404(broker: httpx.AsyncClient) -> None:
 
 
 async def test_a_half_message_needs_its_id_and_producer_group(broker: httpx.AsyncClient) -> None:
-    bare = encode_record(MessageRecord(topic="orders", body=b"x", properties={Prop.UNIQ_KEY: "TX3"}))
-    answer = await broker.post("/internal/transactions", content=bare)
+    bare = encode_record(
+        MessageRecord(topic="orders", body=b"x", properties={Prop.UNIQ_KEY: "TX3", Prop.TRANSACTION_PREPARED: "true"})
+    )
+    answer = await broker.post("/internal/messages", content=bare)
     assert answer.status_code == 400
     assert "PGROUP" in answer.json()["detail"]
 

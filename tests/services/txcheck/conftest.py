@@ -57,9 +57,14 @@ class TxBroker:
     def put_half(
         self, message_id: str, props: dict[str, str] | None = None, *, body: bytes = b"pay order 7", group: str = "shop"
     ) -> dict[str, Any]:
-        properties = {Prop.UNIQ_KEY: message_id, Prop.PRODUCER_GROUP: group, Prop.TAGS: "paid"} | (props or {})
+        properties = {
+            Prop.UNIQ_KEY: message_id,
+            Prop.PRODUCER_GROUP: group,
+            Prop.TRANSACTION_PREPARED: "true",
+            Prop.TAGS: "paid",
+        } | (props or {})
         record = MessageRecord(topic="orders", body=body, queue_id=1, properties=properties)
-        answer = self.http.post("/internal/transactions", content=encode_record(record))
+        answer = self.http.post("/internal/messages", content=encode_record(record))
         assert answer.status_code == 200, answer.text
         stored: dict[str, Any] = answer.json()["stored"][0]
         return stored
