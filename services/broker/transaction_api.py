@@ -66,6 +66,7 @@ class CheckedRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     physical_offset: int = Field(ge=0)
+    defer: bool = Field(default=False, description="within its check immunity: renew without counting a check")
 
 
 async def _end(ctx: Context, message_id: str, outcome: Outcome, request: Request) -> EndAnswer:
@@ -120,4 +121,4 @@ async def list_transactions(
 @router.post("/{message_id}/checked", operation_id="renewHalfMessage", response_model=TransactionAnswer)
 async def checked(ctx: Context, message_id: str, body: CheckedRequest) -> TransactionAnswer:
     """A check-back of this half copy was sent: count it and renew the copy, or abandon it past the limit."""
-    return TransactionAnswer.of(await ctx.transactions.checked(message_id, body.physical_offset))
+    return TransactionAnswer.of(await ctx.transactions.checked(message_id, body.physical_offset, defer=body.defer))

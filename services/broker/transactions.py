@@ -250,17 +250,21 @@ class Transactions:
             offset = result.next_offset
         return list(found.values())[:max_count]
 
-    async def checked(self, message_id: str, physical_offset: int) -> TransactionInfo:
-        """A check of this half copy was dispatched: renew it with one more check counted, or abandon it."""
+    async def checked(self, message_id: str, physical_offset: int, *, defer: bool = False) -> TransactionInfo:
+        """A check of this half copy was dispatched: renew it with one more check counted, or abandon it.
+
+        `defer`: the copy is still within its check immunity; renew it without counting a check,
+        so the scan can move past it (as RocketMQ puts an immune half message back).
+        """
         scanned = decode_record(self.store.read(physical_offset))
         if scanned.message_id != message_id or scanned.topic != TRANS_HALF_TOPIC:
             raise TransactionNotFound(f"the record at {physical_offset} is not a half copy of {message_id}")
         latest = self.latest_copy(message_id)
         if message_id in self.outcomes or latest is None or latest.physical_offset != scanned.physical_offset:
             return self._info(latest or scanned)  # ended, or already renewed by an earlier scan
-        count = int(scanned.properties.get(Prop.TRANSACTION_CHECK_TIMES, "0")) + 1
+        count = int(scanned.properties.get(Prop.TRANSACTION_CHECK_TIMES, "0")) + (0 if defer else 1)
         first = int(scanned.properties.get(FIRST_STORED, str(scanned.store_timestamp)))
-        abandon = count >= self.check_max or self.now_ms() - first >= self.reserved_ms
+        abandon = (count >= self.check_max and not defer) or self.now_ms() - first >= self.reserved_ms
         properties = dict(scanned.properties) | {Prop.TRANSACTION_CHECK_TIMES: str(count)}
         renewed = replace(
             scanned,

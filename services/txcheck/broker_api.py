@@ -111,9 +111,9 @@ class BrokerApi:
     def transaction(self, broker: Broker, message_id: str) -> dict[str, Any]:
         return dict(self._json("GET", f"http://{broker.address}/internal/transactions/{message_id}"))
 
-    def checked(self, broker: Broker, message_id: str, physical_offset: int) -> dict[str, Any]:
+    def checked(self, broker: Broker, message_id: str, physical_offset: int, *, defer: bool = False) -> dict[str, Any]:
         url = f"http://{broker.address}/internal/transactions/{message_id}/checked"
-        return dict(self._json("POST", url, {"physical_offset": physical_offset}))
+        return dict(self._json("POST", url, {"physical_offset": physical_offset, "defer": defer}))
 
     def end(self, broker: Broker, message_id: str, outcome: str, by: str) -> dict[str, Any]:
         """Commit or roll back (`outcome` COMMIT or ROLLBACK); TransactionAlreadyEnded when ended the other way."""

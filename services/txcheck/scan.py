@@ -90,6 +90,8 @@ class BrokerScan:
     skipped_ended: int = 0
     dispatched: int = 0
     abandoned: int = 0
+    deferred: int = 0
+    """Copies within their check immunity, put back without a check counted."""
     stopped: str = "caught up"
     """caught up | not due | deadline | backlog | locked | failed: <why>"""
     failures: list[str] = field(default_factory=list)
@@ -232,15 +234,41 @@ class HalfScanner:
         finished = ended.which([r.message_id or "" for r in pulled.records])
         now = int(self.clock() * 1000)
         due: list[MessageRecord] = []
+        immune: list[MessageRecord] = []
+        timeout = self.options.transaction_timeout_ms
         for record in pulled.records:
             if record.message_id in finished:
                 report.skipped_ended += 1
-            elif due_at(record, self.options.transaction_timeout_ms) > now:
-                report.stopped = "not due"
-                return self._check_all(broker, due, pool, report, resume=record.queue_offset)
-            else:
+            elif due_at(record, timeout) <= now:
                 due.append(record)
-        return self._check_all(broker, due, pool, report, resume=pulled.next_offset)
+            elif record.store_timestamp + timeout <= now:
+                immune.append(record)  # due but for its check immunity: put back, so it blocks nothing behind it
+            else:
+                report.stopped = "not due"
+                resume = self._defer_all(broker, immune, pool, report, record.queue_offset)
+                return self._check_all(broker, due, pool, report, resume=resume)
+        resume = self._defer_all(broker, immune, pool, report, pulled.next_offset)
+        return self._check_all(broker, due, pool, report, resume=resume)
+
+    def _defer_all(
+        self, broker: Broker, immune: list[MessageRecord], pool: ThreadPoolExecutor, report: BrokerScan, resume: int
+    ) -> int:
+        """Renew the immune copies without counting a check; where to resume (the first that failed)."""
+
+        def defer(record: MessageRecord) -> str | None:
+            try:
+                self.api.checked(broker, record.message_id or "", record.physical_offset, defer=True)
+            except PetrelError as exc:
+                return f"deferring {record.message_id} at {record.physical_offset}: {exc.detail}"
+            return None
+
+        for record, error in zip(immune, pool.map(defer, immune), strict=True):
+            if error is not None:
+                report.failures.append(error)
+                resume = min(resume, record.queue_offset)
+            else:
+                report.deferred += 1
+        return resume
 
     def _check_all(
         self, broker: Broker, due: list[MessageRecord], pool: ThreadPoolExecutor, report: BrokerScan, resume: int
@@ -251,6 +279,7 @@ class HalfScanner:
         (those renewed already are then stale: the broker answers their state without renewing
         them again, and their checks are dispatched then).
         """
+        due = [r for r in due if r.queue_offset < resume]  # never count a check that will not be made
         renewals = list(pool.map(lambda r: self._renew(broker, r), due))
         failures_before = len(report.failures)
         for record, (_, error) in zip(due, renewals, strict=True):

@@ -85,12 +85,12 @@ def test_a_scan_skips_ended_transactions_and_stops_at_the_first_copy_not_due(
 ) -> None:
     a = tx_broker.put_half("A")
     tx_broker.put_half("B")
-    c = tx_broker.put_half("C", {CHECK_IMMUNITY: "60"})
-    tx_broker.put_half("D")
     assert tx_broker.end("B", "commit").status_code == 200
-    clock = FakeClock(time.time() + 7)
+    while time.time() * 1000 <= a["store_timestamp"] + 1:  # C is stored at least a millisecond after A
+        pass
+    c = tx_broker.put_half("C")
+    clock = FakeClock((c["store_timestamp"] + TIMEOUT_MS - 1) / 1000)  # A is due, C one millisecond short
     dispatched: list[CheckOrder] = []
-
     (report,) = make_scanner(api, redis_client, redis_prefix, clock, dispatched).scan(10, [tx_broker.ref])
 
     assert dispatched == [CheckOrder("broker-a", tx_broker.served.address, "A", a["physical_offset"])]
@@ -98,7 +98,24 @@ def test_a_scan_skips_ended_transactions_and_stops_at_the_first_copy_not_due(
     assert progress(api, tx_broker, TRANS_HALF_TOPIC) == c["queue_offset"], "the progress passed a copy not yet due"
     assert progress(api, tx_broker, TRANS_OP_HALF_TOPIC) == 1
     assert tx_broker.state("A")["check_count"] == 1, "the dispatched copy was not renewed"
-    assert tx_broker.state("D")["check_count"] == 0, "a copy behind one not yet due was checked"
+    assert tx_broker.state("C")["check_count"] == 0, "a copy not yet due was checked"
+
+
+def test_a_copy_within_its_check_immunity_is_put_back_and_blocks_nothing_behind_it(
+    api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    immune = tx_broker.put_half("C", {CHECK_IMMUNITY: "3600"})
+    d = tx_broker.put_half("D")
+    clock = FakeClock(time.time() + 7)
+    dispatched: list[CheckOrder] = []
+
+    (report,) = make_scanner(api, redis_client, redis_prefix, clock, dispatched).scan(10, [tx_broker.ref])
+
+    assert dispatched == [CheckOrder("broker-a", tx_broker.served.address, "D", d["physical_offset"])]
+    assert (report.deferred, report.dispatched) == (1, 1)
+    assert tx_broker.state("C")["check_count"] == 0, "putting back an immune copy counted a check nobody made"
+    assert progress(api, tx_broker, TRANS_HALF_TOPIC) == d["queue_offset"] + 1
+    assert immune["queue_offset"] < d["queue_offset"]
 
 
 def test_each_renewed_copy_is_checked_again_once_it_is_due(
