@@ -1,4 +1,4 @@
-"""The `petrel` command: `up`, `openapi`, `bench`, `store check|dump`."""
+"""The `petrel` command: `up`, `openapi`, `bench`, `store check|dump`, `checkback-receiver`."""
 
 from __future__ import annotations
 
@@ -84,6 +84,11 @@ def main(argv: list[str] | None = None) -> None:
     o = sub.add_parser("openapi", help="write the services' OpenAPI specs to openapi/")
     o.add_argument("--check", action="store_true", help="only check; exit 1 when a committed spec is stale")
     o.add_argument("--dir", type=Path, default=Path("openapi"))
+    r = sub.add_parser("checkback-receiver", help="an example transaction check-back receiver (prints and answers)")
+    r.add_argument("--port", type=int, default=9000)
+    r.add_argument("--secret", required=True, help="the producer group's signing_secret (whsec_...)")
+    r.add_argument("--answer", choices=["COMMIT", "ROLLBACK", "UNKNOWN"], default="COMMIT", help="the default answer")
+    r.add_argument("--decisions", type=Path, help="a file of '<message_id> COMMIT|ROLLBACK' lines, read per check")
     b = sub.add_parser("bench", help="run the benchmark harness (same as `make bench`)")
     b.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -117,6 +122,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command == "store":
         sys.exit(_store(args))
+    if args.command == "checkback-receiver":
+        from deploy.checkback_receiver import run
+
+        run(args.port, args.secret, args.answer, args.decisions)
+        return
     if args.command == "bench":
         from bench.__main__ import main as bench_main
 
