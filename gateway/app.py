@@ -28,6 +28,7 @@ from gateway.receiver import Receiver
 from gateway.routes import MasterDirectory, RouteCache
 from gateway.sender import Sender
 from gateway.settings import GatewaySettings
+from gateway.transaction_ends import TransactionEnds
 from gateway.transaction_schemas import EndTransaction, ProducerGroupUpdate, SendTransaction
 from libs.delay import parse_delay_levels
 from libs.errors import PetrelError
@@ -73,6 +74,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                     receiver=Receiver(routes, brokers),
                     masters=MasterDirectory(nameservers, settings.route_refresh_seconds),
                     producer_groups=ProducerGroups(ProducerGroupStore(metadata)),
+                    transaction_ends=TransactionEnds(brokers),
                 )
                 yield {"gateway": context}
         finally:

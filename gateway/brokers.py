@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.group_schemas import Group, GroupUpdate, RedriveRequest
 from libs import jsonutil
-from libs.errors import BrokerUnavailable, ServiceUnavailable
+from libs.errors import BrokerUnavailable, PetrelError, ServiceUnavailable
 from libs.http.client import BINARY_TYPE, JSON_TYPE, BinaryResponse, InternalClient
 from libs.receipt import Lease, decode_leased
 from libs.topic import TopicConfig
@@ -198,12 +198,14 @@ class BrokerClient:
             )
         )
 
-    async def end_transaction(
-        self, broker: str, address: str, message_id: str, outcome: str, by: str
-    ) -> dict[str, Any]:
-        """Commit or roll back (outcome "commit" or "rollback"); safe to repeat, so retried when the broker is busy."""
-        path = f"/internal/transactions/{message_id}/{outcome}"
-        return dict(await self._json(broker, address, "POST", path, {"by": by}, idempotent=True))
+    async def end_transactions(
+        self, broker: str, address: str, ends: list[dict[str, str]]
+    ) -> list[dict[str, Any] | PetrelError]:
+        """End many ({"message_id", "outcome": COMMIT or ROLLBACK, "by"}); per end, the broker's answer or refusal."""
+        answer = await self._json(
+            broker, address, "POST", "/internal/transactions:end", {"ends": ends}, idempotent=True
+        )
+        return [_ended_or_refused(r) for r in answer["results"]]
 
     async def get_transaction(self, broker: str, address: str, message_id: str) -> dict[str, Any]:
         return dict(await self._json(broker, address, "GET", f"/internal/transactions/{message_id}"))
@@ -211,3 +213,11 @@ class BrokerClient:
     async def list_transactions(self, broker: str, address: str, state: str, max: int) -> list[dict[str, Any]]:
         params: dict[str, str | int] = {"state": state, "max": max}
         return list((await self._json(broker, address, "GET", "/internal/transactions", params=params))["transactions"])
+
+
+def _ended_or_refused(result: dict[str, Any]) -> dict[str, Any] | PetrelError:
+    failure = result.get("failure")
+    if failure is None:
+        return dict(result["ended"])
+    cls = PetrelError.from_problem_type(failure["type"]) or PetrelError
+    return cls.rebuild(failure["detail"], dict(failure.get("extensions") or {}))

@@ -1,4 +1,4 @@
-"""PutCoalescer: concurrent sends to one broker share binary puts.
+"""PutCoalescer: concurrent sends to one broker share binary puts (CallCoalescer: the same for other calls).
 
 At most `max_in_flight` puts go to a broker at once. Records that arrive while
 all are in flight wait, and go out together in the next put as soon as one
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from libs.errors import PetrelError
 from services.broker.schemas import PutAnswer, PutEntry
@@ -23,6 +24,8 @@ Outcome = list[PutEntry | PetrelError]
 """Per record, in order: where it was stored, or why not."""
 
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 
 
 @dataclass(slots=True)
@@ -92,3 +95,50 @@ def per_record(answer: PutAnswer, count: int) -> Outcome:
         error = (cls or PetrelError).rebuild(failure.detail if failure else "not stored", {})
         results.extend([error] * (count - len(results)))
     return results
+
+
+class CallCoalescer(Generic[Item, Result]):
+    """As PutCoalescer, for calls that take a list of items and answer one result (or error) per item, in order."""
+
+    def __init__(
+        self,
+        call: Callable[[list[Item]], Awaitable[list[Result | PetrelError]]],
+        max_in_flight: int = 4,
+        max_batch: int = 1000,
+    ) -> None:
+        self.call = call
+        self.max_in_flight = max_in_flight
+        self.max_batch = max_batch
+        self.in_flight = 0
+        self.calls = 0
+        self._queue: list[tuple[Item, asyncio.Future[Result | PetrelError]]] = []
+
+    async def submit(self, item: Item) -> Result | PetrelError:
+        future: asyncio.Future[Result | PetrelError] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        if self.in_flight < self.max_in_flight:
+            self._start()
+        return await future
+
+    def _start(self) -> None:
+        batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
+        if batch:
+            self.in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._send(batch))
+            task.add_done_callback(lambda _: None)
+
+    async def _send(self, batch: list[tuple[Item, asyncio.Future[Result | PetrelError]]]) -> None:
+        try:
+            self.calls += 1
+            outcome: list[Result | PetrelError] | PetrelError = await self.call([item for item, _ in batch])
+        except PetrelError as exc:
+            outcome = exc
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller, never lost
+            outcome = PetrelError(f"the call failed unexpectedly: {exc!r}")
+        finally:
+            self.in_flight -= 1
+            if self._queue:
+                self._start()
+        for i, (_, future) in enumerate(batch):
+            if not future.done():  # a caller that went away (cancelled) needs no answer
+                future.set_result(outcome if isinstance(outcome, PetrelError) else outcome[i])

@@ -14,6 +14,7 @@ from gateway.receiver import Receiver
 from gateway.routes import MasterDirectory, RouteCache
 from gateway.sender import Sender
 from gateway.settings import GatewaySettings
+from gateway.transaction_ends import TransactionEnds
 from libs.http.client import InternalClient
 from libs.nameserver_client import NameserverClient
 
@@ -30,6 +31,7 @@ class GatewayContext:
     receiver: Receiver
     masters: MasterDirectory
     producer_groups: ProducerGroups
+    transaction_ends: TransactionEnds
 
 
 def gateway_context(request: Request) -> GatewayContext:

@@ -183,7 +183,7 @@ async def _end(
     raw = await request.body()
     spec = parse_json(EndTransaction, raw) if raw.strip() else EndTransaction()
     broker, address, message_id = await _locate(ctx, transaction_id)
-    ended = await ctx.brokers.end_transaction(broker, address, message_id, outcome.value.lower(), spec.by.value)
+    ended = await ctx.transaction_ends.end(broker, address, message_id, outcome.value, spec.by.value)
     return EndTransactionResult.model_validate({**ended, "transaction_id": transaction_id})
 
 

@@ -170,7 +170,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.include_router(timers.router)
     app.include_router(consume_api.router)
     app.include_router(transaction_api.router)
-    register_schemas(app, [ReceiveBody, transaction_api.EndRequest])
+    register_schemas(app, [ReceiveBody, transaction_api.EndRequest, transaction_api.EndBatch])
     return app
 
 

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from libs.errors import InvalidRequest
+from libs.errors import InvalidRequest, PetrelError
 from libs.http.app import json_body, parse_json
 from libs.problem import PROBLEM_RESPONSES
 from services.broker.context import Context
-from services.broker.transactions import Outcome, TransactionInfo, TransactionState
+from services.broker.transactions import Ended, Outcome, TransactionEnd, TransactionInfo, TransactionState
 
 router = APIRouter(prefix="/internal/transactions", tags=["transactions"], responses=PROBLEM_RESPONSES)
+
+MAX_ENDS: Final = 1000
 
 
 class EndedBy(enum.StrEnum):
@@ -36,6 +38,36 @@ class EndAnswer(BaseModel):
     topic: str
     queue_id: int
     queue_offset: int | None = Field(description="where the committed message is; null for a rollback")
+
+
+class EndEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    message_id: str
+    outcome: Outcome
+    by: EndedBy = EndedBy.PRODUCER
+
+
+class EndBatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ends: list[EndEntry] = Field(min_length=1, max_length=MAX_ENDS)
+
+
+class EndFailure(BaseModel):
+    type: str
+    status: int
+    detail: str
+    extensions: dict[str, Any] = Field(default_factory=dict, description="as a problem's: `outcome` on a 409")
+
+
+class EndResult(BaseModel):
+    ended: EndAnswer | None = None
+    failure: EndFailure | None = None
+
+
+class EndBatchAnswer(BaseModel):
+    results: list[EndResult] = Field(description="one per end asked, in order")
 
 
 class TransactionAnswer(BaseModel):
@@ -72,7 +104,10 @@ class CheckedRequest(BaseModel):
 async def _end(ctx: Context, message_id: str, outcome: Outcome, request: Request) -> EndAnswer:
     raw = await request.body()
     by = parse_json(EndRequest, raw).by if raw.strip() else EndedBy.PRODUCER
-    ended = await ctx.transactions.end(message_id, outcome, by.value)
+    return _answer(await ctx.transactions.end(message_id, outcome, by.value))
+
+
+def _answer(ended: Ended) -> EndAnswer:
     return EndAnswer(
         message_id=ended.message_id,
         outcome=ended.outcome,
@@ -81,6 +116,26 @@ async def _end(ctx: Context, message_id: str, outcome: Outcome, request: Request
         queue_id=ended.queue_id,
         queue_offset=ended.queue_offset,
     )
+
+
+def _result(result: Ended | PetrelError) -> EndResult:
+    if isinstance(result, PetrelError):
+        failure = EndFailure(
+            type=result.problem_type(), status=result.status, detail=result.detail, extensions=result.extensions
+        )
+        return EndResult(failure=failure)
+    return EndResult(ended=_answer(result))
+
+
+@router.post(":end", operation_id="endTransactions", response_model=EndBatchAnswer, openapi_extra=json_body(EndBatch))
+async def end_transactions(ctx: Context, request: Request) -> EndBatchAnswer:
+    """Commit or roll back many transactions, each as its own commit or rollback would; stored in one append.
+
+    An end that fails (unknown, already ended the other way, not stored) fails alone: its result says why.
+    """
+    batch = parse_json(EndBatch, await request.body())
+    asked = [TransactionEnd(e.message_id, e.outcome, e.by.value) for e in batch.ends]
+    return EndBatchAnswer(results=[_result(r) for r in await ctx.transactions.end_batch(asked)])
 
 
 END_BODY = json_body(EndRequest, required=False)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from libs import jsonutil
 from libs.codec import decode_record, encode_record, peek_head
 from libs.delay import is_scheduled
-from libs.errors import InvalidMessage, TransactionAlreadyEnded, TransactionNotFound
+from libs.errors import InvalidMessage, PetrelError, TransactionAlreadyEnded, TransactionNotFound
 from libs.events.writer import EventWriter
 from libs.message import MessageRecord, Prop, SysFlag
 from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
@@ -66,6 +66,34 @@ class Ended:
     topic: str
     queue_id: int
     queue_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionEnd:
+    message_id: str
+    outcome: Outcome
+    by: str
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A first end in a batch, until its records are stored; repeats of it in the batch share it."""
+
+    request: TransactionEnd
+    topic: str
+    committed: MessageRecord | None
+    real: MessageRecord | None
+    """The committed copy to store, when there is none yet."""
+    op_index: int
+    """Its op record's place among the batch's records."""
+    failure: PetrelError | None = None
+
+    def result(self, *, first: bool) -> Ended | PetrelError:
+        if self.failure is not None:
+            return self.failure
+        request = self.request
+        committed = self.committed if request.outcome is Outcome.COMMIT else None
+        return _ended(request.message_id, request.outcome, self.topic, committed, first=first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,40 +187,81 @@ class Transactions:
     # ---- ending --------------------------------------------------------------------------------
 
     async def end(self, message_id: str, outcome: Outcome, by: str) -> Ended:
+        (result,) = await self.end_batch([TransactionEnd(message_id, outcome, by)])
+        if isinstance(result, PetrelError):
+            raise result
+        return result
+
+    async def end_batch(self, requests: list[TransactionEnd]) -> list[Ended | PetrelError]:
+        """End each transaction asked; the first ends of the batch are stored in one append (one sync)."""
+        prepared: list[Ended | PetrelError | _Pending] = []
+        pending: dict[str, _Pending] = {}
+        parts: list[bytes] = []
+        for request in requests:
+            try:
+                prepared.append(self._prepare_end(request, pending, parts))
+            except PetrelError as exc:
+                prepared.append(exc)
+        if pending:
+            await self._store_ends(list(pending.values()), parts)
+        results: list[Ended | PetrelError] = []
+        for request, result in zip(requests, prepared, strict=True):
+            results.append(result.result(first=result.request is request) if isinstance(result, _Pending) else result)
+        return results
+
+    def _prepare_end(
+        self, request: TransactionEnd, pending: dict[str, _Pending], parts: list[bytes]
+    ) -> Ended | _Pending:
+        """What an end answers now (a repeat, a conflict), or its records added to `parts` to be stored."""
+        message_id, outcome = request.message_id, request.outcome
+        first = self.outcomes.get(message_id)
+        if first is not None and first is not outcome:
+            raise TransactionAlreadyEnded(
+                f"transaction {message_id} was already ended with {first.value}", outcome=first.value
+            )
+        if message_id in pending:
+            return pending[message_id]
         copies = self.store.query_id(message_id, 0, 2**62)  # once: the index is the cost of an end
         half = _latest_half(copies)
-        first = self.outcomes.get(message_id)
         if half is None:
             raise TransactionNotFound(f"no half message {message_id} on this broker (or it is past retention)")
         topic = half.properties.get(Prop.REAL_TOPIC, "")
+        committed = _committed_copy(copies, topic)
         if first is not None:
-            if first is not outcome:
-                raise TransactionAlreadyEnded(
-                    f"transaction {message_id} was already ended with {first.value}", outcome=first.value
-                )
-            return _ended(message_id, outcome, topic, _committed_copy(copies, topic), first=False)
+            return _ended(message_id, outcome, topic, committed, first=False)
+        real = None
+        if outcome is Outcome.COMMIT and committed is None:
+            real = self._real_copy(half)
+            parts.append(encode_record(real))
+        parts.append(encode_record(_op_record(message_id, outcome, request.by)))
         self.outcomes[message_id] = outcome  # before the append's await: a racing end sees it
+        pending[message_id] = _Pending(request, topic, committed, real, len(parts) - 1)
+        return pending[message_id]
+
+    async def _store_ends(self, ends: list[_Pending], parts: list[bytes]) -> None:
+        """Append the ends' records at once; an end whose op record was not stored is undone, and fails."""
         try:
-            parts = []
-            committed = _committed_copy(copies, topic)
-            real = None
-            if outcome is Outcome.COMMIT and committed is None:
-                real = self._real_copy(half)
-                parts.append(encode_record(real))
-            parts.append(encode_record(_op_record(message_id, outcome, by)))
             stored = await self.store.put(b"".join(parts))
-            if stored.failure is not None:
-                raise stored.failure
         except BaseException:
-            self.outcomes.pop(message_id, None)
+            for end in ends:
+                self.outcomes.pop(end.request.message_id, None)
             raise
-        event = "transaction_commit" if outcome is Outcome.COMMIT else "transaction_rollback"
-        self.events.emit(
-            event, message_id=message_id, topic=topic, transaction_id=self.transaction_id(message_id), by=by
-        )
-        if real is not None:
-            committed = replace(real, queue_offset=stored.stored[0].queue_offset)
-        return _ended(message_id, outcome, topic, committed if outcome is Outcome.COMMIT else None, first=True)
+        for end in ends:
+            message_id = end.request.message_id
+            if end.op_index >= len(stored.stored):
+                self.outcomes.pop(message_id, None)
+                end.failure = stored.failure or PetrelError("the end was not stored")
+                continue
+            if end.real is not None:
+                end.committed = replace(end.real, queue_offset=stored.stored[end.op_index - 1].queue_offset)
+            committing = end.request.outcome is Outcome.COMMIT
+            self.events.emit(
+                "transaction_commit" if committing else "transaction_rollback",
+                message_id=message_id,
+                topic=end.topic,
+                transaction_id=self.transaction_id(message_id),
+                by=end.request.by,
+            )
 
     def _real_copy(self, half: MessageRecord) -> MessageRecord:
         topic = half.properties[Prop.REAL_TOPIC]

@@ -1,10 +1,10 @@
-"""PutCoalescer: the algorithm, against a broker stand-in that records what it was sent."""
+"""PutCoalescer and CallCoalescer: the algorithm, against a broker stand-in that records what it was sent."""
 
 import asyncio
 
 import pytest
 
-from gateway.coalescing import PutCoalescer
+from gateway.coalescing import CallCoalescer, PutCoalescer
 from libs.errors import BrokerUnavailable, PetrelError, StoreFull
 from services.broker.schemas import PutAnswer, PutEntry, PutFailure
 
@@ -106,3 +106,41 @@ async def test_a_caller_that_went_away_does_not_shift_the_others() -> None:
     assert only.queue_offset == 3, "the cancelled caller's two records were stored before this one"
     with pytest.raises(asyncio.CancelledError):
         await gone
+
+
+async def test_calls_waiting_for_a_free_slot_share_one_call_and_each_gets_its_own_result() -> None:
+    calls: list[list[str]] = []
+    release = asyncio.Event()
+
+    async def call(items: list[str]) -> list[str | PetrelError]:
+        calls.append(items)
+        await release.wait()
+        return [PetrelError(f"no {item}") if item == "bad" else item.upper() for item in items]
+
+    coalescer: CallCoalescer[str, str] = CallCoalescer(call, max_in_flight=1)
+    first = asyncio.create_task(coalescer.submit("a"))
+    await asyncio.sleep(0)
+    waiting = [asyncio.create_task(coalescer.submit(item)) for item in ("b", "bad", "c")]
+    await asyncio.sleep(0)
+    release.set()
+
+    results = await asyncio.gather(first, *waiting)
+
+    assert calls == [["a"], ["b", "bad", "c"]]
+    assert [results[0], results[1], results[3]] == ["A", "B", "C"]
+    refused = results[2]
+    assert isinstance(refused, PetrelError), "one item's refusal is its own"
+    assert refused.detail == "no bad"
+
+
+async def test_a_failed_call_fails_each_of_its_items_and_the_next_call_goes_out() -> None:
+    async def call(items: list[str]) -> list[str | PetrelError]:
+        if "down" in items:
+            raise BrokerUnavailable("broker a did not answer")
+        return [*items]
+
+    coalescer: CallCoalescer[str, str] = CallCoalescer(call)
+    failed = await coalescer.submit("down")
+    assert isinstance(failed, BrokerUnavailable)
+    assert await coalescer.submit("up") == "up"
+    assert coalescer.in_flight == 0
