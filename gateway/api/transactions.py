@@ -32,7 +32,7 @@ from gateway.transaction_schemas import (
     TransactionOutcome,
     TransactionState,
 )
-from libs import producer_groups
+from libs import jsonutil, producer_groups
 from libs.errors import InvalidMessage, NotFound, ServiceUnavailable, TransactionNotFound
 from libs.http.app import json_body, parse_json
 from libs.message import Prop
@@ -46,6 +46,8 @@ DELAY_FIELDS: Final = frozenset({"delay_level", "delay_ms", "deliver_at"})
 HALF_PROPERTIES: Final = frozenset({CHECK_IMMUNITY, FIRST_STORED})
 """Properties the broker and txcheck read on a half message, beyond libs.message.Prop: never the producer's."""
 _MESSAGE_ID = re.compile(r"[0-9A-Fa-f]{32}")
+END_RESULT_FIELDS: Final = tuple(f for f in EndTransactionResult.model_fields if f != "transaction_id")
+JSON = "application/json"
 
 
 async def _producer_group(group: str) -> str:
@@ -95,7 +97,7 @@ async def get_producer_group(ctx: Context, group: ProducerGroupName) -> Producer
     status_code=201,
     openapi_extra=json_body(SendTransaction),
 )
-async def send_transaction(ctx: Context, topic: str, request: Request) -> SendTransactionResult:
+async def send_transaction(ctx: Context, topic: str, request: Request) -> Response:
     """Send a half message: stored, seen by no consumer until committed; left open, its producer is asked."""
     validate_topic_name(topic)
     spec = _parse_transaction(await request.body())
@@ -117,13 +119,14 @@ async def send_transaction(ctx: Context, topic: str, request: Request) -> SendTr
         transaction_id=transaction_id,
         producer_group=spec.producer_group,
     )
-    return SendTransactionResult(
-        transaction_id=transaction_id,
-        message_id=sent.message_id,
-        topic=sent.topic,
-        broker=sent.broker,
-        stored_at=sent.stored_at,
-    )
+    answer = {
+        "transaction_id": transaction_id,
+        "message_id": sent.message_id,
+        "topic": sent.topic,
+        "broker": sent.broker,
+        "stored_at": sent.stored_at,
+    }
+    return Response(jsonutil.dumps(answer), status_code=201, media_type=JSON)  # as SendTransactionResult, unchecked
 
 
 @router.post(
@@ -132,7 +135,7 @@ async def send_transaction(ctx: Context, topic: str, request: Request) -> SendTr
     response_model=EndTransactionResult,
     openapi_extra=json_body(EndTransaction, required=False),
 )
-async def commit(ctx: Context, transaction_id: str, request: Request) -> EndTransactionResult:
+async def commit(ctx: Context, transaction_id: str, request: Request) -> Response:
     """Commit: the message goes to its topic, once. Repeating it is harmless; after a rollback it is a 409."""
     return await _end(ctx, transaction_id, TransactionOutcome.COMMIT, request)
 
@@ -143,7 +146,7 @@ async def commit(ctx: Context, transaction_id: str, request: Request) -> EndTran
     response_model=EndTransactionResult,
     openapi_extra=json_body(EndTransaction, required=False),
 )
-async def rollback(ctx: Context, transaction_id: str, request: Request) -> EndTransactionResult:
+async def rollback(ctx: Context, transaction_id: str, request: Request) -> Response:
     """Roll back: the message is never delivered. Repeating it is harmless; after a commit it is a 409."""
     return await _end(ctx, transaction_id, TransactionOutcome.ROLLBACK, request)
 
@@ -177,14 +180,13 @@ async def get_transaction(ctx: Context, transaction_id: str) -> Transaction:
     return _transaction(await ctx.brokers.get_transaction(broker, address, message_id), broker)
 
 
-async def _end(
-    ctx: GatewayContext, transaction_id: str, outcome: TransactionOutcome, request: Request
-) -> EndTransactionResult:
+async def _end(ctx: GatewayContext, transaction_id: str, outcome: TransactionOutcome, request: Request) -> Response:
     raw = await request.body()
     spec = parse_json(EndTransaction, raw) if raw.strip() else EndTransaction()
     broker, address, message_id = await _locate(ctx, transaction_id)
     ended = await ctx.transaction_ends.end(broker, address, message_id, outcome.value, spec.by.value)
-    return EndTransactionResult.model_validate({**ended, "transaction_id": transaction_id})
+    answer = {"transaction_id": transaction_id} | {name: ended[name] for name in END_RESULT_FIELDS}
+    return Response(jsonutil.dumps(answer), media_type=JSON)  # as EndTransactionResult: the broker's EndAnswer
 
 
 async def _locate(ctx: GatewayContext, transaction_id: str) -> tuple[str, str, str]:
