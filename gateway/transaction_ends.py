@@ -12,6 +12,7 @@ from typing import Any
 from gateway.brokers import BrokerClient
 from gateway.coalescing import CallCoalescer
 from libs.errors import PetrelError
+from services.broker.transaction_api import MAX_ENDS
 
 EndOrder = dict[str, str]
 """{"message_id", "outcome" (COMMIT or ROLLBACK), "by"}: one entry of the broker's batch end."""
@@ -32,6 +33,8 @@ class TransactionEnds:
     def _coalescer(self, broker: str, address: str) -> CallCoalescer[EndOrder, dict[str, Any]]:
         coalescer = self._coalescers.get((broker, address))
         if coalescer is None:
-            coalescer = CallCoalescer(lambda ends: self.brokers.end_transactions(broker, address, ends))
+            coalescer = CallCoalescer(
+                lambda ends: self.brokers.end_transactions(broker, address, ends), max_batch=MAX_ENDS
+            )
             self._coalescers[(broker, address)] = coalescer
         return coalescer

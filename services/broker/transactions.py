@@ -13,9 +13,13 @@ check counted (so the scan can move on, as RocketMQ's putBackHalfMsgQueue), or
 past `transaction_check_max` checks or `file_reserved_hours` moves it to
 `TRANS_CHECK_MAX_TIME_TOPIC`, where it stays resolvable by an operator.
 
+Ends come in batches (`end_batch`; a single end is a batch of one): the first
+ends of a batch are stored in one append, so under SYNC_FLUSH one disk sync
+covers them all before any is answered; each end is answered on its own.
+
 Exactly once: an outcome is recorded before the append's await, so two ends
-racing see each other; a commit whose real copy is already stored (an op record
-torn by a crash) does not store it again.
+racing (in one batch or in two) see each other; a commit whose real copy is
+already stored (an op record torn by a crash) does not store it again.
 """
 
 from __future__ import annotations

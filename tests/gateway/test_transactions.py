@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import Iterator
@@ -313,6 +314,20 @@ async def test_rollback_delivers_nothing_and_a_commit_after_it_is_409(gateway: h
     assert late.json()["outcome"] == "ROLLBACK"
     assert await visible(gateway, "orders") == []
     assert (await gateway.get(f"/v1/transactions/{transaction_id}")).json()["state"] == "ROLLED_BACK"
+
+
+async def test_concurrent_ends_share_broker_calls_and_commit_once(gateway: httpx.AsyncClient) -> None:
+    opened = [(await begin(gateway))["transaction_id"] for _ in range(3)]
+    asked = [(tid, "commit") for tid in opened for _ in range(4)] + [(opened[0], "rollback")]
+
+    answers = await asyncio.gather(*(end(gateway, tid, verb) for tid, verb in asked))
+
+    commits, refused = answers[:-1], answers[-1]
+    assert [a.status_code for a in commits] == [200] * 12, [a.text for a in commits if a.status_code != 200]
+    assert sum(a.json()["first"] for a in commits) == 3, "a transaction was committed more than once"
+    assert refused.status_code == 409, "the rollback after the commit was not refused"
+    assert refused.json()["outcome"] == "COMMIT"
+    assert sorted(await visible(gateway, "orders")) == sorted(tid.split(":")[1] for tid in opened)
 
 
 async def test_a_rollback_after_a_commit_is_409_naming_the_commit(gateway: httpx.AsyncClient) -> None:
