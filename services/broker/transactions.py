@@ -221,7 +221,8 @@ class Transactions:
         first = self.outcomes.get(message_id)
         if first is not None and first is not outcome:
             raise TransactionAlreadyEnded(
-                f"transaction {message_id} was already ended with {first.value}", outcome=first.value
+                f"transaction {self.transaction_id(message_id)} was already ended with {first.value}",
+                outcome=first.value,
             )
         if message_id in pending:
             return pending[message_id]
