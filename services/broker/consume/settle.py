@@ -27,7 +27,6 @@ from libs.errors import (
     LeaseExpired,
     LeaseLost,
     LeaseSuperseded,
-    PetrelError,
 )
 from libs.names import retry_topic
 from libs.receipt import Lease, ReceiptHandle
@@ -174,7 +173,7 @@ class Settlement:
                 await self._fifo_failed(window, leased, config, why, delay_ms)
             else:
                 await self._hand_on(window, leased, config, why, delay_ms, delay_level)
-        except PetrelError:
+        except Exception:
             log.exception("the failed message at %s offset %d stays in place", window.key, leased.offset)
             self._give_back(window, leased)
         else:
