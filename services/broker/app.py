@@ -29,7 +29,7 @@ from services.broker.consume import api as consume_api
 from services.broker.consume.dead_letters import DeadLetters
 from services.broker.consume.groups import GroupStore, GroupTable
 from services.broker.consume.pop import PopService
-from services.broker.consume.schemas import ReceiveBody
+from services.broker.consume.schemas import HandleList, NackBody, ReceiveBody
 from services.broker.consume.settle import Settlement
 from services.broker.context import BrokerContext, Context, broker_context
 from services.broker.long_polling import PullWaiters
@@ -170,7 +170,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.include_router(timers.router)
     app.include_router(consume_api.router)
     app.include_router(transaction_api.router)
-    register_schemas(app, [ReceiveBody, transaction_api.EndRequest, transaction_api.EndBatch])
+    register_schemas(app, [ReceiveBody, HandleList, NackBody, transaction_api.EndRequest, transaction_api.EndBatch])
     return app
 
 

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
+from libs import jsonutil
 from libs.errors import InvalidRequest, PetrelError
 from libs.filters import FilterType, MessageFilter, compile_filter
 from libs.http.app import json_body, parse_json
@@ -18,9 +19,7 @@ from services.broker.consume.schemas import (
     GroupConfigAnswer,
     GroupConfigList,
     GroupUpdate,
-    HandleError,
     HandleList,
-    HandleResult,
     HandleResults,
     LagAnswer,
     NackBody,
@@ -121,42 +120,50 @@ async def ready(
     return ReadyAnswer(ready=await ctx.pop.ready(_receive(group, topic, body)))
 
 
-def _handle_error(handle: str, exc: PetrelError) -> HandleResult:
-    return HandleResult(
-        receipt_handle=handle,
-        ok=False,
-        error=HandleError(type=exc.problem_type(), title=exc.title, status=exc.status, detail=exc.detail),
-    )
+def _handle_error(handle: str, exc: PetrelError) -> dict[str, object]:
+    error = {"type": exc.problem_type(), "title": exc.title, "status": exc.status, "detail": exc.detail}
+    return {"receipt_handle": handle, "ok": False, "error": error}
 
 
-@router.post("/{group}/ack", operation_id="ackMessages", response_model=HandleResults)
-async def ack(ctx: Context, group: str, body: HandleList) -> HandleResults:
+def _results(results: list[dict[str, object]]) -> Response:
+    """HandleResults, written as JSON by hand: acks are a hot path (a response model would validate it again)."""
+    return Response(jsonutil.dumps({"results": results}), media_type="application/json")
+
+
+@router.post(
+    "/{group}/ack", operation_id="ackMessages", response_model=HandleResults, openapi_extra=json_body(HandleList)
+)
+async def ack(ctx: Context, group: str, request: Request) -> Response:
     """End leases: the messages are done. One result per handle, in order."""
-    results = []
+    body = parse_json(HandleList, await request.body())
+    results: list[dict[str, object]] = []
     for handle in body.receipt_handles:
         try:
             await ctx.settlement.ack(group, handle)
-            results.append(HandleResult(receipt_handle=handle, ok=True))
+            results.append({"receipt_handle": handle, "ok": True, "error": None})
         except PetrelError as exc:
             results.append(_handle_error(handle, exc))
-    return HandleResults(results=results)
+    return _results(results)
 
 
-@router.post("/{group}/nack", operation_id="nackMessages", response_model=HandleResults)
-async def nack(ctx: Context, group: str, body: NackBody) -> HandleResults:
+@router.post(
+    "/{group}/nack", operation_id="nackMessages", response_model=HandleResults, openapi_extra=json_body(NackBody)
+)
+async def nack(ctx: Context, group: str, request: Request) -> Response:
     """Failed attempts: each message is retried later (or dead-lettered after max_retries)."""
+    body = parse_json(NackBody, await request.body())
     if body.delay_ms is not None and body.delay_level is not None:
         raise InvalidRequest("give delay_ms or delay_level, not both")
     if body.delay_level is not None and body.delay_level > len(ctx.settings.delay_level_ms):
         raise InvalidRequest(f"delay_level must be between 1 and {len(ctx.settings.delay_level_ms)}")
-    results = []
+    results: list[dict[str, object]] = []
     for handle in body.receipt_handles:
         try:
             await ctx.settlement.nack(group, handle, body.delay_ms, body.delay_level, body.reason)
-            results.append(HandleResult(receipt_handle=handle, ok=True))
+            results.append({"receipt_handle": handle, "ok": True, "error": None})
         except PetrelError as exc:
             results.append(_handle_error(handle, exc))
-    return HandleResults(results=results)
+    return _results(results)
 
 
 @router.post("/{group}/visibility", operation_id="changeVisibility", response_model=VisibilityAnswer)
