@@ -12,9 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
-from tests.support.serving import free_port
+from tests.support.cluster import local_cluster
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.e2e
@@ -22,51 +21,11 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    data_dir = tmp_path / "data"
-    ports = {name: free_port() for name in ("nameserver", "broker", "timer", "gateway")}
-    shared = {
-        "PETREL_DATA_DIR": str(data_dir),
-        "PETREL_NAMESERVERS": f"127.0.0.1:{ports['nameserver']}",
-        "PETREL_BROKER_SEGMENT_SIZE": str(8 * 1024 * 1024),
-        "PETREL_BROKER_INDEX_SLOT_COUNT": "65536",
-        "PETREL_BROKER_INDEX_MAX_ENTRIES": "100000",
-        "PETREL_TIMER_WINDOW_DAYS": "0.01",
-        "PETREL_TIMER_TIMER_LOG_SEGMENT_BYTES": str(56 * 4096),
-        "PETREL_TIMER_BROKER_REFRESH_SECONDS": "0.2",
-    }
-    specs = [
-        ProcessSpec(
-            "nameserver",
-            "services.nameserver",
-            ports["nameserver"],
-            shared | {"PETREL_NAMESERVER_PORT": str(ports["nameserver"])},
-        ),
-        ProcessSpec(
-            "broker-a", "services.broker", ports["broker"], shared | {"PETREL_BROKER_PORT": str(ports["broker"])}
-        ),
-        ProcessSpec("timer", "services.timer", ports["timer"], shared | {"PETREL_TIMER_PORT": str(ports["timer"])}),
-        ProcessSpec(
-            "gateway",
-            "gateway",
-            ports["gateway"],
-            shared
-            | {
-                "PETREL_GATEWAY_PORT": str(ports["gateway"]),
-                "PETREL_GATEWAY_TIMER_ADDRESS": f"127.0.0.1:{ports['timer']}",
-            },
-        ),
-    ]
-    supervisor = Supervisor(data_dir)
-    try:
-        for spec in specs:
-            await asyncio.to_thread(supervisor.start, spec)
-        async with httpx.AsyncClient(base_url=specs[-1].url, timeout=10) as client:
-            assert (await client.put("/v1/topics/later", json={"queues": 1})).status_code == 201
-            client.supervisor = supervisor  # type: ignore[attr-defined]
-            client.timer_spec = specs[2]  # type: ignore[attr-defined]
-            yield client
-    finally:
-        supervisor.stop_all()
+    async with local_cluster(tmp_path / "data") as (cluster, client):
+        assert (await client.put("/v1/topics/later", json={"queues": 1})).status_code == 201
+        client.supervisor = cluster.supervisor  # type: ignore[attr-defined]
+        client.timer_spec = cluster.specs["timer"]  # type: ignore[attr-defined]
+        yield client
 
 
 async def send(gateway: httpx.AsyncClient, body: str, **fields: Any) -> dict[str, Any]:

@@ -101,6 +101,9 @@ class PopService:
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
+    def next_lease(self) -> int:
+        return next(self._lease_ids)
+
     # ---- receiving -------------------------------------------------------------------------
 
     async def receive(self, request: Receive) -> tuple[list[Lease], list[bytes]]:
@@ -212,7 +215,7 @@ class PopService:
         offset, physical = peek_offsets(raw)
         attempt = peek_reconsume_times(raw) + window.in_place_attempts.get(offset, 0) + 1
         message_id = peek_head(raw).properties.get(Prop.UNIQ_KEY)
-        lease_id = next(self._lease_ids)
+        lease_id = self.next_lease()
         expires = now + invisible_ms
         window.in_flight[offset] = InFlight(offset, lease_id, expires, attempt, physical, len(raw), message_id)
         self.add_timer(expires, window.key, offset, lease_id)

@@ -75,10 +75,8 @@ def reset_offsets(
     moved = []
     for queue_id in range(topic.read_queues):
         low, high = pop.store.queue_offsets(topic.name, queue_id)
-        if timestamp is not None:
-            target = pop.store.offset_for_time(topic.name, queue_id, timestamp)
-        else:
-            target = offset if offset is not None else low
+        target = pop.store.offset_for_time(topic.name, queue_id, timestamp) if timestamp is not None else offset
+        assert target is not None  # exactly one of them was given
         target = min(max(target, low), high)
         window = pop.window(WindowKey(owner, topic.name, queue_id), config)
         for leased in window.reset(target):

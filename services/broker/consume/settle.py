@@ -78,7 +78,7 @@ class Settlement:
             await self.fail(window, leased, config, "given back by the consumer", delay_ms=0)
             return Lease(text, leased.attempt, self.pop.now_ms())
         old = leased.lease
-        leased.lease = next(self.pop._lease_ids)
+        leased.lease = self.pop.next_lease()
         leased.expires_at = self.pop.now_ms() + invisible_ms
         self.pop.end_lease(old, LeaseSuperseded(f"a visibility change replaced lease {old}: use the newer handle"))
         self.pop.add_timer(leased.expires_at, window.key, leased.offset, leased.lease)
