@@ -114,8 +114,7 @@ class PopService:
             remaining = deadline - self.now_ms()
             if leases or remaining <= 0:
                 return leases, records
-            keys = [(k.topic, k.queue_id) for k in sources]
-            await self.waiters.wait_any(keys, request.message_filter, remaining / 1000, sources[0].owner)
+            await self._wait(request, sources, remaining, sources[0].owner)
 
     async def ready(self, request: Receive) -> bool:
         """True as soon as a receive would find something (nothing is leased)."""
@@ -127,8 +126,24 @@ class PopService:
             remaining = deadline - self.now_ms()
             if remaining <= 0:
                 return False
-            keys = [(k.topic, k.queue_id) for k in sources]
-            await self.waiters.wait_any(keys, request.message_filter, remaining / 1000)
+            await self._wait(request, sources, remaining)
+
+    async def _wait(
+        self, request: Receive, sources: list[WindowKey], remaining_ms: int, group: str | None = None
+    ) -> None:
+        keys: dict[bool, list[tuple[str, int]]] = {True: [], False: []}
+        for k in sources:
+            keys[self.filter_of(k, request) is None].append((k.topic, k.queue_id))
+        await self.waiters.wait_any(
+            keys[False], request.message_filter, remaining_ms / 1000, group, unfiltered=keys[True]
+        )
+
+    @staticmethod
+    def filter_of(key: WindowKey, request: Receive) -> MessageFilter | None:
+        """The filter a source is read with. The group's retry queue is read with none (seed 002:
+        copySubscription subscribes %RETRY%group with SUB_ALL): a message failed under one filter
+        is retried even after the group changed its filter, never skipped by the new one."""
+        return None if key.topic == retry_topic(request.group) else request.message_filter
 
     async def _sources(self, request: Receive) -> tuple[GroupConfig, list[WindowKey]]:
         config = self.groups.get(request.group)
@@ -171,7 +186,7 @@ class PopService:
                 if window.blocked(now):
                     continue
                 need = 1
-            for raw in self._take(window, need, request.message_filter):
+            for raw in self._take(window, need, self.filter_of(key, request)):
                 leases.append(self._lease(window, config, raw, now, request.invisible_ms))
                 records.append(raw)
             self.commit(window)
