@@ -1,8 +1,10 @@
-"""A group's retry queue is read with no filter (seed 002: copySubscription, SUB_ALL).
+"""A group's retries: read with no filter, and never answered for the message itself.
 
-A message that failed under one TAG or SQL92 filter is retried even after the
-group changed its filter: the new filter never skips, and so never loses, a
-pending retry.
+The retry queue is read with no filter (seed 002: copySubscription, SUB_ALL): a
+message that failed under one TAG or SQL92 filter is retried even after the group
+changed its filter; the new filter never skips, and so never loses, a pending
+retry. A public query by id answers the message in its topic, never a retry or
+dead-letter copy, however many there are.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from libs.codec import iter_records
 from libs.filters import compile_filter
 from libs.message import tags_code
 from services.broker.app import create_app
@@ -98,3 +101,17 @@ async def test_a_wait_on_a_retry_queue_is_woken_by_any_tag() -> None:
 
     assert await asyncio.wait_for(waiting, 1)
     assert waiters.waiting == 0
+
+
+async def test_a_public_query_by_id_finds_the_original_behind_its_copies(broker: httpx.AsyncClient) -> None:
+    await make_group(broker, max_retries=40)
+    (message_id,) = await put(broker, "a")
+    for _ in range(41):  # 40 retry copies, then a dead letter: more than one query answers
+        ((handle, _, _),) = await receive(broker)
+        await settle(broker, "nack", handle, delay_ms=0)
+
+    every = await broker.get(f"/internal/messages/by-id/{message_id}")
+    public = await broker.get(f"/internal/messages/by-id/{message_id}", params={"public": "true"})
+
+    assert {r.topic for r in iter_records(every.content)} == {"%RETRY%billing", "%DLQ%billing"}
+    assert [(r.topic, r.reconsume_times) for r in iter_records(public.content)] == [("orders", 0)]
