@@ -87,6 +87,27 @@ async def test_a_fifo_groups_redriven_dead_letter_is_read_under_a_new_filter(bro
     assert [r.message_id for _, _, r in received] == [message_id]
 
 
+async def test_a_fifo_groups_retry_in_place_is_read_under_a_new_filter(broker: httpx.AsyncClient) -> None:
+    await make_group(broker, fifo=True)
+    await put(broker, "a", tag="A")
+    ((handle, _, _),) = await receive(broker, expression="A")
+    await settle(broker, "nack", handle, delay_ms=0)  # suspended for 0 ms, then retried in place
+
+    received = await receive(broker, expression="B")
+
+    assert [(r.message_id, attempt) for _, attempt, r in received] == [("ID-a", 2)]
+
+
+async def test_a_broadcast_clients_expired_lease_is_read_under_a_new_filter(broker: httpx.AsyncClient) -> None:
+    await make_group(broker, broadcast=True)
+    await put(broker, "a", tag="A")
+    await receive(broker, client_id="one", expression="A", invisible_ms=50)
+
+    received = await receive(broker, client_id="one", expression="B", wait_ms=10_000)
+
+    assert [(r.message_id, attempt) for _, attempt, r in received] == [("ID-a", 2)]
+
+
 async def test_a_wait_on_a_retry_queue_is_woken_by_any_tag() -> None:
     waiters = PullWaiters()
     waiting = asyncio.create_task(
