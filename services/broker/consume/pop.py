@@ -1,7 +1,8 @@
 """PopService: receive under a lease (RocketMQ's POP), on the queues of a topic and the group's retry queue.
 
 A receive looks at the topic's queues and the group's retry queue for this topic,
-starting at a rotating queue so no queue starves, and leases up to
+starting at a rotating queue so no queue starves (the retry queue with no filter:
+a retry is delivered whatever filter the group uses now), and leases up to
 `max_messages` messages: each leaves the window's cursor and waits in flight
 until it is acked, nacked, or its lease runs out (`services.broker.consume.settle`).
 A FIFO group takes at most one message per queue and none from a queue whose
@@ -131,12 +132,10 @@ class PopService:
     async def _wait(
         self, request: Receive, sources: list[WindowKey], remaining_ms: int, group: str | None = None
     ) -> None:
-        keys: dict[bool, list[tuple[str, int]]] = {True: [], False: []}
-        for k in sources:
-            keys[self.filter_of(k, request) is None].append((k.topic, k.queue_id))
-        await self.waiters.wait_any(
-            keys[False], request.message_filter, remaining_ms / 1000, group, unfiltered=keys[True]
-        )
+        """Hold until a message arrives that a source would give: any message at all of the retry queue."""
+        filtered = [(k.topic, k.queue_id) for k in sources if self.filter_of(k, request) is not None]
+        everything = [(k.topic, k.queue_id) for k in sources if self.filter_of(k, request) is None]
+        await self.waiters.wait_any(filtered, request.message_filter, remaining_ms / 1000, group, unfiltered=everything)
 
     @staticmethod
     def filter_of(key: WindowKey, request: Receive) -> MessageFilter | None:
