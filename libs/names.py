@@ -23,7 +23,7 @@ SYSTEM_TOPICS: Final = frozenset(
     {SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC}
 )
 TRANSACTION_TOPICS: Final = frozenset({TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
-"""Never read through the public API: a half message is seen by no one until it is committed."""
+SCHEDULE_TOPICS: Final = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
 _RESERVED_PREFIXES: Final = (RETRY_PREFIX, DLQ_PREFIX, "rmq_sys_", "RMQ_SYS_")
 
 
@@ -56,13 +56,34 @@ def validate_group_name(name: str) -> str:
     return name
 
 
-def validate_readable_topic(name: str) -> str:
-    """A topic the public API may read: user topics and system ones, but not the transaction topics."""
-    validate_topic_name(name, allow_system=True)
+def is_public_topic(name: str) -> bool:
+    """May the public pull, key query and get-by-id show this topic's messages? Only a user topic's.
+
+    Each system topic has its own reader, and no other: a half message is seen by no one
+    until it is committed (/v1/transactions), a scheduled one until it is due, a group's
+    retries only by its receives, its dead letters only through /v1/groups/{group}/dlq.
+    """
+    return not is_system_topic(name)
+
+
+def private_reader(name: str) -> str:
+    """What a system topic holds and where it is read, for the answer refusing to read it."""
     if name in TRANSACTION_TOPICS:
-        raise ReservedTopicName(
-            f"topic {name!r} holds transactions' half messages and records: read them through /v1/transactions"
-        )
+        return "transactions' half messages and records: read them through /v1/transactions"
+    if name in SCHEDULE_TOPICS:
+        return "scheduled messages: each is visible in its own topic once it is due, not before"
+    if name.startswith(DLQ_PREFIX):
+        return f"dead letters: read them through GET /v1/groups/{name.removeprefix(DLQ_PREFIX)}/dlq"
+    if name.startswith(RETRY_PREFIX):
+        return f"retries: group {name.removeprefix(RETRY_PREFIX)!r} receives them with the messages of its topics"
+    return "Petrel's own records"
+
+
+def validate_readable_topic(name: str) -> str:
+    """A topic whose messages the public API may read (a user topic); else a clear 400 naming the reader."""
+    validate_topic_name(name, allow_system=True)
+    if not is_public_topic(name):
+        raise ReservedTopicName(f"topic {name!r} holds {private_reader(name)}")
     return name
 
 

@@ -30,7 +30,7 @@ from libs.codec import iter_records
 from libs.errors import InvalidRequest, MessageNotFound, PetrelError, TopicNotFound
 from libs.http.app import json_body, parse_json
 from libs.message import MessageRecord, Prop, SysFlag
-from libs.names import TRANSACTION_TOPICS, validate_readable_topic, validate_topic_name
+from libs.names import validate_readable_topic, validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.routing import TopicRoute
 from libs.timeparse import parse_time_ms
@@ -113,7 +113,10 @@ async def pull_messages(
     sql: Annotated[str | None, Query(description="SQL92 filter over properties and TAGS")] = None,
     broker: Annotated[str | None, Query(description="the broker, when several hold the topic")] = None,
 ) -> PullResult:
-    """Messages of one queue from an offset; with wait_ms, waits for the first one to arrive."""
+    """Messages of one queue from an offset; with wait_ms, waits for the first one to arrive.
+
+    A user topic's: system topics are refused (400 reserved-topic-name, naming where they are read).
+    """
     validate_readable_topic(topic)
     route = await ctx.routes.get(topic)
     name, address = _pick_broker(route, broker)
@@ -134,14 +137,23 @@ async def pull_messages(
 
 @router.get("/messages/{message_id}", operation_id="getMessage", response_model=Message)
 async def get_message(ctx: Context, message_id: str) -> Message:
-    """The message with this id, wherever it is stored."""
+    """The message with this id, as stored in its topic.
+
+    Only the message in the topic it was sent to is answered, never a copy in a system topic:
+    a scheduled message is found once it is due, a transaction's once committed, and a retried
+    or dead-lettered one is answered as first stored (its dead letters: /v1/groups/{group}/dlq).
+    """
     born = id_time(message_id)
-    params = {"begin": max(0, born - 60_000), "end": int(time.time() * 1000) + 60_000}
+    now = int(time.time() * 1000)
+    params: dict[str, str | int] = {"begin": max(0, born - 60_000), "end": now + 60_000, "public": "true"}
     found: list[Message] = []
     for name, _, raw in await ask_every_broker(ctx, lambda n, a: ctx.brokers.query_id(n, a, message_id, params)):
-        found.extend(to_message(r, name) for r in iter_records(raw) if r.topic not in TRANSACTION_TOPICS)
+        found.extend(to_message(r, name) for r in iter_records(raw))
     if not found:
-        raise MessageNotFound(f"no broker holds a message with id {message_id}")
+        raise MessageNotFound(
+            f"no broker holds a message with id {message_id} in its topic"
+            " (a scheduled message is found once it is due, a transaction's once it is committed)"
+        )
     return min(found, key=lambda m: m.stored_at)
 
 
@@ -154,7 +166,7 @@ async def query_by_key(
     end: Annotated[str | None, Query(description="RFC 3339 or epoch ms (default: now)")] = None,
     max: Annotated[int, Query(ge=1, le=64)] = 32,
 ) -> MessageList:
-    """Messages of the topic sent with `key`, stored between begin and end, newest first."""
+    """Messages of the topic sent with `key`, stored between begin and end, newest first (a user topic's)."""
     validate_readable_topic(topic)
     now = int(time.time() * 1000)
     begin_ms = parse_time_ms(begin, "begin") if begin else now - 72 * 3600 * 1000

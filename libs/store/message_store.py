@@ -36,6 +36,8 @@ DispatchListener = Callable[[str, int, int, int], None]
 
 MAX_PULL_BYTES = 8 * 1024 * 1024
 MAX_UNITS_SCANNED = 16_000
+MAX_COPIES_SCANNED = 1024
+"""A message id's copies read back by a query_id looking for some of them (a retry, a DLQ copy ... each counts)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,9 +277,19 @@ class MessageStore:
         offsets = self.index.query(topic, key, begin, end, limit * 2)
         return self._verified(offsets, lambda r: r.topic == topic and key in r.keys, begin, end, limit)
 
-    def query_id(self, message_id: str, begin: int, end: int, limit: int = 32) -> list[MessageRecord]:
-        offsets = self.index.query_unique(message_id, begin, end, limit * 2)
-        return self._verified(offsets, lambda r: r.message_id == message_id, begin, end, limit)
+    def query_id(
+        self, message_id: str, begin: int, end: int, limit: int = 32, where: Callable[[str], bool] | None = None
+    ) -> list[MessageRecord]:
+        """Records with this id, newest first; with `where`, only those of a topic it accepts.
+
+        A retried message has a copy per attempt, the newest first in the index: `where`
+        looks past them (up to MAX_COPIES_SCANNED) for the copies it wants, e.g. the original.
+        """
+        scanned = limit * 2 if where is None else MAX_COPIES_SCANNED
+        offsets = self.index.query_unique(message_id, begin, end, scanned)
+        return self._verified(
+            offsets, lambda r: r.message_id == message_id and (where is None or where(r.topic)), begin, end, limit
+        )
 
     def _verified(
         self, offsets: list[int], wanted: Callable[[MessageRecord], bool], begin: int, end: int, limit: int

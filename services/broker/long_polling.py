@@ -70,11 +70,17 @@ class PullWaiters:
         message_filter: MessageFilter | None,
         timeout: float,
         group: str | None = None,
+        *,
+        unfiltered: Sequence[QueueKey] = (),
     ) -> bool:
-        """True when a matching message arrived in any of the queues, False when the wait ran out."""
+        """True when a matching message arrived in any of the queues, False when the wait ran out.
+
+        Any message at all of the `unfiltered` queues wakes the wait too (a group's retry queue).
+        """
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(message_filter, future, group)
-        for key in keys:
+        filtered, everything = _Waiter(message_filter, future, group), _Waiter(None, future, group)
+        registered = [(key, filtered) for key in keys] + [(key, everything) for key in unfiltered]
+        for key, waiter in registered:
             self._waiting.setdefault(key, []).append(waiter)
         try:
             await asyncio.wait_for(future, timeout)
@@ -83,7 +89,7 @@ class PullWaiters:
         finally:
             if not future.done():
                 future.cancel()
-            for key in keys:
+            for key, _ in registered:
                 with contextlib.suppress(KeyError, ValueError):
                     waiters = self._waiting[key]
                     waiters[:] = [w for w in waiters if not w.future.done()]
@@ -93,4 +99,4 @@ class PullWaiters:
 
     @property
     def waiting(self) -> int:
-        return len({id(w) for waiters in self._waiting.values() for w in waiters})
+        return len({id(w.future) for waiters in self._waiting.values() for w in waiters})

@@ -17,6 +17,7 @@ from libs.delay import is_scheduled
 from libs.errors import InvalidRequest, QueueNotFound, TopicNotFound
 from libs.filters import FilterType, MessageFilter, compile_filter
 from libs.message import Prop
+from libs.names import is_public_topic
 from libs.problem import PROBLEM_RESPONSES
 from libs.store.message_store import PullResult, PutOutcome
 from services.broker.context import Context
@@ -253,9 +254,12 @@ async def query_by_id(
     message_id: str,
     begin: Annotated[int, Query(ge=0)] = 0,
     end: Annotated[int, Query(ge=0)] = 2**62,
+    public: Annotated[
+        bool, Query(description="only copies in user topics: no half, scheduled, retry or dead-letter copy")
+    ] = False,
 ) -> Response:
     """Every stored record with this message id (a retried message appears more than once)."""
-    records = ctx.store.query_id(message_id, begin, end)
+    records = ctx.store.query_id(message_id, begin, end, where=is_public_topic if public else None)
     return Response(b"".join(encode_record(r) for r in records), media_type=BINARY)
 
 

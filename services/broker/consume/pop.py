@@ -1,7 +1,8 @@
 """PopService: receive under a lease (RocketMQ's POP), on the queues of a topic and the group's retry queue.
 
 A receive looks at the topic's queues and the group's retry queue for this topic,
-starting at a rotating queue so no queue starves, and leases up to
+starting at a rotating queue so no queue starves (the retry queue with no filter:
+a retry is delivered whatever filter the group uses now), and leases up to
 `max_messages` messages: each leaves the window's cursor and waits in flight
 until it is acked, nacked, or its lease runs out (`services.broker.consume.settle`).
 A FIFO group takes at most one message per queue and none from a queue whose
@@ -114,8 +115,7 @@ class PopService:
             remaining = deadline - self.now_ms()
             if leases or remaining <= 0:
                 return leases, records
-            keys = [(k.topic, k.queue_id) for k in sources]
-            await self.waiters.wait_any(keys, request.message_filter, remaining / 1000, sources[0].owner)
+            await self._wait(request, sources, remaining, sources[0].owner)
 
     async def ready(self, request: Receive) -> bool:
         """True as soon as a receive would find something (nothing is leased)."""
@@ -127,8 +127,22 @@ class PopService:
             remaining = deadline - self.now_ms()
             if remaining <= 0:
                 return False
-            keys = [(k.topic, k.queue_id) for k in sources]
-            await self.waiters.wait_any(keys, request.message_filter, remaining / 1000)
+            await self._wait(request, sources, remaining)
+
+    async def _wait(
+        self, request: Receive, sources: list[WindowKey], remaining_ms: int, group: str | None = None
+    ) -> None:
+        """Hold until a message arrives that a source would give: any message at all of the retry queue."""
+        filtered = [(k.topic, k.queue_id) for k in sources if self.filter_of(k, request) is not None]
+        everything = [(k.topic, k.queue_id) for k in sources if self.filter_of(k, request) is None]
+        await self.waiters.wait_any(filtered, request.message_filter, remaining_ms / 1000, group, unfiltered=everything)
+
+    @staticmethod
+    def filter_of(key: WindowKey, request: Receive) -> MessageFilter | None:
+        """The filter a source is read with. The group's retry queue is read with none (seed 002:
+        copySubscription subscribes %RETRY%group with SUB_ALL): a message failed under one filter
+        is retried even after the group changed its filter, never skipped by the new one."""
+        return None if key.topic == retry_topic(request.group) else request.message_filter
 
     async def _sources(self, request: Receive) -> tuple[GroupConfig, list[WindowKey]]:
         config = self.groups.get(request.group)
@@ -171,7 +185,7 @@ class PopService:
                 if window.blocked(now):
                     continue
                 need = 1
-            for raw in self._take(window, need, request.message_filter):
+            for raw in self._take(window, need, self.filter_of(key, request)):
                 leases.append(self._lease(window, config, raw, now, request.invisible_ms))
                 records.append(raw)
             self.commit(window)
