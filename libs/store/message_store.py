@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from libs.codec import Readable, RecordHead, decode_record, peek_head, stamp_record
-from libs.errors import CorruptRecord, OffsetOutOfRange, PetrelError, StoreFull
+from libs.errors import CorruptRecord, OffsetOutOfRange, PetrelError, StoreFull, StoreReadOnly
 from libs.filters import MessageFilter
 from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
@@ -116,7 +116,9 @@ class MessageStore:
         self.index.close()
         self.queues.close()
         self.commitlog.close()
-        self.config.abort_path.unlink(missing_ok=True)
+        if self.flusher.failure is None:
+            self.config.abort_path.unlink(missing_ok=True)
+        # else: what was written after the last checkpoint may not be on disk; the next start must validate it
 
     # ---- writing -------------------------------------------------------------------------
 
@@ -130,6 +132,7 @@ class MessageStore:
         """Store every record of the batch (records laid end to end), in order."""
         stored: list[PutResult] = []
         try:
+            self._check_writable()
             self._check_disk()
             offset = 0
             while offset < len(batch):
@@ -190,6 +193,18 @@ class MessageStore:
             )
             return
         self._dispatch(record.head, record.queue_offset, record.physical_offset, record.size, record.store_timestamp)
+
+    @property
+    def read_only(self) -> bool:
+        return self.flusher.failure is not None
+
+    def _check_writable(self) -> None:
+        failure = self.flusher.failure
+        if failure is not None:
+            raise StoreReadOnly(
+                f"a sync of the store under {self.config.root} failed ({failure}); it takes no more writes "
+                "until the broker is restarted (reads go on): restart the broker once the disk is checked"
+            )
 
     def _check_disk(self) -> None:
         now = time.monotonic()
