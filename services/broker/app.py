@@ -105,6 +105,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         store = MessageStore(settings.store_config(), store_host=settings.address)
         report = await asyncio.to_thread(store.open)
         log.info("store open at %s: %s", settings.store_dir, report)
+        await offsets.clamp(lambda topic, queue_id: store.queue_offsets(topic, queue_id)[1])
         waiters = PullWaiters()
         store.listeners.append(waiters.on_dispatch)
         store.start()
