@@ -15,14 +15,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from libs.codec import Readable, RecordHead, decode_record, peek_head, stamp_record
+from libs.codec import (
+    LENGTH_MAGIC,
+    MESSAGE_MAGIC,
+    QUARANTINE_MAGIC,
+    Readable,
+    RecordHead,
+    decode_record,
+    peek_head,
+    stamp_record,
+)
 from libs.errors import CorruptRecord, OffsetOutOfRange, PetrelError, StoreFull, StoreReadOnly
 from libs.filters import MessageFilter
 from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from libs.store.commitlog import STAMPED, STORE_TIMESTAMP, CommitLog, ScannedRecord
 from libs.store.config import FlushMode, StoreConfig
-from libs.store.consume_queue import UNIT
+from libs.store.consume_queue import UNIT, ConsumeQueue
 from libs.store.flush import Flusher
 from libs.store.index_file import IndexService
 from libs.store.mapped_file import fsync_directory
@@ -84,6 +93,8 @@ class MessageStore:
         self.flusher = Flusher(config, self.commitlog, self.queues, self.index.flush, clock)
         self._disk = _DiskCheck()
         self._recovering = False
+        self._holes: list[tuple[int, int]] = []
+        """(offset, size) of the quarantine fillers recovery passed."""
         self.index_failures = 0
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -180,8 +191,11 @@ class MessageStore:
             listener(head.topic, head.queue_id, queue_offset, code)
 
     def _redispatch(self, record: ScannedRecord) -> None:
+        if record.head is None:
+            self._holes.append((record.physical_offset, record.size))
+            return
         queue = self.queues.get(record.head.topic, record.head.queue_id)
-        if record.queue_offset > queue.max_offset:
+        if record.queue_offset > queue.max_offset and not self._fill_gap(queue, record.queue_offset):
             log.warning(
                 "recovery: skipping the record at %d of %s/%d: its queue offset %d is past the queue's end %d "
                 "(its topic was deleted)",
@@ -193,6 +207,25 @@ class MessageStore:
             )
             return
         self._dispatch(record.head, record.queue_offset, record.physical_offset, record.size, record.store_timestamp)
+
+    def _fill_gap(self, queue: ConsumeQueue, queue_offset: int) -> bool:
+        """Units for a queue's records a repair quarantined, pointing at the filler: the queue stays dense."""
+        last = queue.read(queue.max_offset - 1, 1)[0][0] if queue.max_offset > queue.min_offset else -1
+        holes = [hole for hole in self._holes if hole[0] > last]
+        if not holes:
+            return False
+        physical, size = holes[-1]
+        first = queue.max_offset
+        for missing in range(first, queue_offset):
+            self.queues.append(queue.topic, queue.queue_id, missing, physical, size, 0)
+        log.warning(
+            "recovery: %s/%d offsets %d to %d were quarantined; they are skipped",
+            queue.topic,
+            queue.queue_id,
+            first,
+            queue_offset - 1,
+        )
+        return True
 
     @property
     def read_only(self) -> bool:
@@ -245,6 +278,8 @@ class MessageStore:
                 if message_filter is not None and not message_filter.matches_code(code):
                     continue
                 raw = self.commitlog.read(physical, size)
+                if LENGTH_MAGIC.unpack_from(raw)[1] != MESSAGE_MAGIC:
+                    continue  # a quarantine filler: `petrel store repair` took a damaged record out
                 if message_filter is not None and not _full_match(message_filter, raw):
                     continue
                 records.append(raw)
@@ -319,6 +354,8 @@ class MessageStore:
             return False
         segment = self.commitlog.segment_at(physical)
         position = physical - segment.start_offset
+        if LENGTH_MAGIC.unpack_from(segment.map, position) == (size, QUARANTINE_MAGIC):
+            return True  # a unit of a record a repair quarantined
         try:
             head = peek_head(segment.map, position)
         except CorruptRecord:

@@ -7,6 +7,12 @@
   dispatched again to its ConsumeQueue and the index; the log ends before the
   first record that fails, and everything from there is zeroed or deleted.
   ConsumeQueue tails whose records are gone are dropped when a queue is opened.
+- But only a torn tail is cut. When the record the scan stopped at is followed
+  by a record of this log (see CommitLog.next_valid), or lies below the offset
+  the checkpoint says was durable, it is damage in the middle of the log (a
+  flipped bit): recovery raises `DamagedLog`, naming the segment, the offset and
+  the repair command, and changes nothing. `petrel store repair` (libs.store.repair)
+  puts a quarantine filler in its place, which the next scan passes over.
 """
 
 from __future__ import annotations
@@ -15,12 +21,33 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from libs.store.checkpoint import Checkpoint
 from libs.store.commitlog import CommitLog, ScannedRecord
 from libs.store.config import StoreConfig
 
 log = logging.getLogger(__name__)
+
+
+class DamagedLog(Exception):
+    """A damaged record with good records after it: the store is not opened (a plain Exception: stops a start)."""
+
+    def __init__(self, root: Path, segment: Path, offset: int, reason: str, resume: int | None, durable: int) -> None:
+        after = (
+            f"and records of the log follow it from offset {resume}"
+            if resume is not None
+            else f"below offset {durable}, which the checkpoint says was durable"
+        )
+        super().__init__(
+            f"CommitLog segment {segment} has a damaged record at offset {offset} ({reason}), {after}: "
+            f"not starting, so as not to delete them. With the broker stopped, run `petrel store repair {root}` "
+            f"to move the damaged bytes to {root / 'quarantine'} and keep every record after them "
+            f"(`petrel store check {root}` lists the damage)."
+        )
+        self.segment = segment
+        self.offset = offset
+        self.resume = resume
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +78,7 @@ def recover(config: StoreConfig, commitlog: CommitLog, dispatch: Callable[[Scann
         dispatch(record)
         end = record.physical_offset + record.size
         dispatched += 1
+    refuse_damage_mid_log(config, commitlog, checkpoint)
     high_water = commitlog.segments[-1].end_offset
     commitlog.truncate(end)
     # What the crash left in the page cache may not be on disk yet: the next
@@ -65,3 +93,16 @@ def recover(config: StoreConfig, commitlog: CommitLog, dispatch: Callable[[Scann
         report.seconds,
     )
     return report
+
+
+def refuse_damage_mid_log(config: StoreConfig, commitlog: CommitLog, checkpoint: Checkpoint | None) -> None:
+    """Raise DamagedLog unless where the scan stopped is the end of the log or a torn tail."""
+    stop = commitlog.scanned_to
+    if stop >= commitlog.segments[-1].end_offset:
+        return
+    durable = checkpoint.commitlog_offset if checkpoint else 0
+    resume = commitlog.next_valid(stop)
+    if resume is None and stop >= durable:
+        return
+    segment = commitlog.segment_at(stop)
+    raise DamagedLog(config.root, segment.path, stop, commitlog.damage_at(stop), resume, durable)

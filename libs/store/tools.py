@@ -145,6 +145,8 @@ class CheckReport:
     checkpoint: Checkpoint | None
     problems: tuple[Problem, ...]
     max_problems: int
+    quarantined: int = 0
+    """Quarantine fillers: records a repair took out."""
 
     @property
     def errors(self) -> int:
@@ -166,9 +168,10 @@ class CheckReport:
         if self.segment_size is None:
             log = "commitlog: no segments"
         else:
+            quarantined = f", {_count(self.quarantined, 'quarantined record')}" if self.quarantined else ""
             log = (
                 f"commitlog: {_count(self.segments, 'segment')} of {self.segment_size} bytes, "
-                f"{_count(self.records, 'record')}, {_count(self.blanks, 'blank filler')}; "
+                f"{_count(self.records, 'record')}, {_count(self.blanks, 'blank filler')}{quarantined}; "
                 f"the log runs from offset {self.log_min} to {self.log_end}"
             )
         cp = self.checkpoint
