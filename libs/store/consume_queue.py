@@ -20,6 +20,7 @@ record is gone or is not this queue's (see `_record_is_ours`).
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections import OrderedDict
@@ -159,7 +160,11 @@ class ConsumeQueue:
                 self._make_directory()
             if position % self.units_per_file == 0:
                 self.dirty_files.add(self.directory)  # the file is new: its name must be durable too
-            os.pwrite(self.handles.get(path, create=True), chunk, (position % self.units_per_file) * UNIT.size)
+            written = os.pwrite(
+                self.handles.get(path, create=True), chunk, (position % self.units_per_file) * UNIT.size
+            )
+            if written != len(chunk):  # a full disk may take part of a write: try the whole chunk again later
+                raise OSError(errno.ENOSPC, f"wrote {written} of {len(chunk)} bytes to {path}")
             self.dirty_files.add(path)
             taken += len(chunk)
             position += len(chunk) // UNIT.size

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from libs.errors import FlushTimeout
@@ -87,27 +87,39 @@ class Flusher:
         await future  # resolved by a group commit, or failed by the watchdog past the deadline
 
     async def flush(self, *, checkpoint: bool = False) -> None:
-        """One round: write queue units, sync the CommitLog, wake covered waiters, maybe checkpoint."""
+        """One round: sync the CommitLog, wake covered waiters, write queue units, maybe checkpoint.
+
+        Units are written after the waiters are woken: a put is durable once its CommitLog
+        bytes are (recovery rebuilds units), so a full disk refusing a ConsumeQueue write
+        fails the round and holds the checkpoint back, but never a put.
+        """
         async with self._round:
             if self.failure is not None:
                 return  # a sync failed: nothing may be called durable again before a restart
             now = self.clock()
             checkpoint = checkpoint or now - self._last_checkpoint >= self.config.checkpoint_interval_ms / 1000
-            self.queues.write_pending(everything=checkpoint)
             target = self.commitlog.write_offset
-            try:
+            async with self._syncing():
                 await asyncio.to_thread(self.commitlog.sync, target)
                 self.syncs += 1
-                self._wake(target)
-                if checkpoint:
-                    dirty = self.queues.take_dirty_files()
+            self._wake(target)
+            self.queues.write_pending(everything=checkpoint)
+            if checkpoint:
+                dirty = self.queues.take_dirty_files()
+                async with self._syncing():
                     await asyncio.to_thread(self._sync_dispatch, dirty)
                     Checkpoint(target, target, int(now * 1000)).write(self.config.checkpoint_path)
-                    self._last_checkpoint = now
-            except OSError as exc:
-                self.failure = exc
-                log.critical("a sync of the store failed (%s): the store is read-only until the broker restarts", exc)
-                raise
+                self._last_checkpoint = now
+
+    @contextlib.asynccontextmanager
+    async def _syncing(self) -> AsyncIterator[None]:
+        """A failed sync makes the store read-only for good (see the module's docstring)."""
+        try:
+            yield
+        except OSError as exc:
+            self.failure = exc
+            log.critical("a sync of the store failed (%s): the store is read-only until the broker restarts", exc)
+            raise
 
     def _sync_dispatch(self, dirty: list[Path]) -> None:
         self.queues.sync_files(dirty)

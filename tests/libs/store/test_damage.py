@@ -109,6 +109,10 @@ async def test_after_a_repair_every_record_after_the_damage_is_kept_at_its_offse
     [new] = stored(await store.put(record("T", lost, b"after the repair\0")))
     assert new.queue_offset == COUNT // 2
     assert bodies_of(store, lost)[-1] == b"after the repair"
+    await stores.close(store)
+    code, out, _ = run_cli(capsys, "store", "check", str(stores.root))
+    assert (code, out[-1]) == (0, "result: clean")
+    assert ", 1 quarantined record; " in out[1]
 
 
 async def test_a_repaired_record_below_the_checkpoint_is_skipped_by_readers(
