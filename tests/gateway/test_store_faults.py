@@ -49,7 +49,7 @@ def disk_fails_next_sync(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_after_a_failed_sync_sends_answer_store_read_only_and_reads_go_on(
-    one_broker_gateway: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    one_broker_gateway: httpx.AsyncClient, sync_broker: ServedApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gateway = one_broker_gateway
     first = await send(gateway, "orders", {"body": "durable", "message_group": "g"})
@@ -65,6 +65,10 @@ async def test_after_a_failed_sync_sends_answer_store_read_only_and_reads_go_on(
         assert refused.status_code == 503, refused.text
         assert problem_type(refused) == "store-read-only"
         assert "until the broker is restarted" in refused.json()["detail"]
+
+    async with httpx.AsyncClient() as client:
+        metrics = (await client.get(f"{sync_broker.url}/metrics")).text
+    assert "petrel_store_read_only 1.0" in metrics
 
     page = await pull(gateway, "orders", where["queue_id"], where["broker"])
     bodies = [m["body"] for m in page["messages"]]
