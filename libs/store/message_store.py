@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from libs.codec import (
     LENGTH_MAGIC,
     MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
     QUARANTINE_MAGIC,
     Readable,
     RecordHead,
@@ -107,6 +108,7 @@ class MessageStore:
             report = recover(self.config, self.commitlog, self._redispatch)
         finally:
             self._recovering = False
+            self._holes.clear()
         self.queues.commitlog_min = self.commitlog.min_offset
         if not report.clean:
             self.index.truncate_after(report.commitlog_end)
@@ -212,8 +214,8 @@ class MessageStore:
         """Units for a queue's records a repair quarantined, pointing at the filler: the queue stays dense."""
         last = queue.read(queue.max_offset - 1, 1)[0][0] if queue.max_offset > queue.min_offset else -1
         holes = [hole for hole in self._holes if hole[0] > last]
-        if not holes:
-            return False
+        if sum(size for _, size in holes) < (queue_offset - queue.max_offset) * MIN_RECORD_SIZE:
+            return False  # the quarantined bytes cannot have held that many records (say, a deleted topic's)
         physical, size = holes[-1]
         first = queue.max_offset
         for missing in range(first, queue_offset):

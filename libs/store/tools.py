@@ -11,6 +11,7 @@ A store directory (see libs.store.config.StoreConfig)::
     consumequeue/<topic>/<queue id>/<20-digit byte offset>        20-byte units (libs.store.consume_queue)
     index/<yyyyMMddHHmmssSSS>                                     key index files (libs.store.index_file)
     checkpoint                                                    28 bytes (libs.store.checkpoint)
+    quarantine/<20-digit CommitLog offset>                        damaged bytes a repair took out (libs.store.repair)
     abort                                                         while the store is open, or after a crash
 
 The segment size is not recorded anywhere: it is the size of the segment files.
