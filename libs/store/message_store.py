@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from libs.codec import (
     LENGTH_MAGIC,
     MESSAGE_MAGIC,
-    MIN_RECORD_SIZE,
     QUARANTINE_MAGIC,
     Readable,
     RecordHead,
@@ -30,14 +29,14 @@ from libs.errors import CorruptRecord, OffsetOutOfRange, PetrelError, StoreFull,
 from libs.filters import MessageFilter
 from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
-from libs.store.commitlog import STAMPED, STORE_TIMESTAMP, CommitLog, ScannedRecord
+from libs.store.commitlog import STAMPED, STORE_TIMESTAMP, CommitLog
 from libs.store.config import FlushMode, StoreConfig
-from libs.store.consume_queue import UNIT, ConsumeQueue
+from libs.store.consume_queue import UNIT
 from libs.store.flush import Flusher
 from libs.store.index_file import IndexService
 from libs.store.mapped_file import fsync_directory
 from libs.store.queue_table import ConsumeQueueTable
-from libs.store.recovery import RecoveryReport, recover
+from libs.store.recovery import RecoveryReport, Redispatch, recover
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +93,6 @@ class MessageStore:
         self.flusher = Flusher(config, self.commitlog, self.queues, self.index.flush, clock)
         self._disk = _DiskCheck()
         self._recovering = False
-        self._holes: list[tuple[int, int]] = []
-        """(offset, size) of the quarantine fillers recovery passed."""
         self.index_failures = 0
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -105,10 +102,9 @@ class MessageStore:
         self.index.load()
         self._recovering = True
         try:
-            report = recover(self.config, self.commitlog, self._redispatch)
+            report = recover(self.config, self.commitlog, Redispatch(self.queues, self._dispatch))
         finally:
             self._recovering = False
-            self._holes.clear()
         self.queues.commitlog_min = self.commitlog.min_offset
         if not report.clean:
             self.index.truncate_after(report.commitlog_end)
@@ -191,43 +187,6 @@ class MessageStore:
             log.exception("indexing the message at %d failed; it is stored but not findable by key", physical)
         for listener in self.listeners:
             listener(head.topic, head.queue_id, queue_offset, code)
-
-    def _redispatch(self, record: ScannedRecord) -> None:
-        if record.head is None:
-            self._holes.append((record.physical_offset, record.size))
-            return
-        queue = self.queues.get(record.head.topic, record.head.queue_id)
-        if record.queue_offset > queue.max_offset and not self._fill_gap(queue, record.queue_offset):
-            log.warning(
-                "recovery: skipping the record at %d of %s/%d: its queue offset %d is past the queue's end %d "
-                "(its topic was deleted)",
-                record.physical_offset,
-                record.head.topic,
-                record.head.queue_id,
-                record.queue_offset,
-                queue.max_offset,
-            )
-            return
-        self._dispatch(record.head, record.queue_offset, record.physical_offset, record.size, record.store_timestamp)
-
-    def _fill_gap(self, queue: ConsumeQueue, queue_offset: int) -> bool:
-        """Units for a queue's records a repair quarantined, pointing at the filler: the queue stays dense."""
-        last = queue.read(queue.max_offset - 1, 1)[0][0] if queue.max_offset > queue.min_offset else -1
-        holes = [hole for hole in self._holes if hole[0] > last]
-        if sum(size for _, size in holes) < (queue_offset - queue.max_offset) * MIN_RECORD_SIZE:
-            return False  # the quarantined bytes cannot have held that many records (say, a deleted topic's)
-        physical, size = holes[-1]
-        first = queue.max_offset
-        for missing in range(first, queue_offset):
-            self.queues.append(queue.topic, queue.queue_id, missing, physical, size, 0)
-        log.warning(
-            "recovery: %s/%d offsets %d to %d were quarantined; they are skipped",
-            queue.topic,
-            queue.queue_id,
-            first,
-            queue_offset - 1,
-        )
-        return True
 
     @property
     def read_only(self) -> bool:

@@ -23,9 +23,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from libs.codec import MIN_RECORD_SIZE, RecordHead
 from libs.store.checkpoint import Checkpoint
 from libs.store.commitlog import CommitLog, ScannedRecord
 from libs.store.config import StoreConfig
+from libs.store.consume_queue import ConsumeQueue
+from libs.store.queue_table import ConsumeQueueTable
+
+Dispatch = Callable[[RecordHead, int, int, int, int], None]
+"""(head, queue_offset, physical_offset, size, store_timestamp): a record's unit, index keys and listeners."""
 
 log = logging.getLogger(__name__)
 
@@ -106,3 +112,46 @@ def refuse_damage_mid_log(config: StoreConfig, commitlog: CommitLog, checkpoint:
         return
     segment = commitlog.segment_at(stop)
     raise DamagedLog(config.root, segment.path, stop, commitlog.damage_at(stop), resume, durable)
+
+
+class Redispatch:
+    """What recovery hands each scanned record: dispatched again, its queue kept dense over quarantined records."""
+
+    def __init__(self, queues: ConsumeQueueTable, dispatch: Dispatch) -> None:
+        self.queues = queues
+        self.dispatch = dispatch
+        self.holes: list[tuple[int, int]] = []
+        """(offset, size) of the quarantine fillers passed."""
+
+    def __call__(self, record: ScannedRecord) -> None:
+        if record.head is None:
+            self.holes.append((record.physical_offset, record.size))
+            return
+        queue = self.queues.get(record.head.topic, record.head.queue_id)
+        if record.queue_offset > queue.max_offset and not self._fill_gap(queue, record.queue_offset):
+            log.warning(
+                "recovery: skipping the record at %d of %s/%d: its queue offset %d is past the queue's end %d "
+                "(its topic was deleted)",
+                record.physical_offset,
+                record.head.topic,
+                record.head.queue_id,
+                record.queue_offset,
+                queue.max_offset,
+            )
+            return
+        self.dispatch(record.head, record.queue_offset, record.physical_offset, record.size, record.store_timestamp)
+
+    def _fill_gap(self, queue: ConsumeQueue, queue_offset: int) -> bool:
+        """Units for the queue's records a repair quarantined, pointing at the filler (readers pass over it)."""
+        last = queue.read(queue.max_offset - 1, 1)[0][0] if queue.max_offset > queue.min_offset else -1
+        holes = [hole for hole in self.holes if hole[0] > last]
+        if sum(size for _, size in holes) < (queue_offset - queue.max_offset) * MIN_RECORD_SIZE:
+            return False  # the quarantined bytes cannot have held that many records (say, a deleted topic's)
+        physical, size = holes[-1]
+        first = queue.max_offset
+        for missing in range(first, queue_offset):
+            self.queues.append(queue.topic, queue.queue_id, missing, physical, size, 0)
+        log.warning(
+            "recovery: %s/%d offsets %d to %d were quarantined", queue.topic, queue.queue_id, first, queue_offset - 1
+        )
+        return True
