@@ -71,7 +71,10 @@ class ConsumerOffsets:
                 end,
                 end,
             )
-        await self.persist()
+        try:
+            await self.persist()
+        except Exception:
+            log.exception("persisting the lowered consumer offsets failed; the periodic round will try again")
         return clamped
 
     async def persist(self) -> None:
