@@ -1,4 +1,4 @@
-"""The `petrel` command: `up`, `openapi`, `bench`, `store check|dump`, `checkback-receiver`."""
+"""The `petrel` command: `up`, `openapi`, `bench`, `store check|dump|repair`, `checkback-receiver`."""
 
 from __future__ import annotations
 
@@ -26,11 +26,16 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _store_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    s = sub.add_parser("store", help="check or dump a broker's store directory (read-only)")
+    s = sub.add_parser("store", help="check, dump (read-only) or repair a broker's store directory")
     tools = s.add_subparsers(dest="tool", required=True)
     c = tools.add_parser("check", help="verify every record and ConsumeQueue unit; exit 1 on any error")
     c.add_argument("dir", type=Path, help="the store directory, e.g. data/brokers/broker-a")
     c.add_argument("--max-problems", type=int, default=20, help="stop after this many problems (0: never)")
+    r = tools.add_parser(
+        "repair",
+        help="with the broker stopped: quarantine damaged CommitLog records, keeping every record after them",
+    )
+    r.add_argument("dir", type=Path, help="the store directory, e.g. data/brokers/broker-a")
     d = tools.add_parser("dump", help="print the records in CommitLog order, or a ConsumeQueue's units")
     d.add_argument("dir", type=Path, help="the store directory, e.g. data/brokers/broker-a")
     d.add_argument("--topic", help="only this topic's records")
@@ -59,6 +64,8 @@ def _store(args: argparse.Namespace) -> int:
             report = check_store(args.dir, max_problems=args.max_problems)
             print("\n".join([*report.summary_lines(), *(p.line() for p in report.problems)]))
             return 0 if report.ok else 1
+        if args.tool == "repair":
+            return _repair(args.dir)
         if args.consumequeue:
             topic, queue = args.consumequeue
             if not queue.isdigit():
@@ -73,6 +80,20 @@ def _store(args: argparse.Namespace) -> int:
         return 1
     except BrokenPipeError:  # `petrel store dump ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _repair(directory: Path) -> int:
+    from libs.store.repair import repair_store
+
+    quarantined = repair_store(directory)
+    for item in quarantined:
+        print(item.line())
+    print(
+        f"repaired {directory}: {len(quarantined)} damaged region(s) quarantined"
+        if quarantined
+        else "nothing to repair"
+    )
     return 0
 
 

@@ -33,6 +33,13 @@ Blank filler (ends a CommitLog segment whose free space cannot hold the next rec
          0     4  total_size                    int32, bytes from here to the segment's end
          4     4  magic                         uint32, BLANK_MAGIC
 
+Quarantine filler (stands where `petrel store repair` took a damaged record out, so
+every record after it keeps its offset; the damaged bytes are kept in a file under
+`quarantine/`)::
+
+         0     4  total_size                    int32, bytes it covers
+         4     4  magic                         uint32, QUARANTINE_MAGIC; zeros follow
+
 The CRC covers everything after the crc field, so a torn or altered header is
 caught as surely as a torn body. `stamp_record` rewrites the broker-assigned
 fields of an encoded record in place and refreshes the CRC, so the broker never
@@ -55,6 +62,7 @@ from libs.message import MessageRecord
 
 MESSAGE_MAGIC: Final = 0xDAA320A7
 BLANK_MAGIC: Final = 0xCBD43194
+QUARANTINE_MAGIC: Final = 0xBAD0C0DE
 
 HEADER: Final = struct.Struct(">iIIiiqqiq20sq20siqi")
 LENGTH_MAGIC: Final = struct.Struct(">iI")
@@ -195,6 +203,12 @@ def encode_blank(size: int) -> bytes:
     if size < BLANK_MIN_SIZE:
         raise ValueError(f"a blank filler needs at least {BLANK_MIN_SIZE} bytes, got {size}")
     return LENGTH_MAGIC.pack(size, BLANK_MAGIC) + b"\x00" * (size - BLANK_MIN_SIZE)
+
+
+def encode_quarantined(size: int) -> bytes:
+    if size < BLANK_MIN_SIZE:
+        raise ValueError(f"a quarantine filler needs at least {BLANK_MIN_SIZE} bytes, got {size}")
+    return LENGTH_MAGIC.pack(size, QUARANTINE_MAGIC) + b"\x00" * (size - BLANK_MIN_SIZE)
 
 
 def record_size(buf: Readable, offset: int = 0) -> tuple[int, bool]:

@@ -31,6 +31,7 @@
      ├── ValidationFailed              422 validation-failed
      ├── CorruptRecord                 500 corrupt-record
      ├── StoreFull                     507 store-full
+     ├── StoreReadOnly                 503 store-read-only
      ├── UpstreamError                 502 upstream-error
      └── ServiceUnavailable            503 service-unavailable
           ├── FlushTimeout             503 flush-timeout
@@ -260,6 +261,19 @@ class StoreFull(PetrelError):
     status = 507
     slug = "store-full"
     title = "Store full"
+
+
+class StoreReadOnly(PetrelError):
+    """A sync of the store failed: it takes no more writes until the broker is restarted (reads go on).
+
+    After a failed fsync the kernel may have dropped the dirty pages and will not
+    report the loss again, so nothing newer may be acknowledged over them. Not a
+    ServiceUnavailable: nothing was stored, and the broker does answer.
+    """
+
+    status = 503
+    slug = "store-read-only"
+    title = "Store read-only until restart"
 
 
 class UpstreamError(PetrelError):

@@ -14,7 +14,10 @@ What is checked, in this order; problems are listed in the same order, so the fi
 
 After an unclean stop (an abort file, or no checkpoint) recovery will truncate the log at the
 first invalid record past the checkpoint and rebuild the ConsumeQueues from the checkpoint's
-dispatch offset on: what it will repair is a warning, not an error.
+dispatch offset on: what it will repair is a warning, not an error. But only a torn tail: a
+damaged record that records of the log follow (see libs.store.recovery) is an error, naming
+`petrel store repair`, and the walk goes on at the next record. A quarantine filler (what a
+repair left) is no problem: its records are counted as lost, and units may point at it.
 
 Problem offsets are CommitLog offsets for commitlog/ files and queue offsets (unit indexes)
 for consumequeue/ files.
@@ -22,6 +25,7 @@ for consumequeue/ files.
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from pathlib import Path
@@ -29,9 +33,11 @@ from typing import Final
 
 from libs.codec import (
     BLANK_MAGIC,
+    BLANK_MIN_SIZE,
     CRC_START,
     LENGTH_MAGIC,
     MESSAGE_MAGIC,
+    QUARANTINE_MAGIC,
     RecordHead,
     peek_head,
     record_size,
@@ -39,7 +45,7 @@ from libs.codec import (
 from libs.errors import CorruptRecord
 from libs.store.check_queues import LogFacts, QueueTally, check_queues, queue_tallies
 from libs.store.checkpoint import LAYOUT, Checkpoint
-from libs.store.commitlog import segment_name
+from libs.store.commitlog import next_record_in, segment_name, surely_ours
 from libs.store.config import StoreConfig
 from libs.store.index_file import FILE_NAME, CorruptIndexFile, IndexFile, file_name_ms
 from libs.store.message_store import unit_code
@@ -92,7 +98,7 @@ class _Checker:
         self.losses = 0
         """Records or parts of segments the walk could not read: a queue's offsets may skip over them."""
         self.on_boundary = False
-        self.records = self.blanks = self.queues = self.units = self.index_files = 0
+        self.records = self.blanks = self.quarantined = self.queues = self.units = self.index_files = 0
         self.tallies: dict[tuple[str, int], QueueTally] = {}
 
     def run(self) -> None:
@@ -110,6 +116,7 @@ class _Checker:
             segments=len(self.segments),
             records=self.records,
             blanks=self.blanks,
+            quarantined=self.quarantined,
             log_min=self.log_min,
             log_end=self.reached if self.end is None else self.end,
             queues=self.queues,
@@ -184,30 +191,38 @@ class _Checker:
         if total == 0 and magic == 0:
             self._log_ends(segment, view, pos)
             return None
-        if magic == BLANK_MAGIC:
-            if pos + total == segment.size == self.segment_size:
-                self.blanks += 1
-                return int(total)
-            self._bad(Kind.BAD_BLANK, segment, offset, f"blank filler of {total} bytes; the segment has {left} left")
-            return None
+        if magic in (BLANK_MAGIC, QUARANTINE_MAGIC):
+            return self._filler(segment, offset, int(total), blank=magic == BLANK_MAGIC)
         if magic != MESSAGE_MAGIC:
-            self._bad(Kind.BAD_MAGIC, segment, offset, f"bad magic code 0x{magic:08x}")
-            return None
+            return self._bad(Kind.BAD_MAGIC, segment, offset, f"bad magic code 0x{magic:08x}")
         return self._record(segment, view, pos)
+
+    def _filler(self, segment: SegmentFile, offset: int, total: int, *, blank: bool) -> int | None:
+        """A blank filler (to the segment's end) or a quarantine filler (a record a repair took out)."""
+        left = segment.start + segment.size - offset
+        if not blank and BLANK_MIN_SIZE <= total <= left:
+            self.quarantined += 1
+            self.losses += 1
+            return total
+        if blank and total == left and segment.size == self.segment_size:
+            self.blanks += 1
+            return total
+        kind = "blank" if blank else "quarantine"
+        return self._bad(
+            Kind.BAD_BLANK, segment, offset, f"{kind} filler of {total} bytes; the segment has {left} left"
+        )
 
     def _record(self, segment: SegmentFile, view: memoryview, pos: int) -> int | None:
         offset = segment.start + pos
         try:
             total, _ = record_size(view, pos)
         except CorruptRecord as exc:
-            self._bad(Kind.BAD_LENGTH, segment, offset, exc.reason)
-            return None
+            return self._bad(Kind.BAD_LENGTH, segment, offset, exc.reason)
         _, _, stored, _, _, queue_offset, physical = PREFIX.unpack_from(view, pos)
         actual = zlib.crc32(view[pos + CRC_START : pos + total])
         if actual != stored:
             detail = f"CRC mismatch: stored 0x{stored:08x}, computed 0x{actual:08x}"
-            self.losses += 1
-            return total if self._bad(Kind.CRC_MISMATCH, segment, offset, detail) else None
+            return self._bad(Kind.CRC_MISMATCH, segment, offset, detail, total)
         try:
             if physical != offset:
                 raise CorruptRecord(offset, f"the record says it is at offset {physical}")
@@ -220,13 +235,35 @@ class _Checker:
         self._tally(segment, head, queue_offset, offset)
         return total
 
-    def _bad(self, kind: Kind, segment: SegmentFile, offset: int, detail: str) -> bool:
-        """Report a record recovery would stop at; False when it is the torn tail recovery will cut."""
-        warning = self._repair("truncate the log here", offset)
+    def _bad(self, kind: Kind, segment: SegmentFile, offset: int, detail: str, size: int = 0) -> int | None:
+        """Report a record recovery would stop at; the step to the next record of the log, or None to stop here.
+
+        A torn tail (nothing of the log after it) recovery will cut: a warning after an unclean stop.
+        Damage that records of the log follow recovery refuses to cut: an error, which a repair mends.
+        `size`, when the record's length is sound, steps to the record after it even if that one is damaged too.
+        """
+        self.losses += 1
+        view = self.maps.view(segment)
+        pos = offset - segment.start
+        mapped = view.obj if isinstance(view.obj, mmap.mmap) else None
+        resume = None if mapped is None else next_record_in(mapped, segment.start, pos + 1)
+        follows = resume is not None or self._later_segment_starts_well(segment)
+        warning = "" if follows else self._repair("truncate the log here", offset)
+        if follows and segment.size == self.segment_size:
+            detail += f"; records follow it: `petrel store repair {self.config.root}` quarantines it and keeps them"
         self.add(kind, segment.path, offset, detail, warning=warning)
         if warning:
             self.end, self.cut = offset, True
-        return not warning
+        if resume is None:
+            return None
+        return size if 0 < size <= resume - pos else resume - pos
+
+    def _later_segment_starts_well(self, segment: SegmentFile) -> bool:
+        for later in self.segments:
+            if later.start > segment.start and later.size == self.segment_size:
+                view = self.maps.view(later)
+                return isinstance(view.obj, mmap.mmap) and surely_ours(view.obj, later.start, 0)
+        return False
 
     def _log_ends(self, segment: SegmentFile, view: memoryview, pos: int) -> None:
         self.end = segment.start + pos

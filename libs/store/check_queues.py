@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from libs.codec import CRC_START, RecordHead, peek_head, record_size
+from libs.codec import CRC_START, LENGTH_MAGIC, QUARANTINE_MAGIC, RecordHead, peek_head, record_size
 from libs.errors import CorruptRecord
 from libs.message import Prop
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
@@ -198,7 +198,8 @@ class _QueueCheck:
         facts = self.facts
         if physical < 0:
             return f"points at offset {physical}, which is negative"
-        if physical <= self.previous:
+        # recovery points every unit of a quarantined run at its filler: those may repeat an offset
+        if physical <= self.previous and not (physical == self.previous and self._quarantined(physical)):
             return f"points at offset {physical}, not after the unit before it ({self.previous})"
         if physical < facts.log_min or (facts.redispatch_from is not None and physical >= facts.redispatch_from):
             return None  # deleted by retention, or left to recovery to write again
@@ -208,7 +209,16 @@ class _QueueCheck:
         segment = facts.segments.get(start)
         if segment is None:
             return f"points at offset {physical}, in segment {segment_name(start)}, which is missing"
-        return self._mismatch(n, segment, physical, size, code)
+        return None if self._quarantined(physical) else self._mismatch(n, segment, physical, size, code)
+
+    def _quarantined(self, physical: int) -> bool:
+        """Is a quarantine filler (a record a repair took out) at `physical`?"""
+        facts = self.facts
+        segment = facts.segments.get(physical - (physical - facts.log_min) % facts.segment_size)
+        if segment is None or physical < facts.log_min:
+            return False
+        view, pos = self.maps.view(segment), physical - segment.start
+        return pos + LENGTH_MAGIC.size <= len(view) and LENGTH_MAGIC.unpack_from(view, pos)[1] == QUARANTINE_MAGIC
 
     def _mismatch(self, n: int, segment: SegmentFile, physical: int, size: int, code: int) -> str | None:
         """How the record at `physical` differs from what unit `n` says of it."""

@@ -6,11 +6,19 @@ not leave room for a blank filler, the rest of the segment is filled with one
 (see libs.codec) and writing moves on to the next segment.
 
 One writer (the broker's event loop thread) appends; a flusher thread syncs.
+
+Damage is told from a torn tail by what follows it (`next_valid`): after a torn
+tail nothing of this log follows, while after a damaged record in the middle
+(a flipped bit on disk) the next record is still there, CRC-valid and stamped
+with its own offset. Recovery truncates only the former; a record `petrel store
+repair` took out is a quarantine filler (libs.codec) that keeps every offset.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
+import mmap
 import struct
 import zlib
 from collections.abc import Iterator
@@ -19,11 +27,15 @@ from pathlib import Path
 from typing import Final
 
 from libs.codec import (
+    BLANK_MAGIC,
     BLANK_MIN_SIZE,
     CRC_START,
     LENGTH_MAGIC,
+    MESSAGE_MAGIC,
+    QUARANTINE_MAGIC,
     RecordHead,
     encode_blank,
+    encode_quarantined,
     peek_head,
     record_size,
 )
@@ -44,9 +56,16 @@ class ScannedRecord:
 
     physical_offset: int
     size: int
-    head: RecordHead
+    head: RecordHead | None
+    """None for a quarantine filler: a damaged record `petrel store repair` took out."""
     queue_offset: int
     store_timestamp: int
+
+
+class Found(enum.Enum):
+    MESSAGE = "message"
+    BLANK = "blank filler"
+    QUARANTINED = "quarantine filler"
 
 
 def segment_name(offset: int) -> str:
@@ -62,6 +81,8 @@ class CommitLog:
         self.segments: list[MappedFile] = []
         self.write_offset = 0
         self.flushed_offset = 0
+        self.scanned_to = 0
+        """Where the last `scan` stopped: the end of the log, or the first record it could not read."""
 
     # ---- opening -------------------------------------------------------------------------
 
@@ -143,17 +164,21 @@ class CommitLog:
     # ---- recovery ------------------------------------------------------------------------
 
     def scan(self, start: int) -> Iterator[ScannedRecord]:
-        """Valid records from `start` on; stops at the first torn, zeroed or corrupt one."""
-        offset = start
+        """Valid records (and quarantine fillers) from `start` on; stops at the first torn, zeroed or corrupt one."""
+        offset = self.scanned_to = start
         while self.segments and offset < self.segments[-1].end_offset:
             segment = self.segment_at(offset)
             position = offset - segment.start_offset
             record = _valid_record_at(segment, position)
             if record is None:
                 return
-            size, blank = record
-            if blank:
-                offset = segment.end_offset
+            size, found = record
+            if found is Found.BLANK:
+                offset = self.scanned_to = segment.end_offset
+                continue
+            if found is Found.QUARANTINED:
+                yield ScannedRecord(offset, size, None, -1, 0)
+                offset = self.scanned_to = offset + size
                 continue
             queue_offset, _ = STAMPED.unpack_from(segment.map, position + 20)
             stored = STORE_TIMESTAMP.unpack_from(segment.map, position + 68)[0]
@@ -162,7 +187,33 @@ class CommitLog:
             except CorruptRecord:
                 return  # framed and CRC-valid, yet its fields do not add up: the log ends before it
             yield ScannedRecord(offset, size, head, queue_offset, stored)
-            offset += size
+            offset = self.scanned_to = offset + size
+
+    def next_valid(self, offset: int) -> int | None:
+        """Where this log surely goes on after unreadable bytes at `offset`; None when nothing does (a torn tail)."""
+        segment = self.segment_at(offset)
+        found = next_record_in(segment.map, segment.start_offset, offset - segment.start_offset + 1)
+        if found is not None:
+            return segment.start_offset + found
+        for later in self.segments:
+            if later.start_offset > offset and surely_ours(later.map, later.start_offset, 0):
+                return later.start_offset
+        return None
+
+    def damage_at(self, offset: int) -> str:
+        segment = self.segment_at(offset)
+        return describe_damage(segment.map, segment.start_offset, offset - segment.start_offset)
+
+    def quarantine(self, start: int, end: int) -> bytes:
+        """Replace the bytes [start, end) of one segment by a quarantine filler and sync; the bytes that were there."""
+        segment = self.segment_at(start)
+        position = start - segment.start_offset
+        if end > segment.end_offset:
+            raise ValueError(f"[{start}, {end}) is not inside segment {segment.path.name}")
+        damaged = segment.map[position : end - segment.start_offset]
+        segment.map[position : end - segment.start_offset] = encode_quarantined(end - start)
+        segment.sync()
+        return damaged
 
     def truncate(self, end: int) -> None:
         """Forget everything from `end` on: zero the rest of its segment, delete later segments."""
@@ -194,18 +245,74 @@ class CommitLog:
         self.segments.clear()
 
 
-def _valid_record_at(segment: MappedFile, position: int) -> tuple[int, bool] | None:
+def _valid_record_at(segment: MappedFile, position: int) -> tuple[int, Found] | None:
     if segment.size - position < LENGTH_MAGIC.size:
         return None
+    total, magic = LENGTH_MAGIC.unpack_from(segment.map, position)
+    if magic == QUARANTINE_MAGIC:
+        return (total, Found.QUARANTINED) if BLANK_MIN_SIZE <= total <= segment.size - position else None
     try:
         total, blank = record_size(segment.map, position)
     except CorruptRecord:
         return None
     if blank:
-        return (total, True) if position + total == segment.size else None
+        return (total, Found.BLANK) if position + total == segment.size else None
     stored = CRC.unpack_from(segment.map, position + 8)[0]
     actual = zlib.crc32(segment.view[position + CRC_START : position + total])
-    return (total, False) if actual == stored else None
+    return (total, Found.MESSAGE) if actual == stored else None
+
+
+def surely_ours(buf: mmap.mmap, start_offset: int, position: int) -> bool:
+    """A record this log wrote at `position`: CRC-valid and stamped with its own offset, or a closing blank filler."""
+    try:
+        total, blank = record_size(buf, position)
+    except CorruptRecord:
+        return False
+    if blank:
+        return position + total == len(buf)
+    stored = CRC.unpack_from(buf, position + 8)[0]
+    if zlib.crc32(memoryview(buf)[position + CRC_START : position + total]) != stored:
+        return False
+    return bool(STAMPED.unpack_from(buf, position + 20)[1] == start_offset + position)
+
+
+def next_record_in(buf: mmap.mmap, start_offset: int, position: int) -> int | None:
+    """The first position at or after `position` of a segment where a record of this log surely starts."""
+    found = [_first_with(buf, start_offset, position, magic) for magic in (MESSAGE_MAGIC, BLANK_MAGIC)]
+    return min((at for at in found if at is not None), default=None)
+
+
+def _first_with(buf: mmap.mmap, start_offset: int, position: int, magic: int) -> int | None:
+    needle = struct.pack(">I", magic)
+    at = buf.find(needle, position + 4)
+    while at >= 0:
+        if surely_ours(buf, start_offset, at - 4):
+            return at - 4
+        at = buf.find(needle, at + 1)
+    return None
+
+
+def describe_damage(buf: mmap.mmap, start_offset: int, position: int) -> str:
+    """What is wrong with the record at `position` (a segment's map), for an operator."""
+    if len(buf) - position < LENGTH_MAGIC.size:
+        return f"only {len(buf) - position} bytes left at the segment's end, and no blank filler"
+    if LENGTH_MAGIC.unpack_from(buf, position) == (0, 0):
+        return "zeros where a record should start"
+    try:
+        total, blank = record_size(buf, position)
+        if blank:
+            raise CorruptRecord(position, f"a blank filler of {total} bytes that does not reach the segment's end")
+        stored = CRC.unpack_from(buf, position + 8)[0]
+        actual = zlib.crc32(memoryview(buf)[position + CRC_START : position + total])
+        if actual != stored:
+            raise CorruptRecord(position, f"CRC mismatch: stored 0x{stored:08x}, computed 0x{actual:08x}")
+        stamped = STAMPED.unpack_from(buf, position + 20)[1]
+        if stamped != start_offset + position:
+            raise CorruptRecord(position, f"the record says it is at offset {stamped}")
+        peek_head(buf, position)
+    except CorruptRecord as exc:
+        return exc.reason
+    return "a record that cannot be read"
 
 
 def _zero_from(segment: MappedFile, position: int) -> None:

@@ -12,13 +12,15 @@ Unit `n` of a queue is its message at queue offset `n` (dense). Files hold
 offset of their first unit, under `consumequeue/<topic>/<queue_id>/`.
 
 New units are kept in memory and written with pwrite at each flush; made
-durable (fdatasync) at each checkpoint. After a crash, units past the
+durable (fdatasync) at each checkpoint, together with the directory entries of
+files and directories made since the last one. After a crash, units past the
 checkpoint are rebuilt from the CommitLog, and `load` drops any tail unit whose
 record is gone or is not this queue's (see `_record_is_ours`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections import OrderedDict
@@ -83,6 +85,7 @@ class ConsumeQueue:
         """Units below this are in the files; the rest are in `pending`."""
         self.pending = bytearray()
         self.dirty_files: set[Path] = set()
+        """Files, and directories with a new entry, to sync at the next checkpoint."""
         self._directory_made = False
 
     def _file(self, unit: int) -> Path:
@@ -154,14 +157,25 @@ class ConsumeQueue:
             chunk = data[taken : taken + in_file * UNIT.size]
             path = self._file(position)
             if not self._directory_made:
-                self.directory.mkdir(parents=True, exist_ok=True)
-                self._directory_made = True
-            os.pwrite(self.handles.get(path, create=True), chunk, (position % self.units_per_file) * UNIT.size)
+                self._make_directory()
+            if position % self.units_per_file == 0:
+                self.dirty_files.add(self.directory)  # the file is new: its name must be durable too
+            written = os.pwrite(
+                self.handles.get(path, create=True), chunk, (position % self.units_per_file) * UNIT.size
+            )
+            if written != len(chunk):  # a full disk may take part of a write: try the whole chunk again later
+                raise OSError(errno.ENOSPC, f"wrote {written} of {len(chunk)} bytes to {path}")
             self.dirty_files.add(path)
             taken += len(chunk)
             position += len(chunk) // UNIT.size
         self.written = position
         self.pending.clear()
+
+    def _make_directory(self) -> None:
+        made = [d for d in (self.directory.parent.parent, self.directory.parent, self.directory) if not d.exists()]
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.dirty_files.update(d.parent for d in made)
+        self._directory_made = True
 
     def truncate(self, offset: int) -> None:
         """Drop the units from `offset` on."""

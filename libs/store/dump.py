@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from libs import jsonutil
-from libs.codec import BLANK_MAGIC, LENGTH_MAGIC, decode_record, peek_head, record_size
+from libs.codec import BLANK_MAGIC, LENGTH_MAGIC, QUARANTINE_MAGIC, decode_record, peek_head, record_size
 from libs.errors import CorruptRecord
 from libs.message import MessageRecord, SysFlag
 from libs.store.tools import SegmentMaps, StoreToolError, queue_files, read_units, segment_files, store_config
@@ -72,6 +72,9 @@ def _segment_records(
         total, magic = LENGTH_MAGIC.unpack_from(view, pos)
         if magic == BLANK_MAGIC or (total == 0 and magic == 0):
             return
+        if magic == QUARANTINE_MAGIC and total >= LENGTH_MAGIC.size:
+            pos += total  # a record a repair took out
+            continue
         try:
             size, _ = record_size(view, pos)
             wanted = base + pos >= start and _wanted(view, pos, topic, queue_id)

@@ -8,6 +8,12 @@ sync covered. The sync runs in a worker thread (fdatasync releases the GIL), so
 new puts keep arriving, and join the next round, while one is in progress.
 Every `checkpoint_interval_ms` every ConsumeQueue is written, ConsumeQueue and
 index files are synced, and the checkpoint advances.
+
+A failed sync makes the store read-only for good (`failure`): after an fsync
+error the kernel may already have dropped the dirty pages, marked them clean and
+will report nothing on the next fsync ("fsyncgate"), so no later round may
+claim durability (no sync, no checkpoint) and no newer record is acknowledged
+over the gap. Reads go on; a restart recovers from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from libs.errors import FlushTimeout
@@ -49,6 +55,8 @@ class Flusher:
         self._round = asyncio.Lock()
         self._last_checkpoint = 0.0
         self.syncs = 0
+        self.failure: OSError | None = None
+        """The sync error that made the store read-only, until it is restarted."""
 
     def start(self) -> None:
         self._tasks = [
@@ -70,6 +78,8 @@ class Flusher:
         """Return once every CommitLog byte below `offset` is on disk (FlushTimeout past the limit)."""
         if self.commitlog.flushed_offset >= offset:
             return
+        if self.failure is not None:
+            raise self._not_durable(self.failure)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self._waiters.append((offset, future, loop.time() + self.config.sync_flush_timeout_ms / 1000))
@@ -77,27 +87,53 @@ class Flusher:
         await future  # resolved by a group commit, or failed by the watchdog past the deadline
 
     async def flush(self, *, checkpoint: bool = False) -> None:
-        """One round: write queue units, sync the CommitLog, wake covered waiters, maybe checkpoint."""
+        """One round: sync the CommitLog, wake covered waiters, write queue units, maybe checkpoint.
+
+        Units are written after the waiters are woken: a put is durable once its CommitLog
+        bytes are (recovery rebuilds units), so a full disk refusing a ConsumeQueue write
+        fails the round and holds the checkpoint back, but never a put.
+        """
         async with self._round:
+            if self.failure is not None:
+                return  # a sync failed: nothing may be called durable again before a restart
             now = self.clock()
             checkpoint = checkpoint or now - self._last_checkpoint >= self.config.checkpoint_interval_ms / 1000
-            self.queues.write_pending(everything=checkpoint)
             target = self.commitlog.write_offset
-            await asyncio.to_thread(self.commitlog.sync, target)
-            self.syncs += 1
+            async with self._syncing():
+                await asyncio.to_thread(self.commitlog.sync, target)
+                self.syncs += 1
             self._wake(target)
+            self.queues.write_pending(everything=checkpoint)
             if checkpoint:
                 dirty = self.queues.take_dirty_files()
-                await asyncio.to_thread(self._sync_dispatch, dirty)
-                Checkpoint(target, target, int(now * 1000)).write(self.config.checkpoint_path)
+                async with self._syncing():
+                    await asyncio.to_thread(self._sync_dispatch, dirty)
+                    Checkpoint(target, target, int(now * 1000)).write(self.config.checkpoint_path)
                 self._last_checkpoint = now
+
+    @contextlib.asynccontextmanager
+    async def _syncing(self) -> AsyncIterator[None]:
+        """A failed sync makes the store read-only for good (see the module's docstring)."""
+        try:
+            yield
+        except OSError as exc:
+            self.failure = exc
+            log.critical("a sync of the store failed (%s): the store is read-only until the broker restarts", exc)
+            raise
 
     def _sync_dispatch(self, dirty: list[Path]) -> None:
         self.queues.sync_files(dirty)
         self.sync_index()
 
+    @staticmethod
+    def _not_durable(exc: BaseException) -> FlushTimeout:
+        return FlushTimeout(
+            f"the disk refused the write: {exc}; the message is stored but not durable, "
+            "and the store takes no more writes until the broker is restarted"
+        )
+
     def _fail_waiters(self, exc: BaseException) -> None:
-        failure = FlushTimeout(f"the disk refused the write: {exc}; the message is stored but not durable")
+        failure = self._not_durable(exc) if self.failure is not None else FlushTimeout(f"the flush failed: {exc}")
         for _, future, _ in self._waiters:
             if not future.done():
                 future.set_exception(failure)

@@ -4,7 +4,9 @@ Writes and reads go through the map; durability comes from `fdatasync` on the
 file descriptor (which, unlike `mmap.flush`, releases the GIL, so appends go on
 while a sync runs). The file is preallocated with `posix_fallocate`, so a full
 disk is found when a segment is created — a clean StoreFull — and never as a
-SIGBUS on a write into a sparse hole.
+SIGBUS on a write into a sparse hole. A new file's directory entry is fsynced
+before anything is written into it: fdatasync on the file alone does not make
+its name durable.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class MappedFile:
             if actual != size:
                 raise ValueError(f"{path} is {actual} bytes; a segment is {size}")
             self.map = mmap.mmap(self.fd, size)
+            if create:
+                fsync_directory(path.parent)  # else a power cut may forget the file, and what it holds
         except BaseException:
             os.close(self.fd)
             if create:

@@ -15,19 +15,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from libs.codec import Readable, RecordHead, decode_record, peek_head, stamp_record
-from libs.errors import CorruptRecord, OffsetOutOfRange, PetrelError, StoreFull
+from libs.codec import (
+    LENGTH_MAGIC,
+    MESSAGE_MAGIC,
+    QUARANTINE_MAGIC,
+    Readable,
+    RecordHead,
+    decode_record,
+    peek_head,
+    stamp_record,
+)
+from libs.errors import CorruptRecord, OffsetOutOfRange, PetrelError, StoreFull, StoreReadOnly
 from libs.filters import MessageFilter
 from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
-from libs.store.commitlog import STAMPED, STORE_TIMESTAMP, CommitLog, ScannedRecord
+from libs.store.commitlog import STAMPED, STORE_TIMESTAMP, CommitLog
 from libs.store.config import FlushMode, StoreConfig
 from libs.store.consume_queue import UNIT
 from libs.store.flush import Flusher
 from libs.store.index_file import IndexService
 from libs.store.mapped_file import fsync_directory
 from libs.store.queue_table import ConsumeQueueTable
-from libs.store.recovery import RecoveryReport, recover
+from libs.store.recovery import RecoveryReport, Redispatch, recover
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +104,7 @@ class MessageStore:
         self.index.load()
         self._recovering = True
         try:
-            report = recover(self.config, self.commitlog, self._redispatch)
+            report = recover(self.config, self.commitlog, Redispatch(self.queues, self._dispatch))
         finally:
             self._recovering = False
         self.queues.commitlog_min = self.commitlog.min_offset
@@ -118,7 +127,9 @@ class MessageStore:
         self.index.close()
         self.queues.close()
         self.commitlog.close()
-        self.config.abort_path.unlink(missing_ok=True)
+        if self.flusher.failure is None:
+            self.config.abort_path.unlink(missing_ok=True)
+        # else: what was written after the last checkpoint may not be on disk; the next start must validate it
 
     # ---- writing -------------------------------------------------------------------------
 
@@ -132,6 +143,7 @@ class MessageStore:
         """Store every record of the batch (records laid end to end), in order."""
         stored: list[PutResult] = []
         try:
+            self._check_writable()
             self._check_disk()
             offset = 0
             while offset < len(batch):
@@ -178,20 +190,17 @@ class MessageStore:
         for listener in self.listeners:
             listener(head.topic, head.queue_id, queue_offset, code)
 
-    def _redispatch(self, record: ScannedRecord) -> None:
-        queue = self.queues.get(record.head.topic, record.head.queue_id)
-        if record.queue_offset > queue.max_offset:
-            log.warning(
-                "recovery: skipping the record at %d of %s/%d: its queue offset %d is past the queue's end %d "
-                "(its topic was deleted)",
-                record.physical_offset,
-                record.head.topic,
-                record.head.queue_id,
-                record.queue_offset,
-                queue.max_offset,
+    @property
+    def read_only(self) -> bool:
+        return self.flusher.failure is not None
+
+    def _check_writable(self) -> None:
+        failure = self.flusher.failure
+        if failure is not None:
+            raise StoreReadOnly(
+                f"a sync of the store under {self.config.root} failed ({failure}); it takes no more writes "
+                "until the broker is restarted (reads go on): restart the broker once the disk is checked"
             )
-            return
-        self._dispatch(record.head, record.queue_offset, record.physical_offset, record.size, record.store_timestamp)
 
     def _check_disk(self) -> None:
         now = time.monotonic()
@@ -232,6 +241,8 @@ class MessageStore:
                 if message_filter is not None and not message_filter.matches_code(code):
                     continue
                 raw = self.commitlog.read(physical, size)
+                if LENGTH_MAGIC.unpack_from(raw)[1] != MESSAGE_MAGIC:
+                    continue  # a quarantine filler: `petrel store repair` took a damaged record out
                 if message_filter is not None and not _full_match(message_filter, raw):
                     continue
                 records.append(raw)
@@ -316,6 +327,8 @@ class MessageStore:
             return False
         segment = self.commitlog.segment_at(physical)
         position = physical - segment.start_offset
+        if LENGTH_MAGIC.unpack_from(segment.map, position) == (size, QUARANTINE_MAGIC):
+            return True  # a unit of a record a repair quarantined
         try:
             head = peek_head(segment.map, position)
         except CorruptRecord:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,14 +76,17 @@ class ConsumeQueueTable:
 
     @staticmethod
     def sync_files(paths: list[Path]) -> None:
-        """fdatasync each file through a descriptor of its own (from a worker thread)."""
+        """fdatasync each file (fsync each directory) through a descriptor of its own (from a worker thread)."""
         for path in paths:
             try:
                 fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError:
                 continue  # deleted by retention or truncation meanwhile
             try:
-                os.fdatasync(fd)
+                if stat.S_ISDIR(os.fstat(fd).st_mode):
+                    os.fsync(fd)
+                else:
+                    os.fdatasync(fd)
             finally:
                 os.close(fd)
 

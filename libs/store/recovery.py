@@ -7,6 +7,12 @@
   dispatched again to its ConsumeQueue and the index; the log ends before the
   first record that fails, and everything from there is zeroed or deleted.
   ConsumeQueue tails whose records are gone are dropped when a queue is opened.
+- But only a torn tail is cut. When the record the scan stopped at is followed
+  by a record of this log (see CommitLog.next_valid), or lies below the offset
+  the checkpoint says was durable, it is damage in the middle of the log (a
+  flipped bit): recovery raises `DamagedLog`, naming the segment, the offset and
+  the repair command, and changes nothing. `petrel store repair` (libs.store.repair)
+  puts a quarantine filler in its place, which the next scan passes over.
 """
 
 from __future__ import annotations
@@ -15,12 +21,39 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from libs.codec import MIN_RECORD_SIZE, RecordHead
 from libs.store.checkpoint import Checkpoint
 from libs.store.commitlog import CommitLog, ScannedRecord
 from libs.store.config import StoreConfig
+from libs.store.consume_queue import ConsumeQueue
+from libs.store.queue_table import ConsumeQueueTable
+
+Dispatch = Callable[[RecordHead, int, int, int, int], None]
+"""(head, queue_offset, physical_offset, size, store_timestamp): a record's unit, index keys and listeners."""
 
 log = logging.getLogger(__name__)
+
+
+class DamagedLog(Exception):
+    """A damaged record with good records after it: the store is not opened (a plain Exception: stops a start)."""
+
+    def __init__(self, root: Path, segment: Path, offset: int, reason: str, resume: int | None, durable: int) -> None:
+        after = (
+            f"and records of the log follow it from offset {resume}"
+            if resume is not None
+            else f"below offset {durable}, which the checkpoint says was durable"
+        )
+        super().__init__(
+            f"CommitLog segment {segment} has a damaged record at offset {offset} ({reason}), {after}: "
+            f"not starting, so as not to delete them. With the broker stopped, run `petrel store repair {root}` "
+            f"to move the damaged bytes to {root / 'quarantine'} and keep every record after them "
+            f"(`petrel store check {root}` lists the damage)."
+        )
+        self.segment = segment
+        self.offset = offset
+        self.resume = resume
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +84,7 @@ def recover(config: StoreConfig, commitlog: CommitLog, dispatch: Callable[[Scann
         dispatch(record)
         end = record.physical_offset + record.size
         dispatched += 1
+    refuse_damage_mid_log(config, commitlog, checkpoint)
     high_water = commitlog.segments[-1].end_offset
     commitlog.truncate(end)
     # What the crash left in the page cache may not be on disk yet: the next
@@ -65,3 +99,59 @@ def recover(config: StoreConfig, commitlog: CommitLog, dispatch: Callable[[Scann
         report.seconds,
     )
     return report
+
+
+def refuse_damage_mid_log(config: StoreConfig, commitlog: CommitLog, checkpoint: Checkpoint | None) -> None:
+    """Raise DamagedLog unless where the scan stopped is the end of the log or a torn tail."""
+    stop = commitlog.scanned_to
+    if stop >= commitlog.segments[-1].end_offset:
+        return
+    durable = checkpoint.commitlog_offset if checkpoint else 0
+    resume = commitlog.next_valid(stop)
+    if resume is None and stop >= durable:
+        return
+    segment = commitlog.segment_at(stop)
+    raise DamagedLog(config.root, segment.path, stop, commitlog.damage_at(stop), resume, durable)
+
+
+class Redispatch:
+    """What recovery hands each scanned record: dispatched again, its queue kept dense over quarantined records."""
+
+    def __init__(self, queues: ConsumeQueueTable, dispatch: Dispatch) -> None:
+        self.queues = queues
+        self.dispatch = dispatch
+        self.holes: list[tuple[int, int]] = []
+        """(offset, size) of the quarantine fillers passed."""
+
+    def __call__(self, record: ScannedRecord) -> None:
+        if record.head is None:
+            self.holes.append((record.physical_offset, record.size))
+            return
+        queue = self.queues.get(record.head.topic, record.head.queue_id)
+        if record.queue_offset > queue.max_offset and not self._fill_gap(queue, record.queue_offset):
+            log.warning(
+                "recovery: skipping the record at %d of %s/%d: its queue offset %d is past the queue's end %d "
+                "(its topic was deleted)",
+                record.physical_offset,
+                record.head.topic,
+                record.head.queue_id,
+                record.queue_offset,
+                queue.max_offset,
+            )
+            return
+        self.dispatch(record.head, record.queue_offset, record.physical_offset, record.size, record.store_timestamp)
+
+    def _fill_gap(self, queue: ConsumeQueue, queue_offset: int) -> bool:
+        """Units for the queue's records a repair quarantined, pointing at the filler (readers pass over it)."""
+        last = queue.read(queue.max_offset - 1, 1)[0][0] if queue.max_offset > queue.min_offset else -1
+        holes = [hole for hole in self.holes if hole[0] > last]
+        if sum(size for _, size in holes) < (queue_offset - queue.max_offset) * MIN_RECORD_SIZE:
+            return False  # the quarantined bytes cannot have held that many records (say, a deleted topic's)
+        physical, size = holes[-1]
+        first = queue.max_offset
+        for missing in range(first, queue_offset):
+            self.queues.append(queue.topic, queue.queue_id, missing, physical, size, 0)
+        log.warning(
+            "recovery: %s/%d offsets %d to %d were quarantined", queue.topic, queue.queue_id, first, queue_offset - 1
+        )
+        return True

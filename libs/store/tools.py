@@ -11,6 +11,7 @@ A store directory (see libs.store.config.StoreConfig)::
     consumequeue/<topic>/<queue id>/<20-digit byte offset>        20-byte units (libs.store.consume_queue)
     index/<yyyyMMddHHmmssSSS>                                     key index files (libs.store.index_file)
     checkpoint                                                    28 bytes (libs.store.checkpoint)
+    quarantine/<20-digit CommitLog offset>                        damaged bytes a repair took out (libs.store.repair)
     abort                                                         while the store is open, or after a crash
 
 The segment size is not recorded anywhere: it is the size of the segment files.
@@ -145,6 +146,8 @@ class CheckReport:
     checkpoint: Checkpoint | None
     problems: tuple[Problem, ...]
     max_problems: int
+    quarantined: int = 0
+    """Quarantine fillers: records a repair took out."""
 
     @property
     def errors(self) -> int:
@@ -166,9 +169,10 @@ class CheckReport:
         if self.segment_size is None:
             log = "commitlog: no segments"
         else:
+            quarantined = f", {_count(self.quarantined, 'quarantined record')}" if self.quarantined else ""
             log = (
                 f"commitlog: {_count(self.segments, 'segment')} of {self.segment_size} bytes, "
-                f"{_count(self.records, 'record')}, {_count(self.blanks, 'blank filler')}; "
+                f"{_count(self.records, 'record')}, {_count(self.blanks, 'blank filler')}{quarantined}; "
                 f"the log runs from offset {self.log_min} to {self.log_end}"
             )
         cp = self.checkpoint

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from prometheus_client import Gauge
 from sqlalchemy import Engine
 
 from libs.events.writer import EventWriter
@@ -105,6 +106,13 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         store = MessageStore(settings.store_config(), store_host=settings.address)
         report = await asyncio.to_thread(store.open)
         log.info("store open at %s: %s", settings.store_dir, report)
+        await offsets.clamp(lambda topic, queue_id: store.queue_offsets(topic, queue_id)[1])
+        read_only = Gauge(
+            "petrel_store_read_only",
+            "1 once a sync of the store failed: it takes no writes until the broker restarts",
+            registry=app.state.metrics.registry,
+        )
+        read_only.set_function(lambda: float(store.read_only))
         waiters = PullWaiters()
         store.listeners.append(waiters.on_dispatch)
         store.start()

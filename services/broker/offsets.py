@@ -4,6 +4,13 @@ Commits only touch memory; every `persist_interval` seconds (and at shutdown)
 the offsets changed since the last round are written through SQLAlchemy. A
 crash can thus replay at most that interval's worth of messages — at least once,
 never lost.
+
+At start, before the store takes a write, `clamp` lowers every offset that is
+past its queue's end: under ASYNC_FLUSH a crash of the machine can lose the
+CommitLog's unflushed tail while the offsets that consumed it were persisted,
+and the queue offsets the lost messages had are then given to new messages.
+Left ahead, an offset would skip those new messages. This covers plain
+consumer offsets and the POP groups' progress alike (both are kept here).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from services.broker.metadata import OffsetKey, OffsetStore
 
@@ -43,6 +51,31 @@ class ConsumerOffsets:
         if self._offsets.get(key) != offset:
             self._offsets[key] = offset
             self._dirty.add(key)
+
+    async def clamp(self, queue_end: Callable[[str, int], int]) -> list[tuple[OffsetKey, int, int]]:
+        """Lower each offset past `queue_end(topic, queue_id)` to it and persist at once: (key, was, now) each."""
+        clamped = []
+        for key, offset in sorted(self._offsets.items()):
+            end = queue_end(key[1], key[2])
+            if offset > end:
+                clamped.append((key, offset, end))
+                self.commit(*key, end)
+        for (group, topic, queue_id), was, end in clamped:
+            log.warning(
+                "consumer offset of %s on %s/%d was %d, past the queue's end %d (a lost CommitLog tail?): "
+                "lowered to %d, so the messages stored there from now on are delivered",
+                group,
+                topic,
+                queue_id,
+                was,
+                end,
+                end,
+            )
+        try:
+            await self.persist()
+        except Exception:
+            log.exception("persisting the lowered consumer offsets failed; the periodic round will try again")
+        return clamped
 
     async def persist(self) -> None:
         if not self._dirty:

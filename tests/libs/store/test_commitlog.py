@@ -96,7 +96,8 @@ def test_a_reloaded_log_scans_its_records_in_order_across_segments(commitlog: Co
         scanned = list(log.scan(0))
         assert [s.physical_offset for s in scanned] == offsets
         assert [s.queue_offset for s in scanned] == list(range(12))
-        assert [(s.head.topic, s.head.queue_id, s.size) for s in scanned] == [
+        heads = [s.head for s in scanned if s.head is not None]
+        assert [(h.topic, h.queue_id, s.size) for h, s in zip(heads, scanned, strict=True)] == [
             ("T", i % 2, len(raws[i])) for i in range(12)
         ]
         assert {s.store_timestamp for s in scanned} == {T0_MS}

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import threading
 
 import pytest
 
-from libs.errors import FlushTimeout
+from libs.errors import FlushTimeout, StoreReadOnly
 from libs.store.checkpoint import Checkpoint
 from libs.store.config import FlushMode
 from libs.store.message_store import MessageStore
@@ -97,24 +98,67 @@ async def test_a_sync_flush_put_times_out_when_the_disk_does_not_answer(stores: 
     assert pull_all(store, "T", 0) == [b"in limbo"]
 
 
-async def test_a_failing_sync_fails_the_waiting_puts_and_the_next_one_succeeds(stores: Stores) -> None:
+def failing_disk(monkeypatch: pytest.MonkeyPatch, fail: list[OSError]) -> list[int]:
+    """The disk answers the next fdatasync calls with the errors in `fail` (an injected disk fault); the fds synced."""
+    real = os.fdatasync
+    synced: list[int] = []
+
+    def fdatasync(fd: int) -> None:
+        synced.append(fd)
+        if fail:
+            raise fail.pop(0)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    return synced
+
+
+async def test_after_a_failed_sync_the_store_takes_no_more_writes_until_restarted(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = started(stores, flush_mode=FlushMode.SYNC_FLUSH)
-    real_sync = store.commitlog.sync
-    failures = [OSError(errno.EIO, "Input/output error")]
-
-    def failing_once(upto: int) -> None:
-        if failures:
-            raise failures.pop()
-        real_sync(upto)
-
-    store.commitlog.sync = failing_once  # type: ignore[method-assign]
+    [kept] = stored(await store.put(record("T", 0, b"durable")))
+    failing_disk(monkeypatch, [OSError(errno.EIO, "Input/output error")])
     with pytest.raises(FlushTimeout) as raised:
-        await store.put(record("T", 0, b"first"))
+        await store.put(record("T", 0, b"in doubt"))
     assert raised.value.detail == (
-        "the disk refused the write: [Errno 5] Input/output error; the message is stored but not durable"
+        "the disk refused the write: [Errno 5] Input/output error; the message is stored but not durable, "
+        "and the store takes no more writes until the broker is restarted"
     )
-    [result] = stored(await store.put(record("T", 0, b"second")))
-    assert store.commitlog.flushed_offset >= result.physical_offset + result.size
+    # The next fdatasync would succeed (the kernel reports an error once): it must not be believed.
+    outcome = await store.put(record("T", 0, b"refused"))
+    assert isinstance(outcome.failure, StoreReadOnly)
+    assert outcome.stored == []
+    assert outcome.failure.status == 503
+    assert "until the broker is restarted" in outcome.failure.detail
+    assert store.read_only
+    assert store.commitlog.flushed_offset == kept.physical_offset + kept.size  # never claimed past the failure
+    assert pull_all(store, "T", 0) == [b"durable", b"in doubt"]  # reads go on
+
+    await stores.close(store)
+    assert store.config.abort_path.exists()  # the next start validates what follows the checkpoint
+    monkeypatch.undo()
+    store = stores.open(flush_mode=FlushMode.SYNC_FLUSH)
+    assert not stores.report.clean
+    store.start()
+    [after] = stored(await store.put(record("T", 0, b"after the restart")))
+    assert after.queue_offset == 2
+
+
+async def test_a_failed_checkpoint_sync_also_stops_writes_and_keeps_the_old_checkpoint(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = stores.open()
+    await store.put(record("T", 0, b"a"))
+    await store.flusher.flush(checkpoint=True)
+    before = Checkpoint.read(store.config.checkpoint_path)
+    await store.put(record("T", 0, b"b"))
+    failing_disk(monkeypatch, [OSError(errno.EIO, "Input/output error")] * 2)
+    with pytest.raises(OSError, match="Input/output error"):
+        await store.flusher.flush(checkpoint=True)
+    await store.flusher.flush(checkpoint=True)  # the disk answers again: still nothing is called durable
+    assert Checkpoint.read(store.config.checkpoint_path) == before
+    assert type(store.append(record("T", 0, b"c")).failure).__name__ == "StoreReadOnly"
 
 
 async def test_async_flush_puts_are_synced_in_the_background(stores: Stores) -> None:

@@ -300,7 +300,7 @@ async def test_a_torn_first_record_of_a_new_segment_takes_the_segment_away(store
     kept = results[: results.index(rolled)]
     stores.crash(store)
     config = stores.config()
-    write_at(config, 65536 + 30, b"\xff\xff")  # the first record of the second segment is damaged
+    write_at(config, 65536 + 30, bytes(65536 - 30))  # the first record of the second segment is torn, and the last
 
     store = stores.open()
     end = kept[-1].physical_offset + kept[-1].size
