@@ -22,6 +22,7 @@ from gateway.group_schemas import (
     VisibilityRequest,
 )
 from gateway.idempotency import IdempotencyKeys
+from gateway.long_polls import LongPollGate
 from gateway.message_schemas import SendBatch, SendMessage
 from gateway.producer_groups import ProducerGroups
 from gateway.receiver import Receiver
@@ -56,7 +57,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             async with InternalClient(options) as client:
                 nameservers = NameserverClient(client, settings.nameservers)
                 routes = RouteCache(nameservers, settings.route_refresh_seconds)
-                brokers = BrokerClient(client)
+                brokers = BrokerClient(client, LongPollGate(settings.max_long_polls))
                 context = GatewayContext(
                     settings=settings,
                     nameservers=nameservers,

@@ -58,10 +58,11 @@ class Receiver:
         received, answered = await self._sweep(group, topic, targets, body, request.max_messages)
         if received or request.wait_seconds <= 0 or not answered:
             return received
-        deadline = asyncio.get_running_loop().time() + request.wait_seconds
-        if len(answered) == 1:
-            return await self._wait_on_one(group, topic, answered[0], body, deadline)
-        return await self._wait_on_several(group, topic, answered, body, deadline)
+        with self.brokers.long_polls.hold():
+            deadline = asyncio.get_running_loop().time() + request.wait_seconds
+            if len(answered) == 1:
+                return await self._wait_on_one(group, topic, answered[0], body, deadline)
+            return await self._wait_on_several(group, topic, answered, body, deadline)
 
     async def _sweep(
         self, group: str, topic: str, targets: list[Target], body: dict[str, Any], wanted: int

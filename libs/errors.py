@@ -29,6 +29,7 @@
      ├── PayloadTooLarge               413 payload-too-large
      ├── OffsetOutOfRange              416 offset-out-of-range
      ├── ValidationFailed              422 validation-failed
+     ├── TooManyLongPolls              429 too-many-long-polls
      ├── CorruptRecord                 500 corrupt-record
      ├── StoreFull                     507 store-full
      ├── UpstreamError                 502 upstream-error
@@ -239,6 +240,14 @@ class ValidationFailed(PetrelError):
     status = 422
     slug = "validation-failed"
     title = "Validation failed"
+
+
+class TooManyLongPolls(PetrelError):
+    """As many long polls wait as the gateway holds at once: ask again later, or without a wait."""
+
+    status = 429
+    slug = "too-many-long-polls"
+    title = "Too many long polls"
 
 
 class CorruptRecord(PetrelError):
