@@ -37,6 +37,7 @@
           ├── FlushTimeout             503 flush-timeout
           ├── NameserverUnavailable    503 nameserver-unavailable
           └── BrokerUnavailable        503 broker-unavailable
+               └── PutQueueFull        503 put-queue-full
 
 A service raises these; `libs.problem` turns them into problem+json in one
 place, and `libs.http.client` turns a downstream service's problem+json back
@@ -296,3 +297,10 @@ class NameserverUnavailable(ServiceUnavailable):
 class BrokerUnavailable(ServiceUnavailable):
     slug = "broker-unavailable"
     title = "Broker unavailable"
+
+
+class PutQueueFull(BrokerUnavailable):
+    """The gateway already holds as many records for this broker as it queues: nothing of this put was sent."""
+
+    slug = "put-queue-full"
+    title = "Put queue full"
