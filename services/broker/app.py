@@ -125,7 +125,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         try:
             async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1)) as client:
                 registrar = NameserverRegistrar(settings, topics, client)
-                topics.on_change(registrar.register_all)
+                topics.on_change(registrar.topic_changed)
                 await registrar.register_all()
                 periodic = asyncio.create_task(registrar.run(), name="broker-registration")
                 try:
