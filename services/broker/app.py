@@ -118,6 +118,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
             broker=settings.broker_name,
             check_max=settings.transaction_check_max,
             reserved_ms=int(settings.file_reserved_hours * 3_600_000),
+            ended_kept=settings.ended_transactions_kept,
         )
         log.info("transactions: %d ended ones read from the op queue", await asyncio.to_thread(transactions.load))
         leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
