@@ -33,6 +33,7 @@ from services.broker.consume.schemas import HandleList, NackBody, ReceiveBody
 from services.broker.consume.settle import Settlement
 from services.broker.context import BrokerContext, Context, broker_context
 from services.broker.long_polling import PullWaiters
+from services.broker.memory import watch_memory
 from services.broker.metadata import OffsetStore, TopicStore, open_engine
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
@@ -121,6 +122,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
             ended_kept=settings.ended_transactions_kept,
         )
         log.info("transactions: %d ended ones read from the op queue", await asyncio.to_thread(transactions.load))
+        watch_memory(app.state.metrics.registry, pop, transactions)
         leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
         try:
@@ -207,6 +209,7 @@ def _consumers(
         events=events,
         receipt_key=receipt_key(settings.store_dir),
         delay_levels=settings.delay_level_ms,
+        client_idle_ms=int(settings.broadcast_client_idle_seconds * 1000),
     )
     return pop, Settlement(pop)
 

@@ -38,6 +38,9 @@ class BrokerSettings(ServiceSettings):
     disk_refuse_ratio: float = Field(default=0.95, gt=0, le=1)
     offset_persist_interval_seconds: float = Field(default=5.0, gt=0)
     max_pull_wait_ms: int = Field(default=30_000, ge=0)
+    broadcast_client_idle_seconds: float = Field(
+        default=7 * 86_400.0, gt=0, description="a broadcast client not seen this long has its offsets dropped"
+    )
     ended_transactions_kept: int = Field(
         default=100_000, ge=1, description="ended transactions remembered in memory; older ones read from disk"
     )

@@ -27,6 +27,7 @@ from libs.names import dlq_topic, retry_topic
 from libs.receipt import Lease, ReceiptHandle
 from libs.store.message_store import MessageStore
 from libs.topic import Perm, TopicConfig
+from services.broker.consume.clients import DEFAULT_IDLE_MS, BroadcastClients
 from services.broker.consume.groups import ConsumeFrom, GroupConfig, GroupTable
 from services.broker.consume.window import ConsumeWindow, InFlight, WindowKey
 from services.broker.long_polling import PullWaiters
@@ -35,6 +36,8 @@ from services.broker.topics import TopicTable
 
 ENDED_LEASES_KEPT = 200_000
 """How many ended leases are remembered, to tell a late ack why its lease is over."""
+COMPACT_TIMERS_FROM = 1024
+"""Timers of leases that ended early (acked, nacked, renewed) are dropped once they are half the heap, past this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,7 @@ class PopService:
         receipt_key: bytes,
         delay_levels: tuple[int, ...],
         clock: Callable[[], float] = time.time,
+        client_idle_ms: int = DEFAULT_IDLE_MS,
     ) -> None:
         self.broker = broker
         self.topics = topics
@@ -93,6 +97,9 @@ class PopService:
         self.epoch = self.now_ms()
         self.windows: dict[WindowKey, ConsumeWindow] = {}
         self.timers: list[tuple[int, int, Timer]] = []
+        self._stale_timers = 0
+        """Leases ended since the heap was last compacted: about how many timers are dead."""
+        self.clients = BroadcastClients(client_idle_ms)
         self.ended: OrderedDict[int, LeaseEnded] = OrderedDict()
         self._lease_ids = itertools.count(1)
         self._seq = itertools.count()
@@ -138,6 +145,8 @@ class PopService:
         client_id = request.client_id if config.broadcast else ""
         subscription = await self.groups.subscribe(config.name, topic.name, request.filter_type, request.expression)
         owner = owner_of(config.name, client_id)
+        if client_id:
+            self.clients.seen(owner, self.now_ms())
         sources = [WindowKey(owner, topic.name, q) for q in range(topic.read_queues)]
         if not config.broadcast:  # FIFO groups read it too: redriven dead letters arrive there
             queues = max(s.retry_queue_id for s in self.groups.subscriptions(config.name)) + 1
@@ -271,3 +280,33 @@ class PopService:
         self.ended[lease] = why
         while len(self.ended) > ENDED_LEASES_KEPT:
             self.ended.popitem(last=False)
+        self._stale_timers += 1
+        if self._stale_timers * 2 > len(self.timers) > COMPACT_TIMERS_FROM:
+            self._compact_timers()
+
+    def _compact_timers(self) -> None:
+        """Drop the timers of leases no longer in flight (acked, nacked, renewed, their client expired)."""
+        self.timers = [entry for entry in self.timers if self._timer_live(entry[2])]
+        heapq.heapify(self.timers)
+        self._stale_timers = 0
+
+    def _timer_live(self, timer: Timer) -> bool:
+        if timer.lease == 0:
+            return True  # a FIFO suspension: a few, and cheap
+        window = self.windows.get(timer.key)
+        leased = window.in_flight.get(timer.offset) if window else None
+        return leased is not None and leased.lease == timer.lease
+
+    def expire_clients(self) -> list[str]:
+        """Drop the broadcast clients not seen for their idle time: windows, leases, offsets."""
+        gone = set(self.clients.gone(self.offsets.owners(), self.now_ms()))
+        if not gone:
+            return []
+        for key in [k for k in self.windows if k.owner in gone]:
+            del self.windows[key]
+        for turn in [t for t in self._rotation if t[0] in gone]:
+            del self._rotation[turn]
+        for owner in gone:
+            self.offsets.forget(owner)
+        self._compact_timers()
+        return sorted(gone)

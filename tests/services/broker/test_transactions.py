@@ -13,6 +13,7 @@ from libs.message import MessageRecord, Prop
 from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.broker.app import create_app
 from tests.conftest import broker_settings, in_process
+from tests.services.broker.test_memory_bounds import gauge
 from tests.support.serving import ServedApp
 
 
@@ -140,6 +141,7 @@ async def test_ends_of_transactions_older_than_those_remembered_are_still_answer
             await put_half(client, f"OLD{index}")
             verb = "commit" if index % 2 == 0 else "rollback"
             assert (await end(client, f"OLD{index}", verb)).json()["first"] is True
+        assert await gauge(client, "petrel_broker_ended_transactions_in_memory") == 2
         await assert_old_ends_answered(client)
     async for client in in_process(create_app(settings)):  # restarted: the op queue is read again
         await assert_old_ends_answered(client)
