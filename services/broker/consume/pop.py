@@ -11,6 +11,7 @@ dispatch (or a lease given back) wakes it.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import time
@@ -113,29 +114,37 @@ class PopService:
 
     # ---- receiving -------------------------------------------------------------------------
 
-    async def receive(self, request: Receive) -> tuple[list[Lease], list[bytes]]:
+    async def receive(
+        self, request: Receive, gone: asyncio.Future[None] | None = None
+    ) -> tuple[list[Lease], list[bytes]]:
+        """Lease what is there; with a wait, held until something comes. Nothing is leased once the client is `gone`."""
         config, sources = await self._sources(request)
         deadline = self.now_ms() + request.wait_ms
+        keys = [(k.topic, k.queue_id) for k in sources]
         while True:
+            if gone is not None and gone.done():
+                return [], []
             leases, records = self._pop(config, request, sources)
             remaining = deadline - self.now_ms()
             if leases or remaining <= 0:
                 return leases, records
-            keys = [(k.topic, k.queue_id) for k in sources]
-            await self.waiters.wait_any(keys, request.message_filter, remaining / 1000, sources[0].owner)
+            woken = await self.waiters.wait_any(keys, request.message_filter, remaining / 1000, sources[0].owner, gone)
+            if woken and gone is not None and gone.done():
+                for topic, queue_id in keys:  # the group's one wake fell on a client gone: wake the others
+                    self.waiters.notify(topic, queue_id)
 
-    async def ready(self, request: Receive) -> bool:
+    async def ready(self, request: Receive, gone: asyncio.Future[None] | None = None) -> bool:
         """True as soon as a receive would find something (nothing is leased)."""
         config, sources = await self._sources(request)
         deadline = self.now_ms() + request.wait_ms
+        keys = [(k.topic, k.queue_id) for k in sources]
         while True:
             if any(self._has_work(config, key) for key in sources):
                 return True
             remaining = deadline - self.now_ms()
-            if remaining <= 0:
+            if remaining <= 0 or (gone is not None and gone.done()):
                 return False
-            keys = [(k.topic, k.queue_id) for k in sources]
-            await self.waiters.wait_any(keys, request.message_filter, remaining / 1000)
+            await self.waiters.wait_any(keys, request.message_filter, remaining / 1000, gone=gone)
 
     async def _sources(self, request: Receive) -> tuple[GroupConfig, list[WindowKey]]:
         config = self.groups.get(request.group)
