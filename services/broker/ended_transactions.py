@@ -46,6 +46,12 @@ class EndedTransactions(Generic[Outcome]):
         held = self._held.get(message_id) or self._keyless.get(message_id)
         return held if held is not None else self.recorded(message_id)
 
+    def __getitem__(self, message_id: str) -> Outcome:
+        outcome = self.get(message_id)
+        if outcome is None:
+            raise KeyError(message_id)
+        return outcome
+
     def __contains__(self, message_id: str) -> bool:
         return self.get(message_id) is not None
 
