@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
+from prometheus_client import Gauge
 
 from gateway.api import consume, groups, messages, timers, topics, transactions
 from gateway.brokers import BrokerClient
@@ -22,6 +23,7 @@ from gateway.group_schemas import (
     VisibilityRequest,
 )
 from gateway.idempotency import IdempotencyKeys
+from gateway.long_polls import LongPollGate
 from gateway.message_schemas import SendBatch, SendMessage
 from gateway.producer_groups import ProducerGroups
 from gateway.receiver import Receiver
@@ -56,7 +58,13 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             async with InternalClient(options) as client:
                 nameservers = NameserverClient(client, settings.nameservers)
                 routes = RouteCache(nameservers, settings.route_refresh_seconds)
-                brokers = BrokerClient(client)
+                long_polls = LongPollGate(settings.max_long_polls)
+                Gauge(
+                    "petrel_gateway_long_polls_waiting",
+                    "Receives and pulls waiting for a message in this gateway",
+                    registry=app.state.metrics.registry,
+                ).set_function(lambda: long_polls.waiting)
+                brokers = BrokerClient(client, long_polls)
                 context = GatewayContext(
                     settings=settings,
                     nameservers=nameservers,

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.group_schemas import Group, GroupUpdate, RedriveRequest
+from gateway.long_polls import LongPollGate
 from libs import jsonutil
 from libs.errors import BrokerUnavailable, PetrelError, ServiceUnavailable
 from libs.http.client import BINARY_TYPE, JSON_TYPE, BinaryResponse, InternalClient
@@ -30,8 +31,10 @@ class PulledBatch:
 
 
 class BrokerClient:
-    def __init__(self, client: InternalClient) -> None:
+    def __init__(self, client: InternalClient, long_polls: LongPollGate | None = None) -> None:
         self.client = client
+        self.long_polls = long_polls or LongPollGate()
+        """Bounds the pulls with a wait here, and the receiver's waiting receives."""
 
     async def _json(
         self,
@@ -44,10 +47,17 @@ class BrokerClient:
         params: Mapping[str, str | int] | None = None,
         timeout: float | None = None,
         idempotent: bool | None = None,
+        waiting: bool = False,
     ) -> Any:
         try:
             return await self.client.json(
-                method, f"http://{address}{path}", body=body, params=params, timeout=timeout, idempotent=idempotent
+                method,
+                f"http://{address}{path}",
+                body=body,
+                params=params,
+                timeout=timeout,
+                idempotent=idempotent,
+                waiting=waiting,
             )
         except ServiceUnavailable as exc:
             raise BrokerUnavailable(
@@ -82,6 +92,7 @@ class BrokerClient:
         params: Mapping[str, str | int] | None = None,
         timeout: float | None = None,
         content_type: str = BINARY_TYPE,
+        waiting: bool = False,
     ) -> BinaryResponse:
         try:
             return await self.client.binary(
@@ -91,6 +102,7 @@ class BrokerClient:
                 params=params,
                 timeout=timeout,
                 content_type=content_type,
+                waiting=waiting,
             )
         except ServiceUnavailable as exc:
             raise BrokerUnavailable(
@@ -105,9 +117,13 @@ class BrokerClient:
         self, broker: str, address: str, topic: str, queue_id: int, params: Mapping[str, str | int], wait_ms: int
     ) -> PulledBatch:
         path = f"/internal/topics/{topic}/queues/{queue_id}/messages"
-        return PulledBatch(
-            await self._binary(broker, address, "GET", path, params=params, timeout=self._waiting(wait_ms))
-        )
+        timeout = self._waiting(wait_ms)
+        if wait_ms <= 0:
+            return PulledBatch(await self._binary(broker, address, "GET", path, params=params, timeout=timeout))
+        with self.long_polls.hold():
+            return PulledBatch(
+                await self._binary(broker, address, "GET", path, params=params, timeout=timeout, waiting=True)
+            )
 
     async def query_key(self, broker: str, address: str, params: Mapping[str, str | int]) -> bytes:
         return (await self._binary(broker, address, "GET", "/internal/messages", params=params)).body
@@ -117,7 +133,7 @@ class BrokerClient:
         return (await self._binary(broker, address, "GET", path, params=params)).body
 
     def _waiting(self, wait_ms: int) -> float:
-        """The HTTP timeout of a call the broker may hold for wait_ms."""
+        """The HTTP timeout of a call the broker may hold for wait_ms (one that may wait uses the long-poll pool)."""
         return wait_ms / 1000 + self.client.options.timeout
 
     async def put_group(self, broker: str, address: str, group: str, update: GroupUpdate) -> tuple[Group, bool]:
@@ -140,6 +156,7 @@ class BrokerClient:
     ) -> tuple[list[Lease], memoryview]:
         """Leased messages: one lease per record, in order (none when nothing came within body's wait_ms)."""
         path = f"/internal/groups/{group}/topics/{topic}/receive"
+        wait_ms = int(body["wait_ms"])
         raw = await self._binary(
             broker,
             address,
@@ -147,15 +164,17 @@ class BrokerClient:
             path,
             body=jsonutil.dumps(body),
             content_type=JSON_TYPE,
-            timeout=self._waiting(int(body["wait_ms"])),
+            timeout=self._waiting(wait_ms),
+            waiting=wait_ms > 0,
         )
         return decode_leased(raw.body)
 
     async def ready(self, broker: str, address: str, group: str, topic: str, params: Mapping[str, str | int]) -> bool:
         """Whether something is there for the group to receive, waiting up to params' wait_ms for it."""
         path = f"/internal/groups/{group}/topics/{topic}/ready"
+        wait_ms = int(params["wait_ms"])
         answer = await self._json(
-            broker, address, "GET", path, params=params, timeout=self._waiting(int(params["wait_ms"]))
+            broker, address, "GET", path, params=params, timeout=self._waiting(wait_ms), waiting=wait_ms > 0
         )
         return bool(answer["ready"])
 

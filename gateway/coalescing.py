@@ -5,16 +5,22 @@ all are in flight wait, and go out together in the next put as soon as one
 returns. An idle gateway sends at once (no timer, no added delay); a busy one
 turns many small HTTP hops into few larger ones, as group commit does for disk
 syncs. Each caller gets back exactly its own records' results, in order.
+
+Back-pressure: the records waiting for a put are bounded (`max_queued_bytes`).
+A send that would pass the bound is answered at once with `PutQueueFull` for
+each of its records (503, nothing sent: the sender may try another broker), so a slow broker makes the
+gateway answer 503s rather than grow its memory without end.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from libs.errors import PetrelError
+from libs.errors import PetrelError, PutQueueFull
 from services.broker.schemas import PutAnswer, PutEntry
 
 PutCall = Callable[[bytes], Awaitable[PutAnswer]]
@@ -24,6 +30,8 @@ Outcome = list[PutEntry | PetrelError]
 """Per record, in order: where it was stored, or why not."""
 
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+MAX_QUEUED_BYTES = 64 * 1024 * 1024
+"""Records waiting for a put to one broker, at most (one send larger than it still goes when none wait)."""
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
@@ -36,16 +44,29 @@ class _Waiting:
 
 
 class PutCoalescer:
-    def __init__(self, put: PutCall, max_in_flight: int = 4) -> None:
+    def __init__(
+        self, put: PutCall, max_in_flight: int = 4, max_queued_bytes: int = MAX_QUEUED_BYTES, broker: str = ""
+    ) -> None:
         self.put = put
         self.max_in_flight = max_in_flight
+        self.max_queued_bytes = max_queued_bytes
+        self.broker = broker
         self.in_flight = 0
-        self._queue: list[_Waiting] = []
+        self.queued_bytes = 0
+        self._queue: deque[_Waiting] = deque()
         self.puts = 0
 
     async def submit(self, records: bytes, count: int) -> Outcome:
+        if self._queue and self.queued_bytes + len(records) > self.max_queued_bytes:
+            full = PutQueueFull(
+                f"the gateway holds {self.queued_bytes} bytes of records waiting for broker {self.broker or '?'}, "
+                "its bound: nothing of this send was stored, send again",
+                broker=self.broker,
+            )
+            return [full] * count
         waiting = _Waiting(records, count)
         self._queue.append(waiting)
+        self.queued_bytes += len(records)
         if self.in_flight < self.max_in_flight:
             self._start()
         return await waiting.future
@@ -54,8 +75,9 @@ class PutCoalescer:
         batch: list[_Waiting] = []
         size = 0
         while self._queue and (not batch or size + len(self._queue[0].records) <= MAX_BATCH_BYTES):
-            batch.append(self._queue.pop(0))
+            batch.append(self._queue.popleft())
             size += len(batch[-1].records)
+        self.queued_bytes -= size
         if batch:
             self.in_flight += 1
             task = asyncio.get_running_loop().create_task(self._send(batch))

@@ -23,6 +23,7 @@ from gateway.cluster import cancel_all, failure_of_all
 from gateway.group_schemas import ReceiveRequest
 from gateway.routes import RouteCache
 from libs.errors import NotFound, PetrelError, ServiceUnavailable, TopicNotFound
+from libs.http.disconnect import unless_gone
 from libs.receipt import Lease
 from libs.routing import TopicRoute
 from libs.topic import Perm
@@ -51,17 +52,27 @@ class Receiver:
         self.brokers = brokers
         self._rotation = itertools.count()
 
-    async def receive(self, group: str, topic: str, request: ReceiveRequest) -> list[Received]:
-        """Up to request.max_messages leased messages of the topic, from one broker or several."""
+    async def receive(
+        self, group: str, topic: str, request: ReceiveRequest, gone: asyncio.Future[None] | None = None
+    ) -> list[Received]:
+        """Up to request.max_messages leased messages of the topic, from one broker or several.
+
+        `gone` (libs.http.disconnect): the consumer left; the wait ends, its calls to the brokers closed.
+        """
         targets = readable_brokers(await self.routes.get(topic))
         body = _receive_body(request)
         received, answered = await self._sweep(group, topic, targets, body, request.max_messages)
         if received or request.wait_seconds <= 0 or not answered:
             return received
-        deadline = asyncio.get_running_loop().time() + request.wait_seconds
-        if len(answered) == 1:
-            return await self._wait_on_one(group, topic, answered[0], body, deadline)
-        return await self._wait_on_several(group, topic, answered, body, deadline)
+        with self.brokers.long_polls.hold():
+            deadline = asyncio.get_running_loop().time() + request.wait_seconds
+            if len(answered) == 1:
+                waiting = self._wait_on_one(group, topic, answered[0], body, deadline)
+            else:
+                waiting = self._wait_on_several(group, topic, answered, body, deadline)
+            if gone is None:
+                return await waiting
+            return await unless_gone(gone, waiting) or []
 
     async def _sweep(
         self, group: str, topic: str, targets: list[Target], body: dict[str, Any], wanted: int

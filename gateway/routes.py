@@ -7,6 +7,7 @@ calls `invalidate` so the next use fetches at once.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -30,11 +31,26 @@ class RouteCache:
         self.refresh_seconds = refresh_seconds
         self.clock = clock
         self._routes: dict[str, CachedRoute] = {}
+        self._fetching: dict[str, asyncio.Future[TopicRoute]] = {}
+        """Fetches under way: the requests that miss the cache at once share one (hundreds of polls, one call)."""
 
     async def get(self, topic: str) -> TopicRoute:
         cached = self._routes.get(topic)
         if cached is not None and self.clock() - cached.fetched_at < self.refresh_seconds:
             return cached.route
+        fetching = self._fetching.get(topic)
+        if fetching is None:
+            fetching = self._fetching[topic] = asyncio.ensure_future(self._fetch(topic))
+            fetching.add_done_callback(lambda done: self._fetched(topic, done))
+        return await asyncio.shield(fetching)  # a caller that goes away does not cancel the others' fetch
+
+    def _fetched(self, topic: str, done: asyncio.Future[TopicRoute]) -> None:
+        if self._fetching.get(topic) is done:
+            del self._fetching[topic]
+        if not done.cancelled():
+            done.exception()  # retrieved: the callers (if any are left) raise it
+
+    async def _fetch(self, topic: str) -> TopicRoute:
         try:
             route = await self.nameservers.route(topic)
         except Exception:

@@ -156,7 +156,7 @@ class Sender:
         coalescer = self._coalescers.get(key)
         if coalescer is None:
             address, broker = target.address, target.broker
-            coalescer = PutCoalescer(lambda records: self.brokers.put(broker, address, records))
+            coalescer = PutCoalescer(lambda records: self.brokers.put(broker, address, records), broker=broker)
             self._coalescers[key] = coalescer
         return coalescer
 

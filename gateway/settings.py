@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from gateway.long_polls import DEFAULT_MAX_LONG_POLLS
 from libs.delay import DEFAULT_DELAY_LEVELS
 from libs.settings import SharedDatabaseSettings
 from libs.topic import DEFAULT_QUEUES
@@ -20,6 +21,9 @@ class GatewaySettings(SharedDatabaseSettings):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     auto_create_topics: bool = True
     broker_timeout_seconds: float = Field(default=5.0, gt=0)
+    max_long_polls: int = Field(
+        default=DEFAULT_MAX_LONG_POLLS, ge=1, description="receives and pulls waiting at once; past it: 429"
+    )
     timer_address: str = Field(default="127.0.0.1:10931", description="the timer service, for stats and cancels")
     delay_levels: str = DEFAULT_DELAY_LEVELS
     max_delay_days: float = Field(default=30.0, gt=0)

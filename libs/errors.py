@@ -29,6 +29,7 @@
      ├── PayloadTooLarge               413 payload-too-large
      ├── OffsetOutOfRange              416 offset-out-of-range
      ├── ValidationFailed              422 validation-failed
+     ├── TooManyLongPolls              429 too-many-long-polls
      ├── CorruptRecord                 500 corrupt-record
      ├── StoreFull                     507 store-full
      ├── StoreReadOnly                 503 store-read-only
@@ -37,6 +38,7 @@
           ├── FlushTimeout             503 flush-timeout
           ├── NameserverUnavailable    503 nameserver-unavailable
           └── BrokerUnavailable        503 broker-unavailable
+               └── PutQueueFull        503 put-queue-full
 
 A service raises these; `libs.problem` turns them into problem+json in one
 place, and `libs.http.client` turns a downstream service's problem+json back
@@ -242,6 +244,14 @@ class ValidationFailed(PetrelError):
     title = "Validation failed"
 
 
+class TooManyLongPolls(PetrelError):
+    """As many long polls wait as the gateway holds at once: ask again later, or without a wait."""
+
+    status = 429
+    slug = "too-many-long-polls"
+    title = "Too many long polls"
+
+
 class CorruptRecord(PetrelError):
     slug = "corrupt-record"
     title = "Corrupt record"
@@ -301,3 +311,10 @@ class NameserverUnavailable(ServiceUnavailable):
 class BrokerUnavailable(ServiceUnavailable):
     slug = "broker-unavailable"
     title = "Broker unavailable"
+
+
+class PutQueueFull(BrokerUnavailable):
+    """The gateway already holds as many records for this broker as it queues: nothing of this put was sent."""
+
+    slug = "put-queue-full"
+    title = "Put queue full"

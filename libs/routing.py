@@ -62,17 +62,42 @@ class TopicConfigBody(BaseModel):
         return TopicConfig(self.name, self.read_queues, self.write_queues, self.perm, self.message_type)
 
 
+MAX_TOPICS_PER_REQUEST = 100_000
+"""Of one registration or one change; a broker sends a larger table in pages (REGISTRATION_PAGE topics)."""
+REGISTRATION_PAGE = 5_000
+
+
 class BrokerRegistration(BaseModel):
-    """A broker's full state, sent at start, on every topic change and periodically."""
+    """A broker's full state at `data_version`: replaces what the nameserver held of it.
+
+    A broker with more than REGISTRATION_PAGE topics sends the first page here and
+    the rest as TopicChanges from and to the same data_version.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     cluster: str = Field(min_length=1, max_length=64)
     address: str
     data_version: int = Field(ge=0, description="increases on every topic change")
-    topics: list[TopicConfigBody] = Field(max_length=100_000)
+    topics: list[TopicConfigBody] = Field(max_length=MAX_TOPICS_PER_REQUEST)
 
     _address = field_validator("address")(check_address)
+
+
+class TopicChanges(BaseModel):
+    """What changed in a broker's topics from `from_version` to `data_version`: only that is sent.
+
+    Applied only when the nameserver holds exactly `from_version` of the broker;
+    otherwise it answers `in_sync: false` and the broker registers in full.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    from_version: int = Field(ge=0)
+    data_version: int = Field(ge=0)
+    updated: list[TopicConfigBody] = Field(default_factory=list, max_length=MAX_TOPICS_PER_REQUEST)
+    """Topics created or changed (their whole configuration)."""
+    removed: list[str] = Field(default_factory=list, max_length=MAX_TOPICS_PER_REQUEST)
 
 
 class RegistrationAck(BaseModel):

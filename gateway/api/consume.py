@@ -30,6 +30,7 @@ from libs import jsonutil
 from libs.codec import iter_records
 from libs.errors import BrokerUnavailable, InvalidReceiptHandle, InvalidRequest, PetrelError
 from libs.http.app import json_body, parse_json
+from libs.http.disconnect import client_gone
 from libs.message import Prop
 from libs.names import validate_group_name, validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
@@ -60,7 +61,11 @@ async def receive(ctx: Context, group: GroupName, topic: str, request: Request) 
     """Lease up to max_messages messages; with wait_seconds, wait for the first one to arrive."""
     validate_topic_name(topic)
     spec = parse_json(ReceiveRequest, await request.body())
-    received = await ctx.receiver.receive(group, topic, spec)
+    if spec.wait_seconds <= 0:
+        received = await ctx.receiver.receive(group, topic, spec)
+    else:
+        async with client_gone(request) as gone:  # a consumer that leaves ends its wait at the brokers too
+            received = await ctx.receiver.receive(group, topic, spec, gone)
     return Response(jsonutil.dumps({"messages": received_messages(received)}), media_type=JSON)
 
 

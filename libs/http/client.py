@@ -3,7 +3,11 @@
 Built on aiohttp: `make bench` (scenario `internal-client`) measured it at about
 20x httpx for 1 KiB binary POSTs over 32 keep-alive connections on loopback.
 
-- One pooled keep-alive session per process, opened in a lifespan (`start`).
+- One pooled keep-alive session per process, opened in a lifespan (`start`),
+  and a second one for long polls (`waiting=True`): a call the peer may hold
+  for seconds never takes a connection that a send, an ack or an admin call
+  needs. The long-poll pool has no per-host limit of its own; whoever opens
+  long polls bounds how many wait at once (the gateway's LongPollGate).
 - Connect and total timeouts; a per-call timeout for long polls.
 - The cluster's internal token header on every call when one is configured.
 - Retries (with short backoff) only for idempotent calls, and only when the
@@ -41,6 +45,7 @@ class ClientOptions:
     connect_timeout: float = 1.0
     timeout: float = 5.0
     max_connections: int = 256
+    """Of the pool for ordinary calls; long polls have their own pool (see `waiting`)."""
     retries: int = 2
     retry_backoff: float = 0.05
     token: str | None = None
@@ -57,11 +62,16 @@ class InternalClient:
     def __init__(self, options: ClientOptions = ClientOptions()) -> None:
         self.options = options
         self._session: aiohttp.ClientSession | None = None
+        self._waiting: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=self.options.max_connections, keepalive_timeout=30)
+        self._session = self._open(self.options.max_connections)
+        self._waiting = self._open(0)  # 0: no limit; the long polls' callers bound them
+
+    def _open(self, limit: int) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(limit=limit, keepalive_timeout=30)
         headers = {INTERNAL_TOKEN_HEADER: self.options.token} if self.options.token else {}
-        self._session = aiohttp.ClientSession(
+        return aiohttp.ClientSession(
             connector=connector,
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=self.options.timeout, connect=self.options.connect_timeout),
@@ -69,9 +79,10 @@ class InternalClient:
         )
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._waiting):
+            if session is not None:
+                await session.close()
+        self._session = self._waiting = None
 
     async def __aenter__(self) -> InternalClient:
         await self.start()
@@ -89,10 +100,16 @@ class InternalClient:
         params: Mapping[str, str | int] | None = None,
         idempotent: bool | None = None,
         timeout: float | None = None,
+        waiting: bool = False,
     ) -> Any:
-        """Call with an optional JSON body; answers the decoded JSON (None for 204)."""
+        """Call with an optional JSON body; answers the decoded JSON (None for 204).
+
+        `waiting`: the peer may hold the call (a long poll); it goes through the long-poll pool.
+        """
         data = None if body is None else jsonutil.dumps(body)
-        response = await self._call(method, url, data, JSON_TYPE, params=params, idempotent=idempotent, timeout=timeout)
+        response = await self._call(
+            method, url, data, JSON_TYPE, params=params, idempotent=idempotent, timeout=timeout, waiting=waiting
+        )
         return jsonutil.loads(response.body) if response.body else None
 
     async def binary(
@@ -105,9 +122,12 @@ class InternalClient:
         idempotent: bool | None = None,
         timeout: float | None = None,
         content_type: str = BINARY_TYPE,
+        waiting: bool = False,
     ) -> BinaryResponse:
         """Call with a binary body (the record codec, unless content_type says otherwise); answers the raw response."""
-        return await self._call(method, url, body, content_type, params=params, idempotent=idempotent, timeout=timeout)
+        return await self._call(
+            method, url, body, content_type, params=params, idempotent=idempotent, timeout=timeout, waiting=waiting
+        )
 
     async def _call(
         self,
@@ -119,8 +139,10 @@ class InternalClient:
         params: Mapping[str, str | int] | None,
         idempotent: bool | None,
         timeout: float | None,
+        waiting: bool = False,
     ) -> BinaryResponse:
-        if self._session is None:
+        session = self._waiting if waiting else self._session
+        if session is None:
             raise RuntimeError("InternalClient.start() was not called")
         retryable = method in IDEMPOTENT_METHODS if idempotent is None else idempotent
         attempts = 1 + (self.options.retries if retryable else 0)
@@ -131,7 +153,7 @@ class InternalClient:
             if attempt:
                 await asyncio.sleep(self.options.retry_backoff * 2 ** (attempt - 1))
             try:
-                async with self._session.request(
+                async with session.request(
                     method, url, data=data, params=params, headers=headers, timeout=per_call or aiohttp.helpers.sentinel
                 ) as response:
                     body = await response.read()

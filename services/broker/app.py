@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
-from prometheus_client import Gauge
+from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy import Engine
 
 from libs.events.writer import EventWriter
@@ -34,6 +34,7 @@ from services.broker.consume.schemas import HandleList, NackBody, ReceiveBody
 from services.broker.consume.settle import Settlement
 from services.broker.context import BrokerContext, Context, broker_context
 from services.broker.long_polling import PullWaiters
+from services.broker.memory import watch_memory
 from services.broker.metadata import OffsetStore, TopicStore, open_engine
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
@@ -103,16 +104,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         engine, topics, offsets, groups = await _open_metadata(settings)
-        store = MessageStore(settings.store_config(), store_host=settings.address)
-        report = await asyncio.to_thread(store.open)
-        log.info("store open at %s: %s", settings.store_dir, report)
-        await offsets.clamp(lambda topic, queue_id: store.queue_offsets(topic, queue_id)[1])
-        read_only = Gauge(
-            "petrel_store_read_only",
-            "1 once a sync of the store failed: it takes no writes until the broker restarts",
-            registry=app.state.metrics.registry,
-        )
-        read_only.set_function(lambda: float(store.read_only))
+        store = await _open_store(settings, offsets, app.state.metrics.registry)
         waiters = PullWaiters()
         store.listeners.append(waiters.on_dispatch)
         store.start()
@@ -126,14 +118,16 @@ def create_app(settings: BrokerSettings) -> FastAPI:
             broker=settings.broker_name,
             check_max=settings.transaction_check_max,
             reserved_ms=int(settings.file_reserved_hours * 3_600_000),
+            ended_kept=settings.ended_transactions_kept,
         )
         log.info("transactions: %d ended ones read from the op queue", await asyncio.to_thread(transactions.load))
+        watch_memory(app.state.metrics.registry, pop, transactions)
         leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
         try:
             async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1)) as client:
                 registrar = NameserverRegistrar(settings, topics, client)
-                topics.on_change(registrar.register_all)
+                topics.on_change(registrar.topic_changed)
                 await registrar.register_all()
                 periodic = asyncio.create_task(registrar.run(), name="broker-registration")
                 try:
@@ -182,6 +176,21 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     return app
 
 
+async def _open_store(settings: BrokerSettings, offsets: ConsumerOffsets, registry: CollectorRegistry) -> MessageStore:
+    """Open (recover) the store, then lower consumer offsets past a recovered queue's end before any write."""
+    store = MessageStore(settings.store_config(), store_host=settings.address)
+    report = await asyncio.to_thread(store.open)
+    log.info("store open at %s: %s", settings.store_dir, report)
+    await offsets.clamp(lambda topic, queue_id: store.queue_offsets(topic, queue_id)[1])
+    read_only = Gauge(
+        "petrel_store_read_only",
+        "1 once a sync of the store failed: it takes no writes until the broker restarts",
+        registry=registry,
+    )
+    read_only.set_function(lambda: float(store.read_only))
+    return store
+
+
 async def _open_metadata(settings: BrokerSettings) -> tuple[Engine, TopicTable, ConsumerOffsets, GroupTable]:
     settings.store_dir.mkdir(parents=True, exist_ok=True)
     engine = open_engine(settings.metadata_url)
@@ -214,6 +223,7 @@ def _consumers(
         events=events,
         receipt_key=receipt_key(settings.store_dir),
         delay_levels=settings.delay_level_ms,
+        client_idle_ms=int(settings.broadcast_client_idle_seconds * 1000),
     )
     return pop, Settlement(pop)
 

@@ -60,9 +60,16 @@ class PullWaiters:
         else:
             del self._waiting[key]
 
-    async def wait(self, topic: str, queue_id: int, message_filter: MessageFilter | None, timeout: float) -> bool:
-        """True when woken by a matching message, False when the wait ran out."""
-        return await self.wait_any([(topic, queue_id)], message_filter, timeout)
+    async def wait(
+        self,
+        topic: str,
+        queue_id: int,
+        message_filter: MessageFilter | None,
+        timeout: float,
+        gone: asyncio.Future[None] | None = None,
+    ) -> bool:
+        """True when woken by a matching message, False when the wait ran out (or the client is `gone`)."""
+        return await self.wait_any([(topic, queue_id)], message_filter, timeout, gone=gone)
 
     async def wait_any(
         self,
@@ -72,10 +79,13 @@ class PullWaiters:
         group: str | None = None,
         *,
         unfiltered: Sequence[QueueKey] = (),
+        gone: asyncio.Future[None] | None = None,
     ) -> bool:
         """True when a matching message arrived in any of the queues, False when the wait ran out.
 
         Any message at all of the `unfiltered` queues wakes the wait too (a group's retry queue).
+        `gone` (libs.http.disconnect): the client went away; the wait ends at once, False, and
+        the waiter no longer counts as one of its group's (a dispatch wakes a live one instead).
         """
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         filtered, everything = _Waiter(message_filter, future, group), _Waiter(None, future, group)
@@ -83,9 +93,10 @@ class PullWaiters:
         for key, waiter in registered:
             self._waiting.setdefault(key, []).append(waiter)
         try:
-            await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            return False
+            waits: set[asyncio.Future[None]] = {future} if gone is None else {future, gone}
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not future.done() or future.cancelled():
+                return False
         finally:
             if not future.done():
                 future.cancel()

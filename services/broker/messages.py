@@ -16,6 +16,7 @@ from libs.codec import encode_record, peek_head
 from libs.delay import is_scheduled
 from libs.errors import InvalidRequest, QueueNotFound, TopicNotFound
 from libs.filters import FilterType, MessageFilter, compile_filter
+from libs.http.disconnect import client_gone
 from libs.message import Prop
 from libs.names import is_public_topic
 from libs.problem import PROBLEM_RESPONSES
@@ -191,6 +192,7 @@ def check_queue(ctx: Context, topic: str, queue_id: int) -> None:
 )
 async def pull_messages(
     ctx: Context,
+    request: Request,
     topic: str,
     queue_id: int,
     offset: Annotated[int, Query(ge=0)],
@@ -205,8 +207,10 @@ async def pull_messages(
     result = ctx.store.pull(topic, queue_id, offset, max, message_filter)
     wait = min(wait_ms, ctx.settings.max_pull_wait_ms) / 1000
     caught_up = not result.records and result.next_offset >= result.max_offset
-    if caught_up and wait > 0 and await ctx.waiters.wait(topic, queue_id, message_filter, wait):
-        result = ctx.store.pull(topic, queue_id, result.next_offset, max, message_filter)
+    if caught_up and wait > 0:
+        async with client_gone(request) as gone:
+            if await ctx.waiters.wait(topic, queue_id, message_filter, wait, gone) and not gone.done():
+                result = ctx.store.pull(topic, queue_id, result.next_offset, max, message_filter)
     return Response(b"".join(result.records), media_type=BINARY, headers=offset_headers(result))
 
 

@@ -85,3 +85,7 @@ class OffsetStore:
         with Session(self.engine) as session, session.begin():
             for (group, topic, queue_id), offset in offsets.items():
                 session.merge(ConsumerOffsetRow(group=group, topic=topic, queue_id=queue_id, offset=offset))
+
+    def remove_owners(self, owners: set[str]) -> None:
+        with Session(self.engine) as session, session.begin():
+            session.execute(delete(ConsumerOffsetRow).where(ConsumerOffsetRow.group.in_(owners)))

@@ -31,6 +31,8 @@ class ConsumerOffsets:
         self.persist_interval = persist_interval
         self._offsets: dict[OffsetKey, int] = {}
         self._dirty: set[OffsetKey] = set()
+        self._forgotten: set[str] = set()
+        """Owners whose stored offsets are to be deleted on the next persist."""
         self._task: asyncio.Task[None] | None = None
 
     async def load(self) -> None:
@@ -77,7 +79,21 @@ class ConsumerOffsets:
             log.exception("persisting the lowered consumer offsets failed; the periodic round will try again")
         return clamped
 
+    def forget(self, owner: str) -> None:
+        """Drop every offset of an owner (a broadcast client gone for good), here and on disk."""
+        for key in [k for k in self._offsets if k[0] == owner]:
+            del self._offsets[key]
+            self._dirty.discard(key)
+        self._forgotten.add(owner)
+
     async def persist(self) -> None:
+        if self._forgotten:
+            forgotten, self._forgotten = self._forgotten, set()
+            try:
+                await asyncio.to_thread(self.store.remove_owners, forgotten)
+            except Exception:
+                self._forgotten |= forgotten
+                raise
         if not self._dirty:
             return
         changed = {key: self._offsets[key] for key in self._dirty}

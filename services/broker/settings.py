@@ -38,6 +38,12 @@ class BrokerSettings(ServiceSettings):
     disk_refuse_ratio: float = Field(default=0.95, gt=0, le=1)
     offset_persist_interval_seconds: float = Field(default=5.0, gt=0)
     max_pull_wait_ms: int = Field(default=30_000, ge=0)
+    broadcast_client_idle_seconds: float = Field(
+        default=7 * 86_400.0, gt=0, description="a broadcast client not seen this long has its offsets dropped"
+    )
+    ended_transactions_kept: int = Field(
+        default=100_000, ge=1, description="ended transactions remembered in memory; older ones read from disk"
+    )
     transaction_check_max: int = Field(default=15, ge=1, description="check-backs before a half message is abandoned")
     lease_scan_ms: int = Field(default=100, ge=1, description="how often leases that ran out are ended")
     delay_levels: str = Field(default=DEFAULT_DELAY_LEVELS, description="level 1 first, e.g. '1s 5s 10s 30s 1m'")

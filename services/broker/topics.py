@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from libs.errors import TopicNotFound
 from libs.names import (
@@ -21,19 +22,28 @@ from libs.topic import Perm, TopicConfig
 from services.broker.metadata import TopicStore
 
 
+@dataclass(frozen=True, slots=True)
+class TopicChange:
+    """One change of the table: `name` now has `config` (None: removed), at `data_version`."""
+
+    data_version: int
+    name: str
+    config: TopicConfig | None
+
+
 class TopicTable:
     def __init__(self, store: TopicStore) -> None:
         self.store = store
         self._topics: dict[str, TopicConfig] = {}
         self.data_version = 0
-        self._listeners: list[Callable[[], Awaitable[None]]] = []
+        self._listeners: list[Callable[[TopicChange], Awaitable[None]]] = []
         self._writing = asyncio.Lock()
 
     async def load(self) -> None:
         self._topics = {t.name: t for t in await asyncio.to_thread(self.store.load)}
         self.data_version = 1
 
-    def on_change(self, listener: Callable[[], Awaitable[None]]) -> None:
+    def on_change(self, listener: Callable[[TopicChange], Awaitable[None]]) -> None:
         self._listeners.append(listener)
 
     def get(self, name: str) -> TopicConfig:
@@ -59,19 +69,20 @@ class TopicTable:
             if self._topics.get(config.name) != config:
                 await asyncio.to_thread(self.store.save, config)
                 self._topics[config.name] = config
-                await self._changed()
+                await self._changed(config.name, config)
         return created
 
     async def delete(self, name: str) -> None:
         self.get(name)
         await asyncio.to_thread(self.store.remove, name)
         del self._topics[name]
-        await self._changed()
+        await self._changed(name, None)
 
-    async def _changed(self) -> None:
+    async def _changed(self, name: str, config: TopicConfig | None) -> None:
         self.data_version += 1
+        change = TopicChange(self.data_version, name, config)
         for listener in self._listeners:
-            await listener()
+            await listener(change)
 
 
 def system_topics(levels: int) -> list[TopicConfig]:

@@ -37,6 +37,7 @@ from libs.events.writer import EventWriter
 from libs.message import MessageRecord, Prop, SysFlag
 from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from libs.store.message_store import MessageStore
+from services.broker.ended_transactions import ENDED_KEPT, EndedTransactions
 from services.broker.topics import TopicTable
 
 CHECK_IMMUNITY = Prop.CHECK_IMMUNITY
@@ -121,6 +122,7 @@ class Transactions:
         check_max: int,
         reserved_ms: int,
         clock: Callable[[], float] = time.time,
+        ended_kept: int = ENDED_KEPT,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -129,19 +131,35 @@ class Transactions:
         self.check_max = check_max
         self.reserved_ms = reserved_ms
         self.clock = clock
-        self.outcomes: dict[str, Outcome] = {}
+        self.outcomes: EndedTransactions[Outcome] = EndedTransactions(self._recorded_outcome, ended_kept)
+        """The newest in memory, older ones read back from the op queue (services.broker.ended_transactions)."""
 
     def load(self) -> int:
-        """The outcomes recorded in the op queue; how many."""
+        """The outcomes recorded in the op queue (the newest kept in memory); how many."""
         low, high = self.store.queue_offsets(TRANS_OP_HALF_TOPIC, 0)
         offset = low
+        count = 0
         while offset < high:
             result = self.store.pull(TRANS_OP_HALF_TOPIC, 0, offset, 256)
             for raw in result.records:
-                op = jsonutil.loads(decode_record(raw).body)
-                self.outcomes[op["message_id"]] = Outcome(op["outcome"])
+                record = decode_record(raw)
+                op = jsonutil.loads(record.body)
+                if op["message_id"] in record.keys:
+                    self.outcomes[op["message_id"]] = Outcome(op["outcome"])
+                else:
+                    self.outcomes.keep_for_ever(op["message_id"], Outcome(op["outcome"]))
+                count += 1
             offset = result.next_offset
-        return len(self.outcomes)
+        return count
+
+    def _recorded_outcome(self, message_id: str) -> Outcome | None:
+        """The first outcome the op queue recorded for a transaction (found by its key), if any."""
+        ops = self.store.query_key(TRANS_OP_HALF_TOPIC, message_id, 0, 2**62)
+        for record in sorted(ops, key=lambda r: r.physical_offset):
+            op = jsonutil.loads(record.body)
+            if op.get("message_id") == message_id:
+                return Outcome(op["outcome"])
+        return None
 
     # ---- half messages -----------------------------------------------------------------------
 
@@ -361,7 +379,7 @@ class Transactions:
 
 def _op_record(message_id: str, outcome: Outcome, by: str) -> MessageRecord:
     body = jsonutil.dumps({"message_id": message_id, "outcome": outcome.value, "by": by})
-    return MessageRecord(topic=TRANS_OP_HALF_TOPIC, body=body, properties={Prop.TAGS: OP_TAG})
+    return MessageRecord(topic=TRANS_OP_HALF_TOPIC, body=body, properties={Prop.TAGS: OP_TAG, Prop.KEYS: message_id})
 
 
 def _latest_half(copies: list[MessageRecord]) -> MessageRecord | None:

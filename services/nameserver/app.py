@@ -21,6 +21,7 @@ from libs.routing import (
     Heartbeat,
     HeartbeatAck,
     RegistrationAck,
+    TopicChanges,
     TopicRoute,
     TopicRouteList,
     check_broker_name,
@@ -62,6 +63,16 @@ async def register_broker(
         data_version=body.data_version,
         expires_after_ms=int(settings.broker_expiry_seconds * 1000),
     )
+
+
+@router.post(
+    "/brokers/{broker_name}/{broker_id}/topics", operation_id="changeBrokerTopics", response_model=HeartbeatAck
+)
+async def change_broker_topics(
+    table: Table, broker_name: BrokerName, broker_id: BrokerId, body: TopicChanges
+) -> HeartbeatAck:
+    """Apply what changed in a registered broker's topics; `in_sync: false` (nothing applied): register again."""
+    return table.change(broker_name, broker_id, body)
 
 
 @router.post(

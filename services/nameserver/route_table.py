@@ -1,8 +1,9 @@
 """RouteTable: which brokers are alive and which queues of which topic each one holds.
 
 The state of a broker is what it last registered: a full registration replaces
-its topics wholesale, so a topic deleted on a broker leaves its route on the
-next registration. A broker instance not heard from for `expiry` seconds is
+its topics wholesale, and TopicChanges apply what changed since the data version
+the nameserver holds (a change from any other version is refused: the broker
+then registers in full). A broker instance not heard from for `expiry` seconds is
 dropped by `expire_inactive`; a broker name whose last instance is gone takes
 its queues with it.
 """
@@ -22,6 +23,7 @@ from libs.routing import (
     ClusterListing,
     HeartbeatAck,
     QueueData,
+    TopicChanges,
     TopicRoute,
 )
 from libs.topic import TopicConfig
@@ -55,6 +57,22 @@ class RouteTable:
         )
         if broker_id == MASTER_ID:
             self._topics[broker_name] = {t.name: t.to_config() for t in registration.topics}
+
+    def change(self, broker_name: str, broker_id: int, changes: TopicChanges) -> HeartbeatAck:
+        """Apply a broker's topic changes; `in_sync: false` (nothing applied) unless it holds from_version."""
+        instance = self._instances.get((broker_name, broker_id))
+        if instance is None:
+            return HeartbeatAck(known=False, in_sync=False)
+        if instance.data_version != changes.from_version:
+            return HeartbeatAck(known=True, in_sync=False)
+        instance.data_version = changes.data_version
+        instance.last_update = self.clock()
+        if broker_id == MASTER_ID:
+            topics = self._topics.setdefault(broker_name, {})
+            for name in changes.removed:
+                topics.pop(name, None)
+            topics.update((t.name, t.to_config()) for t in changes.updated)
+        return HeartbeatAck(known=True, in_sync=True)
 
     def heartbeat(self, broker_name: str, broker_id: int, data_version: int) -> HeartbeatAck:
         instance = self._instances.get((broker_name, broker_id))

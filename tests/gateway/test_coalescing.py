@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from gateway.coalescing import CallCoalescer, PutCoalescer
-from libs.errors import BrokerUnavailable, PetrelError, StoreFull
+from libs.errors import BrokerUnavailable, PetrelError, PutQueueFull, StoreFull
 from services.broker.schemas import PutAnswer, PutEntry, PutFailure
 
 
@@ -144,3 +144,32 @@ async def test_a_failed_call_fails_each_of_its_items_and_the_next_call_goes_out(
     assert isinstance(failed, BrokerUnavailable)
     assert await coalescer.submit("up") == "up"
     assert coalescer.in_flight == 0
+
+
+async def test_records_waiting_for_a_slow_broker_are_bounded() -> None:
+    broker = Broker()
+    broker.release.clear()
+    coalescer = PutCoalescer(broker.put, max_in_flight=1, max_queued_bytes=8, broker="broker-a")
+    first = asyncio.create_task(coalescer.submit(b"a", 1))
+    await asyncio.sleep(0)
+    waiting = [asyncio.create_task(coalescer.submit(b"bbbb", 4)) for _ in range(2)]
+    await asyncio.sleep(0)
+
+    refused = await coalescer.submit(b"c", 1)
+
+    assert coalescer.queued_bytes == 8, "the queue holds no more than its bound"
+    assert [type(r) for r in refused] == [PutQueueFull]
+    assert isinstance(refused[0], BrokerUnavailable), "nothing was sent: the sender may try another broker"
+    broker.release.set()
+    outcomes = await asyncio.gather(first, *waiting)
+    assert broker.puts == [b"a", b"bbbbbbbb"], "the refused send was never put"
+    assert all(isinstance(o, PutEntry) for outcome in outcomes for o in outcome)
+    assert coalescer.queued_bytes == 0
+    assert isinstance((await coalescer.submit(b"c", 1))[0], PutEntry), "room again: sends go through"
+
+
+async def test_one_send_larger_than_the_bound_still_goes_when_nothing_waits() -> None:
+    broker = Broker()
+    coalescer = PutCoalescer(broker.put, max_queued_bytes=2)
+    outcome = await coalescer.submit(b"abcd", 4)
+    assert [o.queue_offset for o in outcome if isinstance(o, PutEntry)] == [0, 1, 2, 3]

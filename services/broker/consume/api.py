@@ -10,6 +10,7 @@ from libs import jsonutil
 from libs.errors import InvalidRequest, PetrelError
 from libs.filters import FilterType, MessageFilter, compile_filter
 from libs.http.app import json_body, parse_json
+from libs.http.disconnect import client_gone
 from libs.problem import PROBLEM_RESPONSES
 from libs.receipt import encode_leased
 from services.broker.consume.pop import Receive
@@ -99,13 +100,18 @@ def _receive(group: str, topic: str, body: ReceiveBody) -> Receive:
 async def receive(ctx: Context, group: str, topic: str, request: Request) -> Response:
     """Lease up to max_messages messages (leases, then records: libs.receipt); with wait_ms, held until one comes."""
     body = parse_json(ReceiveBody, await request.body())
-    leases, records = await ctx.pop.receive(_receive(group, topic, body))
+    if body.wait_ms <= 0:
+        leases, records = await ctx.pop.receive(_receive(group, topic, body))
+    else:
+        async with client_gone(request) as gone:
+            leases, records = await ctx.pop.receive(_receive(group, topic, body), gone)
     return Response(encode_leased(leases, records), media_type=BINARY)
 
 
 @router.get("/{group}/topics/{topic}/ready", operation_id="waitUntilReady", response_model=ReadyAnswer)
 async def ready(
     ctx: Context,
+    request: Request,
     group: str,
     topic: str,
     wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
@@ -117,7 +123,8 @@ async def ready(
     body = ReceiveBody(
         max_messages=1, wait_ms=wait_ms, filter_type=filter_type, expression=expression, client_id=client_id
     )
-    return ReadyAnswer(ready=await ctx.pop.ready(_receive(group, topic, body)))
+    async with client_gone(request) as gone:
+        return ReadyAnswer(ready=await ctx.pop.ready(_receive(group, topic, body), gone))
 
 
 def _handle_error(handle: str, exc: PetrelError) -> dict[str, object]:

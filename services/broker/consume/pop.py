@@ -12,6 +12,7 @@ dispatch (or a lease given back) wakes it.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import time
@@ -28,6 +29,7 @@ from libs.names import dlq_topic, retry_topic
 from libs.receipt import Lease, ReceiptHandle
 from libs.store.message_store import MessageStore
 from libs.topic import Perm, TopicConfig
+from services.broker.consume.clients import DEFAULT_IDLE_MS, BroadcastClients
 from services.broker.consume.groups import ConsumeFrom, GroupConfig, GroupTable
 from services.broker.consume.window import ConsumeWindow, InFlight, WindowKey
 from services.broker.long_polling import PullWaiters
@@ -36,6 +38,8 @@ from services.broker.topics import TopicTable
 
 ENDED_LEASES_KEPT = 200_000
 """How many ended leases are remembered, to tell a late ack why its lease is over."""
+COMPACT_TIMERS_FROM = 1024
+"""Timers of leases that ended early (acked, nacked, renewed) are dropped once they are half the heap, past this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,7 @@ class PopService:
         receipt_key: bytes,
         delay_levels: tuple[int, ...],
         clock: Callable[[], float] = time.time,
+        client_idle_ms: int = DEFAULT_IDLE_MS,
     ) -> None:
         self.broker = broker
         self.topics = topics
@@ -94,6 +99,9 @@ class PopService:
         self.epoch = self.now_ms()
         self.windows: dict[WindowKey, ConsumeWindow] = {}
         self.timers: list[tuple[int, int, Timer]] = []
+        self._stale_timers = 0
+        """Leases ended since the heap was last compacted: about how many timers are dead."""
+        self.clients = BroadcastClients(client_idle_ms)
         self.ended: OrderedDict[int, LeaseEnded] = OrderedDict()
         self._lease_ids = itertools.count(1)
         self._seq = itertools.count()
@@ -107,17 +115,25 @@ class PopService:
 
     # ---- receiving -------------------------------------------------------------------------
 
-    async def receive(self, request: Receive) -> tuple[list[Lease], list[bytes]]:
+    async def receive(
+        self, request: Receive, gone: asyncio.Future[None] | None = None
+    ) -> tuple[list[Lease], list[bytes]]:
+        """Lease what is there; with a wait, held until something comes. Nothing is leased once the client is `gone`."""
         config, sources = await self._sources(request)
         deadline = self.now_ms() + request.wait_ms
         while True:
+            if gone is not None and gone.done():
+                return [], []
             leases, records = self._pop(config, request, sources)
             remaining = deadline - self.now_ms()
             if leases or remaining <= 0:
                 return leases, records
-            await self._wait(request, sources, remaining, sources[0].owner)
+            woken = await self._wait(request, sources, remaining, sources[0].owner, gone)
+            if woken and gone is not None and gone.done():
+                for key in sources:  # the group's one wake fell on a client gone: wake the others
+                    self.waiters.notify(key.topic, key.queue_id)
 
-    async def ready(self, request: Receive) -> bool:
+    async def ready(self, request: Receive, gone: asyncio.Future[None] | None = None) -> bool:
         """True as soon as a receive would find something (nothing is leased)."""
         config, sources = await self._sources(request)
         deadline = self.now_ms() + request.wait_ms
@@ -125,17 +141,24 @@ class PopService:
             if any(self._has_work(config, key) for key in sources):
                 return True
             remaining = deadline - self.now_ms()
-            if remaining <= 0:
+            if remaining <= 0 or (gone is not None and gone.done()):
                 return False
-            await self._wait(request, sources, remaining)
+            await self._wait(request, sources, remaining, gone=gone)
 
     async def _wait(
-        self, request: Receive, sources: list[WindowKey], remaining_ms: int, group: str | None = None
-    ) -> None:
+        self,
+        request: Receive,
+        sources: list[WindowKey],
+        remaining_ms: int,
+        group: str | None = None,
+        gone: asyncio.Future[None] | None = None,
+    ) -> bool:
         """Hold until a message arrives that a source would give: any message at all of the retry queue."""
         filtered = [(k.topic, k.queue_id) for k in sources if self.filter_of(k, request) is not None]
         everything = [(k.topic, k.queue_id) for k in sources if self.filter_of(k, request) is None]
-        await self.waiters.wait_any(filtered, request.message_filter, remaining_ms / 1000, group, unfiltered=everything)
+        return await self.waiters.wait_any(
+            filtered, request.message_filter, remaining_ms / 1000, group, unfiltered=everything, gone=gone
+        )
 
     @staticmethod
     def filter_of(key: WindowKey, request: Receive) -> MessageFilter | None:
@@ -152,6 +175,8 @@ class PopService:
         client_id = request.client_id if config.broadcast else ""
         subscription = await self.groups.subscribe(config.name, topic.name, request.filter_type, request.expression)
         owner = owner_of(config.name, client_id)
+        if client_id:
+            self.clients.seen(owner, self.now_ms())
         sources = [WindowKey(owner, topic.name, q) for q in range(topic.read_queues)]
         if not config.broadcast:  # FIFO groups read it too: redriven dead letters arrive there
             queues = max(s.retry_queue_id for s in self.groups.subscriptions(config.name)) + 1
@@ -285,3 +310,33 @@ class PopService:
         self.ended[lease] = why
         while len(self.ended) > ENDED_LEASES_KEPT:
             self.ended.popitem(last=False)
+        self._stale_timers += 1
+        if self._stale_timers * 2 > len(self.timers) > COMPACT_TIMERS_FROM:
+            self._compact_timers()
+
+    def _compact_timers(self) -> None:
+        """Drop the timers of leases no longer in flight (acked, nacked, renewed, their client expired)."""
+        self.timers = [entry for entry in self.timers if self._timer_live(entry[2])]
+        heapq.heapify(self.timers)
+        self._stale_timers = 0
+
+    def _timer_live(self, timer: Timer) -> bool:
+        if timer.lease == 0:
+            return True  # a FIFO suspension: a few, and cheap
+        window = self.windows.get(timer.key)
+        leased = window.in_flight.get(timer.offset) if window else None
+        return leased is not None and leased.lease == timer.lease
+
+    def expire_clients(self) -> list[str]:
+        """Drop the broadcast clients not seen for their idle time: windows, leases, offsets."""
+        gone = set(self.clients.gone(self.offsets.owners(), self.now_ms()))
+        if not gone:
+            return []
+        for key in [k for k in self.windows if k.owner in gone]:
+            del self.windows[key]
+        for turn in [t for t in self._rotation if t[0] in gone]:
+            del self._rotation[turn]
+        for owner in gone:
+            self.offsets.forget(owner)
+        self._compact_timers()
+        return sorted(gone)

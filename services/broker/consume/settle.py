@@ -149,6 +149,12 @@ class Settlement:
             await asyncio.sleep(interval)
             try:
                 await self.expire_due()
+                for client in self.pop.expire_clients():
+                    log.info(
+                        "broadcast client %s not seen for %d ms: its offsets are dropped",
+                        client,
+                        self.pop.clients.idle_ms,
+                    )
             except Exception:
                 log.exception("ending expired leases failed; will try again")
 

@@ -13,6 +13,7 @@ from libs.message import MessageRecord, Prop
 from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.broker.app import create_app
 from tests.conftest import broker_settings, in_process
+from tests.services.broker.test_memory_bounds import gauge
 from tests.support.serving import ServedApp
 
 
@@ -128,3 +129,32 @@ async def test_outcomes_survive_a_restart_from_the_op_queue(nameserver: ServedAp
         assert (await end(client, "TX5", "rollback")).status_code == 409
         assert (await end(client, "TX5", "commit")).json()["first"] is False
         assert len(await topic_records(client, "orders", 1)) == 1
+
+
+async def test_ends_of_transactions_older_than_those_remembered_are_still_answered_right(
+    nameserver: ServedApp,
+) -> None:
+    settings = broker_settings(nameserver, ended_transactions_kept=2)
+    async for client in in_process(create_app(settings)):
+        await client.put("/internal/topics/orders", json={"read_queues": 2, "write_queues": 2})
+        for index in range(6):
+            await put_half(client, f"OLD{index}")
+            verb = "commit" if index % 2 == 0 else "rollback"
+            assert (await end(client, f"OLD{index}", verb)).json()["first"] is True
+        assert await gauge(client, "petrel_broker_ended_transactions_in_memory") == 2
+        await assert_old_ends_answered(client)
+    async for client in in_process(create_app(settings)):  # restarted: the op queue is read again
+        await assert_old_ends_answered(client)
+
+
+async def assert_old_ends_answered(client: httpx.AsyncClient) -> None:
+    assert (await end(client, "OLD0", "commit")).json()["first"] is False
+    conflict = await end(client, "OLD0", "rollback")
+    assert conflict.status_code == 409, conflict.text
+    assert conflict.json()["outcome"] == "COMMIT"
+    assert (await end(client, "OLD1", "rollback")).json()["first"] is False
+    assert (await end(client, "OLD1", "commit")).status_code == 409, "a rolled-back transaction was committed"
+    assert (await client.get("/internal/transactions/OLD1")).json()["state"] == "ROLLED_BACK"
+    delivered = [r.message_id or "" for r in await topic_records(client, "orders", 1)]
+    assert sorted(delivered) == ["OLD0", "OLD2", "OLD4"], "each commit stored exactly one copy"
+    assert [r.tag for r in await topic_records(client, TRANS_OP_HALF_TOPIC)] == ["d"] * 6, "no second op record"

@@ -1,4 +1,4 @@
-from libs.routing import BrokerRegistration, TopicConfigBody
+from libs.routing import BrokerRegistration, TopicChanges, TopicConfigBody
 from services.nameserver.route_table import RouteTable
 from tests.support.clock import FakeClock
 
@@ -96,3 +96,36 @@ def test_unregister_of_last_instance_removes_the_route() -> None:
     assert table.unregister("broker-a", 0)
     assert not table.unregister("broker-a", 0)
     assert table.route("orders") is None
+
+
+def test_topic_changes_apply_what_changed_from_the_version_held() -> None:
+    table = RouteTable(FakeClock())
+    table.register("broker-a", 0, registration("127.0.0.1:10911", ("orders", 8), ("audit", 2), version=3))
+
+    ack = table.change(
+        "broker-a",
+        0,
+        TopicChanges(
+            from_version=3,
+            data_version=4,
+            updated=[TopicConfigBody(name="payments", read_queues=2, write_queues=2)],
+            removed=["audit"],
+        ),
+    )
+
+    assert (ack.known, ack.in_sync) == (True, True)
+    assert [r.topic for r in table.routes()] == ["orders", "payments"]
+    assert table.heartbeat("broker-a", 0, 4).in_sync
+
+
+def test_topic_changes_from_another_version_are_refused_and_change_nothing() -> None:
+    table = RouteTable(FakeClock())
+    table.register("broker-a", 0, registration("127.0.0.1:10911", ("orders", 8), version=3))
+
+    stale = TopicChanges(from_version=5, data_version=6, removed=["orders"])
+    ack = table.change("broker-a", 0, stale)
+
+    assert (ack.known, ack.in_sync) == (True, False), "the broker must register in full"
+    assert [r.topic for r in table.routes()] == ["orders"]
+    unknown = table.change("broker-b", 0, stale)
+    assert (unknown.known, unknown.in_sync) == (False, False)
