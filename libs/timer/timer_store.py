@@ -57,7 +57,15 @@ from libs.store.mapped_file import fsync_directory
 from libs.timer.models import Action, MessageRef, TimerEntry, TimerStats
 from libs.timer.recovery import rebuild_wheel
 from libs.timer.timer_checkpoint import TimerCheckpoint
-from libs.timer.timer_log import CANCELLED, DEFAULT_SEGMENT_BYTES, ROLLED, CorruptTimerLog, TimerLog, TimerRecord
+from libs.timer.timer_log import (
+    CANCELLED,
+    DEFAULT_SEGMENT_BYTES,
+    ROLLED,
+    CorruptTimerLog,
+    TimerLog,
+    TimerRecord,
+    attempts_flags,
+)
 from libs.timer.timer_wheel import DAY_MS, TimerWheel
 
 DEFAULT_MAX_DELAY_MS: Final = 30 * DAY_MS
@@ -130,8 +138,10 @@ class TimerStore:
         """The last tick a slot may hold now (see the module docstring)."""
         return self._committed_tick + self.wheel.slot_count - 1
 
-    def enqueue(self, due_ms: int, ref: MessageRef, now_ms: int, *, roll_count: int = 0) -> int:
+    def enqueue(self, due_ms: int, ref: MessageRef, now_ms: int, *, roll_count: int = 0, attempts: int = 0) -> int:
         """Put `ref` in the wheel to come due at `due_ms`; returns its TimerLog position.
+
+        `attempts` (refused deliveries so far, at most 255) is kept with the entry.
 
         Raises ValueError when `due_ms` is more than `max_delay_ms` after `now_ms`.
         """
@@ -147,7 +157,7 @@ class TimerStore:
         slot = self.wheel.get(tick)
         record = TimerRecord(
             -1,
-            flags,
+            flags | attempts_flags(attempts),
             roll_count,
             due_ms,
             tick * self.precision_ms,
@@ -191,7 +201,11 @@ class TimerStore:
             self._rolled -= record.rolled
             action = Action.DELIVER if record.due_ms // self.precision_ms <= tick else Action.ROLL
             ref = MessageRef(record.store_id, record.phy_offset, record.size)
-            entries.append(TimerEntry(record.position, record.due_ms, record.slot_ms, ref, record.roll_count, action))
+            entries.append(
+                TimerEntry(
+                    record.position, record.due_ms, record.slot_ms, ref, record.roll_count, action, record.attempts
+                )
+            )
         return entries
 
     def cancel(self, position: int) -> bool:

@@ -106,7 +106,10 @@ class DeliveryRequest(BaseModel):
 
 class DeliveryResult(BaseModel):
     physical_offset: int
-    status: str = Field(description="delivered or failed")
+    status: str = Field(
+        description="delivered; refused (this one cannot be delivered, the others are not held back); "
+        "failed (the store refused the write: this one and every later one were not stored)"
+    )
     topic: str | None = None
     queue_id: int | None = None
     queue_offset: int | None = None

@@ -7,8 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from libs import jsonutil
-from libs.codec import encode_record
+from libs.codec import decode_record, encode_record
 from libs.errors import PetrelError
+from libs.message import MessageRecord, Prop
 from libs.problem import PROBLEM_RESPONSES
 from services.broker.context import Context
 from services.broker.messages import BINARY, BINARY_BODY, check_queue, offset_headers
@@ -50,32 +51,52 @@ async def get_topic_offsets(ctx: Context, topic: str) -> TopicOffsets:
 
 @router.post("/timers/deliveries", operation_id="deliverScheduled", response_model=DeliveryResults)
 async def deliver_scheduled(ctx: Context, body: DeliveryRequest, request: Request) -> Response:
-    """Put due scheduled messages (by CommitLog offset) back in their real topics, in order."""
+    """Put due scheduled messages (by CommitLog offset) back in their real topics, in order; a result per offset.
+
+    `delivered`: stored in its topic. `refused`: this one cannot be delivered (no record at
+    the offset, its topic is gone ...); the others are not held back. `failed`: the store
+    refused the write (full, flush ...): it and every later one were not stored.
+    """
     results: list[dict[str, object]] = [{"physical_offset": o, "status": "pending"} for o in body.physical_offsets]
     records = []
     for entry in results:
+        offset = int(str(entry["physical_offset"]))
         try:
-            delivered, due = delivery(ctx.store.read(int(str(entry["physical_offset"]))), ctx.topics)
+            delivered, due = delivery(ctx.store.read(offset), ctx.topics)
         except PetrelError as exc:
-            entry.update(status="failed", type=exc.problem_type(), detail=exc.detail)
+            entry.update(status="refused", type=exc.problem_type(), detail=exc.detail, **_identity(ctx, offset))
             continue
         records.append((entry, delivered, due))
     if records:
-        outcome = await ctx.store.put(b"".join(encode_record(r) for _, r, _ in records))
-        now = ctx.store.clock()
-        for position, (entry, record, due) in enumerate(records):
-            if position < len(outcome.stored):
-                stored = outcome.stored[position]
-                entry.update(status="delivered", topic=stored.topic, queue_id=stored.queue_id)
-                entry.update(queue_offset=stored.queue_offset, message_id=stored.message_id)
-                request.state.events.emit(
-                    "delay_fired",
-                    message_id=record.message_id,
-                    topic=record.topic,
-                    deliver_at=due,
-                    lateness_ms=max(0, int(now * 1000) - due),
-                )
-            else:
-                failure = outcome.failure
-                entry.update(status="failed", type=failure.problem_type() if failure else "", detail=str(failure))
+        await _put(ctx, records, request)
     return Response(jsonutil.dumps({"results": results}), media_type="application/json")
+
+
+async def _put(ctx: Context, records: list[tuple[dict[str, object], MessageRecord, int]], request: Request) -> None:
+    outcome = await ctx.store.put(b"".join(encode_record(r) for _, r, _ in records))
+    now = ctx.store.clock()
+    for position, (entry, record, due) in enumerate(records):
+        if position < len(outcome.stored):
+            stored = outcome.stored[position]
+            entry.update(status="delivered", topic=stored.topic, queue_id=stored.queue_id)
+            entry.update(queue_offset=stored.queue_offset, message_id=stored.message_id)
+            request.state.events.emit(
+                "delay_fired",
+                message_id=record.message_id,
+                topic=record.topic,
+                deliver_at=due,
+                lateness_ms=max(0, int(now * 1000) - due),
+            )
+        else:
+            failure = outcome.failure
+            entry.update(status="failed", type=failure.problem_type() if failure else "", detail=str(failure))
+            entry.update(topic=record.topic, message_id=record.message_id)
+
+
+def _identity(ctx: Context, offset: int) -> dict[str, object]:
+    """The message id and real topic of the scheduled record at `offset`, as far as it can be read."""
+    try:
+        record = decode_record(ctx.store.read(offset))
+    except PetrelError:
+        return {}
+    return {"topic": record.properties.get(Prop.REAL_TOPIC, record.topic), "message_id": record.message_id}

@@ -1,0 +1,125 @@
+"""A TimerScheduler on a fake clock, against a real broker served on a port (restartable with other settings)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from libs.codec import encode_record, iter_records
+from libs.events import EventWriter
+from libs.http.client import ClientOptions, InternalClient
+from libs.message import MessageRecord, Prop
+from libs.nameserver_client import NameserverClient
+from libs.timer import TimerStore
+from services.broker.app import create_app as broker_app
+from services.broker.settings import BrokerSettings
+from services.timer.brokers import BrokerTimerClient
+from services.timer.progress import TimerProgress
+from services.timer.scheduler import TimerScheduler
+from tests.conftest import broker_settings
+from tests.support.clock import FakeClock
+from tests.support.serving import ServedApp, start_app
+
+
+class Broker:
+    """One broker, same name, port and store; `restart` brings it back with other settings."""
+
+    def __init__(self, settings: BrokerSettings) -> None:
+        self.settings = settings
+        self.served: ServedApp | None = None
+
+    def start(self, **overrides: object) -> None:
+        self.served = start_app(broker_app(self.settings.model_copy(update=overrides)), self.settings.port)
+
+    def stop(self) -> None:
+        if self.served is not None:
+            self.served.stop()
+            self.served = None
+
+    def restart(self, **overrides: object) -> None:
+        self.stop()
+        self.start(**overrides)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.port}"
+
+    def send(self, topic: str, body: str, **properties: str) -> dict[str, Any]:
+        props = {Prop.UNIQ_KEY: f"ID-{body}"} | properties
+        raw = encode_record(MessageRecord(topic=topic, body=body.encode(), queue_id=0, properties=props))
+        answer = httpx.post(f"{self.url}/internal/messages", content=raw)
+        assert answer.status_code in (200, 201), answer.text
+        return dict(answer.json()["stored"][0])
+
+    def create(self, topic: str) -> None:
+        answer = httpx.put(f"{self.url}/internal/topics/{topic}", json={"read_queues": 1, "write_queues": 1})
+        assert answer.status_code in (200, 201), answer.text
+
+    def delete(self, topic: str) -> None:
+        assert httpx.delete(f"{self.url}/internal/topics/{topic}").status_code == 204
+
+    def bodies(self, topic: str) -> list[str]:
+        answer = httpx.get(f"{self.url}/internal/topics/{topic}/queues/0/messages", params={"offset": 0, "max": 100})
+        assert answer.status_code == 200, answer.text
+        return [r.body.decode() for r in iter_records(answer.content)]
+
+
+@dataclass
+class Timer:
+    scheduler: TimerScheduler
+    clock: FakeClock
+    events: EventWriter
+
+    async def tick_at(self, ms: int) -> None:
+        self.clock.now = ms / 1000
+        await self.scheduler.tick()
+
+    def emitted(self, name: str) -> list[dict[str, Any]]:
+        self.events.flush()
+        lines = [
+            json.loads(line)
+            for path in sorted(self.events.root.rglob("*.jsonl"))
+            for line in path.read_text().splitlines()
+        ]
+        return [line for line in lines if line["event"] == name]
+
+
+@pytest.fixture
+def broker(nameserver: ServedApp) -> Iterator[Broker]:
+    served = Broker(broker_settings(nameserver))
+    served.start()
+    served.create("orders")
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+@pytest.fixture
+async def timer(tmp_path: Path, nameserver: ServedApp, broker: Broker) -> AsyncIterator[Timer]:
+    clock = FakeClock(time.time())
+    store = TimerStore(tmp_path / "wheel", now_ms=int(clock() * 1000), window_ms=7 * 86_400_000)
+    events = EventWriter(tmp_path / "export", "timer", clock=clock)
+    async with InternalClient(ClientOptions(timeout=5.0)) as client:
+        scheduler = TimerScheduler(
+            store,
+            TimerProgress(tmp_path / "progress.json"),
+            NameserverClient(client, [nameserver.address]),
+            BrokerTimerClient(client),
+            events,
+            broker_refresh_seconds=0.01,
+            max_attempts=3,
+            clock=clock,
+        )
+        try:
+            yield Timer(scheduler, clock, events)
+        finally:
+            store.close()
+            events.close()
