@@ -61,6 +61,11 @@ EVENTS: dict[str, EventSpec] = {
             _MESSAGE + " deliver_at attempts reason",
             "broker physical_offset",
         ),
+        _spec(
+            "delay_lost",
+            "disk pressure deleted a pending scheduled message's segment before it could be rolled",
+            _MESSAGE + " deliver_at physical_offset reason",
+        ),
         _spec("delay_cancelled", "a scheduled message was cancelled", _MESSAGE + " deliver_at"),
         _spec("transaction_half", "a half message was stored", _MESSAGE + " transaction_id producer_group"),
         _spec("transaction_commit", "a transaction was committed", _MESSAGE + " transaction_id", "by"),

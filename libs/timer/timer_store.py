@@ -109,6 +109,7 @@ class TimerStore:
             self.log.close()
             self.wheel.close()
             raise
+        self._pending_from = 0
         self._abort_path.touch()
         fsync_directory(directory)
 
@@ -230,6 +231,32 @@ class TimerStore:
             timestamp=int(time.time() * 1000),
         ).write(self._checkpoint_path)
         self._committed_tick = self._read_tick
+
+    def pending_offsets(self, store_id: int, below: int) -> tuple[int | None, list[tuple[int, int]]]:
+        """Of the committed pending entries of `store_id`: the lowest CommitLog offset, and the
+        (TimerLog position, CommitLog offset) of those below `below`.
+
+        Reads the TimerLog from the first record that was pending at the last call
+        (fired and cancelled records never come back), so a call costs what is pending.
+        Call it right after `checkpoint` (what a crash would bring back is then what it sees).
+        """
+        lowest: int | None = None
+        found: list[tuple[int, int]] = []
+        first_pending: int | None = None
+        end = self.log.end
+        for record in self.log.scan(self._pending_from):
+            if record.position >= end:
+                break
+            if record.cancelled or record.slot_ms // self.precision_ms < self._committed_tick:
+                continue
+            first_pending = record.position if first_pending is None else first_pending
+            if record.store_id != store_id:
+                continue
+            lowest = record.phy_offset if lowest is None else min(lowest, record.phy_offset)
+            if record.phy_offset < below:
+                found.append((record.position, record.phy_offset))
+        self._pending_from = end if first_pending is None else first_pending
+        return lowest, found
 
     def stats(self, *, max_scan: int = 100_000) -> TimerStats:
         """Counters, and the first non-empty slot among the next `max_scan` (it may hold only cancelled entries)."""

@@ -10,11 +10,20 @@ from libs import jsonutil
 from libs.codec import decode_record, encode_record
 from libs.errors import PetrelError
 from libs.message import MessageRecord, Prop
+from libs.names import SCHEDULE_TOPIC
 from libs.problem import PROBLEM_RESPONSES
 from services.broker.context import Context
 from services.broker.messages import BINARY, BINARY_BODY, check_queue, offset_headers
-from services.broker.schedule import delivery
-from services.broker.schemas import DeliveryRequest, DeliveryResults, QueueOffsetsOf, TopicOffsets
+from services.broker.schedule import delivery, needed_offset, rolled
+from services.broker.schemas import (
+    DeliveryRequest,
+    DeliveryResults,
+    QueueOffsetsOf,
+    RetentionAdvice,
+    RollResults,
+    TimerProgressReport,
+    TopicOffsets,
+)
 
 router = APIRouter(prefix="/internal", tags=["timers"], responses=PROBLEM_RESPONSES)
 
@@ -100,3 +109,47 @@ def _identity(ctx: Context, offset: int) -> dict[str, object]:
     except PetrelError:
         return {}
     return {"topic": record.properties.get(Prop.REAL_TOPIC, record.topic), "message_id": record.message_id}
+
+
+@router.post("/timers/progress", operation_id="reportTimerProgress", response_model=RetentionAdvice)
+async def report_timer_progress(ctx: Context, body: TimerProgressReport) -> RetentionAdvice:
+    """The timer's checkpointed cursors: retention keeps what they still need; answers what to roll now."""
+    queues = ctx.topics.get(SCHEDULE_TOPIC).write_queues
+    needed = needed_offset(ctx.store, queues, body.levels, body.timer, body.wheel_offset)
+    ctx.store.retention.report_needed(needed)
+    return RetentionAdvice(needed_offset=needed, roll_below=ctx.store.retention.roll_below())
+
+
+@router.post("/timers/rolls", operation_id="rollScheduled", response_model=RollResults)
+async def roll_scheduled(ctx: Context, body: DeliveryRequest, request: Request) -> Response:
+    """Re-put pending scheduled messages (by CommitLog offset) at the log's end, in the timer topic, due as before.
+
+    Seed 003's roll: the copy's retention starts again. Same message id; the timer
+    drops its entry for the old offset once the copy is stored.
+    """
+    results: list[dict[str, object]] = []
+    records = []
+    for offset in body.physical_offsets:
+        entry: dict[str, object] = {"physical_offset": offset, "status": "pending"}
+        results.append(entry)
+        try:
+            records.append((entry, rolled(ctx.store.read(offset))))
+        except PetrelError as exc:
+            entry.update(status="refused", type=exc.problem_type(), detail=exc.detail)
+    if records:
+        outcome = await ctx.store.put(b"".join(encode_record(r) for _, r in records))
+        for position, (entry, record) in enumerate(records):
+            entry["message_id"] = record.message_id
+            if position < len(outcome.stored):
+                entry.update(status="rolled", new_offset=outcome.stored[position].physical_offset)
+                request.state.events.emit(
+                    "delay_rolled",
+                    message_id=record.message_id,
+                    topic=record.properties.get(Prop.REAL_TOPIC),
+                    deliver_at=int(record.properties.get(Prop.TIMER_DELIVER_MS, "0")),
+                    roll_times=int(record.properties[Prop.TIMER_ROLL_TIMES]),
+                )
+            else:
+                failure = outcome.failure
+                entry.update(status="failed", type=failure.problem_type() if failure else "", detail=str(failure))
+    return Response(jsonutil.dumps({"results": results}), media_type="application/json")

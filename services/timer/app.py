@@ -102,6 +102,7 @@ def create_app(settings: TimerSettings) -> FastAPI:
                 checkpoint_interval_ms=settings.checkpoint_interval_ms,
                 max_delay_ms=settings.max_delay_ms,
                 max_attempts=settings.delivery_max_attempts,
+                retention_check_ms=settings.retention_check_ms,
             )
             collector = TimerCollector(scheduler)
             app.state.metrics.registry.register(collector)

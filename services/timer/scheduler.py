@@ -38,6 +38,7 @@ from libs.nameserver_client import NameserverClient
 from libs.timer import Action, MessageRef, TimerEntry, TimerStore
 from services.timer.brokers import BrokerTimerClient, DueUnit
 from services.timer.progress import TimerProgress
+from services.timer.retention import RetentionKeeper
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class TimerScheduler:
         checkpoint_interval_ms: int = 1000,
         max_delay_ms: int = 30 * 86_400_000,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retention_check_ms: int = 10_000,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -107,6 +109,7 @@ class TimerScheduler:
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.max_delay_ms = max_delay_ms
         self.max_attempts = max_attempts
+        self.keeper = RetentionKeeper(store, progress, brokers, interval_ms=retention_check_ms)
         self.clock = clock
         self.counters = TimerCounters()
         self._addresses: dict[str, str] = {}
@@ -130,8 +133,14 @@ class TimerScheduler:
             except PetrelError as exc:
                 log.warning("timer: broker %s at %s: %s; will try again", broker, address, exc.detail)
         await self._fire_wheel(now)
-        if now - self._checkpointed_at >= self.checkpoint_interval_ms:
+        keep = self.keeper.due(now)
+        if keep or now - self._checkpointed_at >= self.checkpoint_interval_ms:
             self.checkpoint(now)
+        if keep:  # right after a checkpoint: only checkpointed needs are reported
+            try:
+                await self.keeper.keep(self._addresses, now)
+            except PetrelError as exc:
+                log.warning("timer: keeping scheduled messages within retention failed: %s; will try again", exc.detail)
 
     def checkpoint(self, now: int | None = None) -> None:
         self.store.checkpoint()

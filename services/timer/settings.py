@@ -27,6 +27,9 @@ class TimerSettings(ServiceSettings):
     delivery_max_attempts: int = Field(
         default=8, ge=1, le=255, description="refused deliveries of a message before it is dropped (delay_failed)"
     )
+    retention_check_ms: int = Field(
+        default=10_000, ge=10, description="how often brokers hear what the timer needs, and old messages are rolled"
+    )
     delay_levels: str = DEFAULT_DELAY_LEVELS
 
     @property
