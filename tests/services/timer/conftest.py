@@ -65,6 +65,20 @@ class Broker:
     def delete(self, topic: str) -> None:
         assert httpx.delete(f"{self.url}/internal/topics/{topic}").status_code == 204
 
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """The broker's lifecycle events of that name written so far."""
+        root = self.settings.data_dir / "export" / "events"
+        lines = [json.loads(line) for path in sorted(root.rglob("*.jsonl")) for line in path.read_text().splitlines()]
+        return [line for line in lines if line["event"] == name]
+
+    def metrics(self) -> str:
+        return httpx.get(f"{self.url}/metrics").text
+
+    @property
+    def commitlog_start(self) -> int:
+        """Where the broker's CommitLog starts now (its oldest segment's name)."""
+        return min(int(path.name) for path in (self.settings.store_dir / "commitlog").iterdir())
+
     def bodies(self, topic: str) -> list[str]:
         answer = httpx.get(f"{self.url}/internal/topics/{topic}/queues/0/messages", params={"offset": 0, "max": 100})
         assert answer.status_code == 200, answer.text
@@ -92,8 +106,14 @@ class Timer:
 
 
 @pytest.fixture
-def broker(nameserver: ServedApp) -> Iterator[Broker]:
-    served = Broker(broker_settings(nameserver))
+def broker_overrides() -> dict[str, object]:
+    """Settings of the test's broker (a test module overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture
+def broker(nameserver: ServedApp, broker_overrides: dict[str, object]) -> Iterator[Broker]:
+    served = Broker(broker_settings(nameserver, "broker-a", **broker_overrides))
     served.start()
     served.create("orders")
     try:
@@ -116,6 +136,7 @@ async def timer(tmp_path: Path, nameserver: ServedApp, broker: Broker) -> AsyncI
             events,
             broker_refresh_seconds=0.01,
             max_attempts=3,
+            retention_check_ms=100,
             clock=clock,
         )
         try:
