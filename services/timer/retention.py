@@ -23,6 +23,7 @@ import asyncio
 import itertools
 import logging
 
+from libs.errors import PetrelError
 from libs.names import SCHEDULE_TOPIC
 from libs.timer import TimerStore
 from services.timer.brokers import BrokerTimerClient, DueUnit
@@ -52,15 +53,23 @@ class RetentionKeeper:
         """Report and roll on every broker; call right after a checkpoint."""
         self._kept_at = now
         for broker, address in brokers.items():
-            cursors = self.progress.cursors(broker)
-            lowest, doomed = await asyncio.to_thread(
-                self.store.pending_offsets, cursors.store_id, self._roll_below.get(broker, 0)
-            )
-            below = await self.brokers.report(address, dict(cursors.levels), cursors.timer, lowest)
-            self._roll_below[broker] = below
-            await self._roll_wheel(broker, address, doomed)
-            for queue_id in list(cursors.levels):
-                await self._roll_level(broker, address, queue_id, below)
+            try:
+                await self._keep_on(broker, address)
+            except PetrelError as exc:
+                log.warning(
+                    "timer: keeping %s's scheduled messages within retention: %s; will try again", broker, exc.detail
+                )
+
+    async def _keep_on(self, broker: str, address: str) -> None:
+        cursors = self.progress.cursors(broker)
+        lowest, doomed = await asyncio.to_thread(
+            self.store.pending_offsets, cursors.store_id, self._roll_below.get(broker, 0)
+        )
+        below = await self.brokers.report(address, dict(cursors.levels), cursors.timer, lowest)
+        self._roll_below[broker] = below
+        await self._roll_wheel(broker, address, doomed)
+        for queue_id in list(cursors.levels):
+            await self._roll_level(broker, address, queue_id, below)
 
     async def _roll_wheel(self, broker: str, address: str, doomed: list[tuple[int, int]]) -> None:
         live = []

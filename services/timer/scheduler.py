@@ -137,10 +137,7 @@ class TimerScheduler:
         if keep or now - self._checkpointed_at >= self.checkpoint_interval_ms:
             self.checkpoint(now)
         if keep:  # right after a checkpoint: only checkpointed needs are reported
-            try:
-                await self.keeper.keep(self._addresses, now)
-            except PetrelError as exc:
-                log.warning("timer: keeping scheduled messages within retention failed: %s; will try again", exc.detail)
+            await self.keeper.keep(self._addresses, now)
 
     def checkpoint(self, now: int | None = None) -> None:
         self.store.checkpoint()
