@@ -25,7 +25,7 @@ import logging
 
 from libs.errors import PetrelError
 from libs.names import SCHEDULE_TOPIC
-from libs.timer import TimerStore
+from libs.timer import MessageRef, TimerStore
 from services.timer.brokers import BrokerTimerClient, DueUnit
 from services.timer.progress import TimerProgress
 
@@ -54,13 +54,13 @@ class RetentionKeeper:
         self._kept_at = now
         for broker, address in brokers.items():
             try:
-                await self._keep_on(broker, address)
+                await self._keep_on(broker, address, now)
             except PetrelError as exc:
                 log.warning(
                     "timer: keeping %s's scheduled messages within retention: %s; will try again", broker, exc.detail
                 )
 
-    async def _keep_on(self, broker: str, address: str) -> None:
+    async def _keep_on(self, broker: str, address: str, now: int) -> None:
         cursors = self.progress.cursors(broker)
         lowest, doomed = await asyncio.to_thread(
             self.store.pending_offsets, cursors.store_id, self._roll_below.get(broker, 0)
@@ -69,7 +69,7 @@ class RetentionKeeper:
         self._roll_below[broker] = below
         await self._roll_wheel(broker, address, doomed)
         for queue_id in list(cursors.levels):
-            await self._roll_level(broker, address, queue_id, below)
+            await self._roll_level(broker, address, queue_id, below, now)
 
     async def _roll_wheel(self, broker: str, address: str, doomed: list[tuple[int, int]]) -> None:
         live = []
@@ -82,34 +82,47 @@ class RetentionKeeper:
         for start in range(0, len(live), ROLL_CHUNK):
             chunk = live[start : start + ROLL_CHUNK]
             results = await self.brokers.roll(address, [offset for _, offset in chunk])
-            for (position, _), result in zip(chunk, results, strict=True):
+            for (position, offset), result in zip(chunk, results, strict=True):
                 if result["status"] == "rolled":
                     self.store.cancel(position)
+                    self._carry_cancellation(broker, offset, result["new_offset"])
                     self.rolled += 1
 
-    async def _roll_level(self, broker: str, address: str, queue_id: int, below: int) -> None:
-        """Roll the level's leading units below `below`, and move its cursor past those rolled."""
+    async def _roll_level(self, broker: str, address: str, queue_id: int, below: int, now: int) -> None:
+        """Roll the level's leading units below `below`, and move its cursor past those rolled.
+
+        A unit the broker refuses to roll (its record is unreadable) goes to the wheel at its
+        due time, where delivery retries and, in the end, reports it: the cursor passes it,
+        so a copy rolled after it is never rolled or delivered twice.
+        """
         cursors = self.progress.cursors(broker)
         cursor = cursors.levels[queue_id]
         units = await self.brokers.units(address, SCHEDULE_TOPIC, queue_id, cursor, ROLL_CHUNK)
         old = list(itertools.takewhile(lambda u: u.physical_offset < below, units))
-        if not old:
-            return
-        wanted = [u for u in old if (broker, u.physical_offset) not in self.progress.cancelled]
+        wanted = [u for u in old if not self._cancelled(broker, u)]
         results = await self.brokers.roll(address, [u.physical_offset for u in wanted]) if wanted else []
-        rolled = {u.physical_offset for u, r in zip(wanted, results, strict=True) if r["status"] == "rolled"}
-        self.rolled += len(rolled)
-        passed = list(itertools.takewhile(lambda u: u.physical_offset in rolled or self._cancelled(broker, u), old))
-        for unit in passed:
+        outcome = {u.physical_offset: r for u, r in zip(wanted, results, strict=True)}
+        passed = 0
+        for unit in old:
+            result = outcome.get(unit.physical_offset, {"status": "cancelled"})
+            if result["status"] == "failed":  # the store refused the write: this and every later one not stored
+                log.warning("timer: rolling level %d on %s: %s; will try again", queue_id + 1, broker, result["detail"])
+                break
+            if result["status"] == "rolled":
+                self._carry_cancellation(broker, unit.physical_offset, result["new_offset"])
+                self.rolled += 1
+            elif result["status"] == "refused":
+                ref = MessageRef(cursors.store_id, unit.physical_offset, unit.size)
+                self.store.enqueue(min(unit.due_ms, now + self.store.max_delay_ms), ref, now)
             self.progress.cancelled.discard((broker, unit.physical_offset))
-        cursors.levels[queue_id] = cursor + len(passed)
-        if len(passed) < len(old):
-            log.warning(
-                "timer: %d messages of level %d on %s could not be rolled yet",
-                len(old) - len(passed),
-                queue_id + 1,
-                broker,
-            )
+            passed += 1
+        cursors.levels[queue_id] = cursor + passed
+
+    def _carry_cancellation(self, broker: str, old: int, new: int) -> None:
+        """A cancellation that came in while the message was being rolled applies to its copy."""
+        if (broker, old) in self.progress.cancelled:
+            self.progress.cancelled.discard((broker, old))
+            self.progress.cancelled.add((broker, new))
 
     def _cancelled(self, broker: str, unit: DueUnit) -> bool:
         return (broker, unit.physical_offset) in self.progress.cancelled
