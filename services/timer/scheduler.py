@@ -17,6 +17,9 @@
 - Progress (cursors, the wheel's read position) is saved after the deliveries
   it covers, every checkpoint interval: a crash repeats at most what was in
   flight, and loses nothing.
+- Retention (retention.py): right after a checkpoint, every `retention_check_ms`,
+  each broker hears the lowest CommitLog offset the timer still needs, and
+  pending messages getting old there are rolled back into its CommitLog.
 """
 
 from __future__ import annotations
