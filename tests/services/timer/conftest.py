@@ -91,6 +91,12 @@ class Timer:
     clock: FakeClock
     events: EventWriter
 
+    def crash_and_restart(self, tmp_path: Path, nameserver: ServedApp) -> None:
+        """What kill -9 leaves (nothing since the last checkpoint is saved), opened again."""
+        old = self.scheduler
+        old.store.abandon()
+        self.scheduler = open_scheduler(tmp_path, nameserver, old.brokers.client, self.clock, self.events)
+
     async def tick_at(self, ms: int) -> None:
         self.clock.now = ms / 1000
         await self.scheduler.tick()
@@ -125,22 +131,31 @@ def broker(nameserver: ServedApp, broker_overrides: dict[str, object]) -> Iterat
 @pytest.fixture
 async def timer(tmp_path: Path, nameserver: ServedApp, broker: Broker) -> AsyncIterator[Timer]:
     clock = FakeClock(time.time())
-    store = TimerStore(tmp_path / "wheel", now_ms=int(clock() * 1000), window_ms=7 * 86_400_000)
     events = EventWriter(tmp_path / "export", "timer", clock=clock)
     async with InternalClient(ClientOptions(timeout=5.0)) as client:
-        scheduler = TimerScheduler(
-            store,
-            TimerProgress(tmp_path / "progress.json"),
-            NameserverClient(client, [nameserver.address]),
-            BrokerTimerClient(client),
-            events,
-            broker_refresh_seconds=0.01,
-            max_attempts=3,
-            retention_check_ms=100,
-            clock=clock,
-        )
+        made = Timer(open_scheduler(tmp_path, nameserver, client, clock, events), clock, events)
         try:
-            yield Timer(scheduler, clock, events)
+            yield made
         finally:
-            store.close()
+            made.scheduler.store.close()
             events.close()
+
+
+def open_scheduler(
+    tmp_path: Path, nameserver: ServedApp, client: InternalClient, clock: FakeClock, events: EventWriter
+) -> TimerScheduler:
+    """A scheduler on the timer's files in tmp_path (made, or as a crash left them)."""
+    store = TimerStore(tmp_path / "wheel", now_ms=int(clock() * 1000), window_ms=7 * 86_400_000)
+    progress = TimerProgress(tmp_path / "progress.json")
+    progress.load()
+    return TimerScheduler(
+        store,
+        progress,
+        NameserverClient(client, [nameserver.address]),
+        BrokerTimerClient(client),
+        events,
+        broker_refresh_seconds=0.01,
+        max_attempts=3,
+        retention_check_ms=100,
+        clock=clock,
+    )

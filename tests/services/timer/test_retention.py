@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from libs.message import Prop
 from tests.services.timer.conftest import Broker, Timer
+from tests.support.serving import ServedApp
 from tests.support.waiting import eventually
 
 
@@ -74,3 +78,27 @@ async def test_a_scheduled_message_disk_pressure_takes_before_its_roll_is_report
     (lost,) = broker.events("delay_lost")
     assert (lost["message_id"], lost["topic"], lost["deliver_at"]) == ("ID-doomed", "orders", doomed["deliver_at"])
     assert "petrel_broker_scheduled_lost_total 1.0" in broker.metrics()
+
+
+async def test_a_timer_killed_between_a_roll_and_its_checkpoint_still_delivers_the_message(
+    tmp_path: Path, nameserver: ServedApp, broker: Broker, timer: Timer
+) -> None:
+    exact = broker.send("orders", "exact", **{Prop.TIMER_DELIVER_MS: str(int(time.time() * 1000) + 60_000)})
+    fill(broker, 300)
+    now = int(timer.clock.now * 1000)
+
+    async def rolled() -> bool:
+        nonlocal now
+        now += 100
+        await timer.tick_at(now)
+        return timer.scheduler.keeper.rolled == 1
+
+    await eventually(rolled, "the scheduled message rolled", timeout=20)
+    timer.crash_and_restart(tmp_path, nameserver)  # the roll's checkpoint never happened
+    for at in (now + 100, exact["deliver_at"] + 200, exact["deliver_at"] + 400):
+        await timer.tick_at(at)
+
+    delivered = broker.bodies("orders")
+    assert set(delivered) == {"exact"}, "the message was lost"
+    assert len(delivered) <= 2, "more than the one duplicate a crash may cause"
+    assert broker.events("delay_lost") == []
