@@ -232,9 +232,9 @@ class TimerStore:
         ).write(self._checkpoint_path)
         self._committed_tick = self._read_tick
 
-    def pending_offsets(self, store_id: int, below: int) -> tuple[int | None, list[tuple[int, int]]]:
-        """Of the committed pending entries of `store_id`: the lowest CommitLog offset, and the
-        (TimerLog position, CommitLog offset) of those below `below`.
+    def pending_offsets(self, store_id: int, below: int, at_least: int = 0) -> tuple[int | None, list[tuple[int, int]]]:
+        """Of the committed pending entries of `store_id` at CommitLog offsets from `at_least` on
+        (lower ones are gone): the lowest offset, and the (TimerLog position, offset) of those below `below`.
 
         Reads the TimerLog from the first record that was pending at the last call
         (fired and cancelled records never come back), so a call costs what is pending.
@@ -250,7 +250,7 @@ class TimerStore:
             if record.cancelled or record.slot_ms // self.precision_ms < self._committed_tick:
                 continue
             first_pending = record.position if first_pending is None else first_pending
-            if record.store_id != store_id:
+            if record.store_id != store_id or record.phy_offset < at_least:
                 continue
             lowest = record.phy_offset if lowest is None else min(lowest, record.phy_offset)
             if record.phy_offset < below:

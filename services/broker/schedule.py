@@ -84,14 +84,32 @@ def needed_offset(
     """The lowest CommitLog offset of a scheduled message the timer has not passed yet (None: none).
 
     With no cursors (before the timer's first report) every scheduled message still indexed counts.
+    Offsets whose records are gone already (below the log's start) keep nothing.
     """
     cursors = [(SCHEDULE_TOPIC, q, levels.get(q, 0)) for q in range(level_queues)] + [(TIMER_TOPIC, 0, timer)]
-    offsets = [] if wheel_offset is None else [wheel_offset]
+    start = store.commitlog.min_offset
+    offsets = [] if wheel_offset is None or wheel_offset < start else [wheel_offset]
     for topic, queue_id, cursor in cursors:
-        low, high = store.queue_offsets(topic, queue_id)
-        if max(cursor, low) < high:
-            offsets.append(store.queues.get(topic, queue_id).read(max(cursor, low), 1)[0][0])
+        first = _first_kept(store, topic, queue_id, cursor)
+        if first is not None:
+            offsets.append(first)
     return min(offsets, default=None)
+
+
+def _first_kept(store: MessageStore, topic: str, queue_id: int, cursor: int) -> int | None:
+    """The CommitLog offset of the queue's first unit from `cursor` on whose record is still there."""
+    low, high = store.queue_offsets(topic, queue_id)
+    queue = store.queues.get(topic, queue_id)
+    position = max(cursor, low)
+    while position < high:
+        units = queue.read(position, 256)
+        if not units:
+            return None
+        for physical, _, _ in units:
+            if physical >= store.commitlog.min_offset:
+                return physical
+        position += len(units)
+    return None
 
 
 def guard_scheduled(store: MessageStore, topics: TopicTable, events: EventWriter, registry: CollectorRegistry) -> None:

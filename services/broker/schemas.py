@@ -135,6 +135,7 @@ class TimerProgressReport(BaseModel):
 class RetentionAdvice(BaseModel):
     needed_offset: int | None = Field(description="the lowest CommitLog offset kept for the timer (None: none)")
     roll_below: int = Field(description="pending scheduled messages below this offset should be rolled now")
+    log_start: int = Field(description="the CommitLog's first offset: records below it are gone, nothing to keep")
 
 
 class RollResult(BaseModel):

@@ -117,7 +117,9 @@ async def report_timer_progress(ctx: Context, body: TimerProgressReport) -> Rete
     queues = ctx.topics.get(SCHEDULE_TOPIC).write_queues
     needed = needed_offset(ctx.store, queues, body.levels, body.timer, body.wheel_offset)
     ctx.store.retention.report_needed(needed)
-    return RetentionAdvice(needed_offset=needed, roll_below=ctx.store.retention.roll_below())
+    return RetentionAdvice(
+        needed_offset=needed, roll_below=ctx.store.retention.roll_below(), log_start=ctx.store.commitlog.min_offset
+    )
 
 
 @router.post("/timers/rolls", operation_id="rollScheduled", response_model=RollResults)

@@ -43,7 +43,8 @@ class RetentionKeeper:
         self.brokers = brokers
         self.interval_ms = interval_ms
         self.rolled = 0
-        self._roll_below: dict[str, int] = {}
+        self._roll_below: dict[str, tuple[int, int]] = {}
+        """broker -> (roll below, log start) of its last answer."""
         self._kept_at = -(10**18)
 
     def due(self, now: int) -> bool:
@@ -62,11 +63,10 @@ class RetentionKeeper:
 
     async def _keep_on(self, broker: str, address: str, now: int) -> None:
         cursors = self.progress.cursors(broker)
-        lowest, doomed = await asyncio.to_thread(
-            self.store.pending_offsets, cursors.store_id, self._roll_below.get(broker, 0)
-        )
-        below = await self.brokers.report(address, dict(cursors.levels), cursors.timer, lowest)
-        self._roll_below[broker] = below
+        below, start = self._roll_below.get(broker, (0, 0))
+        lowest, doomed = await asyncio.to_thread(self.store.pending_offsets, cursors.store_id, below, start)
+        below, start = await self.brokers.report(address, dict(cursors.levels), cursors.timer, lowest)
+        self._roll_below[broker] = (below, start)
         await self._roll_wheel(broker, address, doomed)
         for queue_id in list(cursors.levels):
             await self._roll_level(broker, address, queue_id, below, now)

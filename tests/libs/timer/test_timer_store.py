@@ -191,6 +191,7 @@ def test_pending_offsets_name_what_is_still_pending_after_a_checkpoint(open_stor
 
     assert store.pending_offsets(0, 800) == (700, [(kept, 700)])
     assert store.pending_offsets(1, 0) == (100, [])
+    assert store.pending_offsets(0, 800, at_least=701) == (900, []), "offsets below the log's start are gone"
     store.enqueue(T0 + 6_000, MessageRef(0, 400, 10), T0 + 1_000)  # a retry: the low offset counts again
     assert store.pending_offsets(0, 0)[0] == 400
     store.close()

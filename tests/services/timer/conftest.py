@@ -71,6 +71,12 @@ class Broker:
         lines = [json.loads(line) for path in sorted(root.rglob("*.jsonl")) for line in path.read_text().splitlines()]
         return [line for line in lines if line["event"] == name]
 
+    def report(self, **progress: object) -> dict[str, Any]:
+        """What a timer would report (its cursors, its wheel's lowest offset); the broker's advice."""
+        answer = httpx.post(f"{self.url}/internal/timers/progress", json=progress)
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
+
     def metrics(self) -> str:
         return httpx.get(f"{self.url}/metrics").text
 

@@ -78,6 +78,10 @@ async def test_a_scheduled_message_disk_pressure_takes_before_its_roll_is_report
     (lost,) = broker.events("delay_lost")
     assert (lost["message_id"], lost["topic"], lost["deliver_at"]) == ("ID-doomed", "orders", doomed["deliver_at"])
     assert "petrel_broker_scheduled_lost_total 1.0" in broker.metrics()
+    # What is gone keeps nothing: a timer still holding it does not hold retention back.
+    advice = broker.report(levels={"17": 0}, timer=0, wheel_offset=doomed["physical_offset"])
+    assert advice["needed_offset"] is None
+    assert advice["log_start"] == broker.commitlog_start
 
 
 async def test_a_timer_killed_between_a_roll_and_its_checkpoint_still_delivers_the_message(
