@@ -55,6 +55,17 @@ EVENTS: dict[str, EventSpec] = {
         _spec("delay_scheduled", "a delayed message was stored", _MESSAGE + " deliver_at", "delay_level"),
         _spec("delay_rolled", "a far timer was re-enqueued nearer its time", _MESSAGE + " deliver_at roll_times"),
         _spec("delay_fired", "a delayed message was put to its real topic", _MESSAGE + " deliver_at lateness_ms"),
+        _spec(
+            "delay_failed",
+            "a scheduled message was dropped: its delivery was refused max attempts times",
+            _MESSAGE + " deliver_at attempts reason",
+            "broker physical_offset",
+        ),
+        _spec(
+            "delay_lost",
+            "disk pressure deleted a pending scheduled message's segment before it could be rolled",
+            _MESSAGE + " deliver_at physical_offset reason",
+        ),
         _spec("delay_cancelled", "a scheduled message was cancelled", _MESSAGE + " deliver_at"),
         _spec("transaction_half", "a half message was stored", _MESSAGE + " transaction_id producer_group"),
         _spec("transaction_commit", "a transaction was committed", _MESSAGE + " transaction_id", "by"),

@@ -32,6 +32,9 @@ class StoreConfig:
     """Past this share of the disk in use, the oldest segments are deleted early."""
     disk_refuse_ratio: float = 0.95
     """Past this share, puts are refused (StoreFull) so the disk never fills under the store."""
+    scheduled_roll_grace_seconds: float = 60.0
+    """Under disk pressure, how long a segment holding pending scheduled messages waits for
+    them to be rolled (re-put) before it is deleted anyway, each of them reported lost."""
 
     @property
     def commitlog_dir(self) -> Path:

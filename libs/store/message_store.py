@@ -37,6 +37,7 @@ from libs.store.index_file import IndexService
 from libs.store.mapped_file import fsync_directory
 from libs.store.queue_table import ConsumeQueueTable
 from libs.store.recovery import RecoveryReport, Redispatch, recover
+from libs.store.retention import Retention
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class MessageStore:
         self._disk = _DiskCheck()
         self._recovering = False
         self.index_failures = 0
+        self.retention = Retention(self)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -351,36 +353,14 @@ class MessageStore:
         await self.flusher.flush(checkpoint=True)
         self.queues.delete_topic(topic)
 
-    # ---- retention -----------------------------------------------------------------------
+    # ---- retention (see retention.py) -----------------------------------------------------
 
     def retention_tick(self) -> int:
         """Run by the broker every few seconds: delete what retention says is due; how many segments."""
-        usage = shutil.disk_usage(self.config.root)
-        if usage.used / usage.total > self.config.disk_max_used_ratio:
-            return self.delete_expired(force=True)
-        if time.localtime(self.clock()).tm_hour == self.config.delete_when_hour:
-            return self.delete_expired()
-        return 0
+        return self.retention.tick()
 
     def delete_expired(self, *, force: bool = False) -> int:
-        """Delete CommitLog segments past `file_reserved_hours` (or the oldest, when forced)."""
-        deadline = self.clock() - self.config.file_reserved_hours * 3600
-        deleted = 0
-        while len(self.commitlog.segments) > 1:
-            oldest = self.commitlog.segments[0]
-            if not force and oldest.path.stat().st_mtime >= deadline:
-                break
-            if self.commitlog.delete_oldest() is None:
-                break
-            deleted += 1
-            force = False
-        if deleted:
-            minimum = self.commitlog.min_offset
-            self.queues.commitlog_min = minimum
-            for topic, queue_id in self.queues.on_disk():
-                self.queues.get(topic, queue_id).delete_files_below(minimum)
-            self.index.delete_files_before(minimum)
-        return deleted
+        return self.retention.delete_expired(force=force)
 
 
 def unit_code(head: RecordHead) -> int:

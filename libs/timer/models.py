@@ -28,6 +28,7 @@ class TimerEntry:
     ref: MessageRef
     roll_count: int
     action: Action
+    attempts: int = 0  # deliveries refused so far (retried with backoff, bounded)
 
 
 @dataclass(frozen=True, slots=True)

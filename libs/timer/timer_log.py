@@ -11,6 +11,7 @@ Record layout, big-endian, 56 bytes (asserted below)::
          0     2  magic        0x544D ("TM"); zero bytes mean "never written": the end of the log
          2     2  flags        bit 0 ROLLED: put in a slot before its real due time, to be rolled
                                bit 1 CANCELLED: set in place by `cancel`; never delivered
+                               bits 8-15: refused deliveries so far (see `attempts`)
          4     4  roll_count   how many times the message has been rolled so far
          8     8  due_ms       the message's real due time, ms since the epoch
         16     8  slot_ms      the wheel slot the record was put in (tick * precision), ms
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 MAGIC: Final = 0x544D
 ROLLED: Final = 0x1
 CANCELLED: Final = 0x2
+ATTEMPTS_SHIFT: Final = 8
+MAX_ATTEMPTS: Final = 0xFF
 BODY: Final = struct.Struct(">HHIqqqqII")
 RECORD: Final = struct.Struct(">HHIqqqqIIII")
 assert BODY.size == 48
@@ -82,6 +85,15 @@ class TimerRecord:
     @property
     def cancelled(self) -> bool:
         return bool(self.flags & CANCELLED)
+
+    @property
+    def attempts(self) -> int:
+        """How many deliveries of the message were refused before this record was written."""
+        return self.flags >> ATTEMPTS_SHIFT
+
+
+def attempts_flags(attempts: int) -> int:
+    return min(attempts, MAX_ATTEMPTS) << ATTEMPTS_SHIFT
 
 
 def encode(r: TimerRecord) -> bytes:

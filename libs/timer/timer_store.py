@@ -57,7 +57,15 @@ from libs.store.mapped_file import fsync_directory
 from libs.timer.models import Action, MessageRef, TimerEntry, TimerStats
 from libs.timer.recovery import rebuild_wheel
 from libs.timer.timer_checkpoint import TimerCheckpoint
-from libs.timer.timer_log import CANCELLED, DEFAULT_SEGMENT_BYTES, ROLLED, CorruptTimerLog, TimerLog, TimerRecord
+from libs.timer.timer_log import (
+    CANCELLED,
+    DEFAULT_SEGMENT_BYTES,
+    ROLLED,
+    CorruptTimerLog,
+    TimerLog,
+    TimerRecord,
+    attempts_flags,
+)
 from libs.timer.timer_wheel import DAY_MS, TimerWheel
 
 DEFAULT_MAX_DELAY_MS: Final = 30 * DAY_MS
@@ -101,6 +109,7 @@ class TimerStore:
             self.log.close()
             self.wheel.close()
             raise
+        self._pending_from = 0
         self._abort_path.touch()
         fsync_directory(directory)
 
@@ -130,8 +139,10 @@ class TimerStore:
         """The last tick a slot may hold now (see the module docstring)."""
         return self._committed_tick + self.wheel.slot_count - 1
 
-    def enqueue(self, due_ms: int, ref: MessageRef, now_ms: int, *, roll_count: int = 0) -> int:
+    def enqueue(self, due_ms: int, ref: MessageRef, now_ms: int, *, roll_count: int = 0, attempts: int = 0) -> int:
         """Put `ref` in the wheel to come due at `due_ms`; returns its TimerLog position.
+
+        `attempts` (refused deliveries so far, at most 255) is kept with the entry.
 
         Raises ValueError when `due_ms` is more than `max_delay_ms` after `now_ms`.
         """
@@ -147,7 +158,7 @@ class TimerStore:
         slot = self.wheel.get(tick)
         record = TimerRecord(
             -1,
-            flags,
+            flags | attempts_flags(attempts),
             roll_count,
             due_ms,
             tick * self.precision_ms,
@@ -191,7 +202,11 @@ class TimerStore:
             self._rolled -= record.rolled
             action = Action.DELIVER if record.due_ms // self.precision_ms <= tick else Action.ROLL
             ref = MessageRef(record.store_id, record.phy_offset, record.size)
-            entries.append(TimerEntry(record.position, record.due_ms, record.slot_ms, ref, record.roll_count, action))
+            entries.append(
+                TimerEntry(
+                    record.position, record.due_ms, record.slot_ms, ref, record.roll_count, action, record.attempts
+                )
+            )
         return entries
 
     def cancel(self, position: int) -> bool:
@@ -216,6 +231,32 @@ class TimerStore:
             timestamp=int(time.time() * 1000),
         ).write(self._checkpoint_path)
         self._committed_tick = self._read_tick
+
+    def pending_offsets(self, store_id: int, below: int, at_least: int = 0) -> tuple[int | None, list[tuple[int, int]]]:
+        """Of the committed pending entries of `store_id` at CommitLog offsets from `at_least` on
+        (lower ones are gone): the lowest offset, and the (TimerLog position, offset) of those below `below`.
+
+        Reads the TimerLog from the first record that was pending at the last call
+        (fired and cancelled records never come back), so a call costs what is pending.
+        Call it right after `checkpoint` (what a crash would bring back is then what it sees).
+        """
+        lowest: int | None = None
+        found: list[tuple[int, int]] = []
+        first_pending: int | None = None
+        end = self.log.end
+        for record in self.log.scan(self._pending_from):
+            if record.position >= end:
+                break
+            if record.cancelled or record.slot_ms // self.precision_ms < self._committed_tick:
+                continue
+            first_pending = record.position if first_pending is None else first_pending
+            if record.store_id != store_id or record.phy_offset < at_least:
+                continue
+            lowest = record.phy_offset if lowest is None else min(lowest, record.phy_offset)
+            if record.phy_offset < below:
+                found.append((record.position, record.phy_offset))
+        self._pending_from = end if first_pending is None else first_pending
+        return lowest, found
 
     def stats(self, *, max_scan: int = 100_000) -> TimerStats:
         """Counters, and the first non-empty slot among the next `max_scan` (it may hold only cancelled entries)."""

@@ -38,6 +38,7 @@ from services.broker.memory import watch_memory
 from services.broker.metadata import OffsetStore, TopicStore, open_engine
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
+from services.broker.schedule import guard_scheduled
 from services.broker.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable, ensure_system_topics
@@ -52,7 +53,6 @@ TopicName = Annotated[str, Depends(_topic_name)]
 
 log = logging.getLogger(__name__)
 
-RETENTION_SCAN_SECONDS = 10.0
 RECEIPT_KEY_FILE = "receipt.key"
 
 router = APIRouter(prefix="/internal", tags=["broker"], responses=PROBLEM_RESPONSES)
@@ -107,9 +107,10 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         store = await _open_store(settings, offsets, app.state.metrics.registry)
         waiters = PullWaiters()
         store.listeners.append(waiters.on_dispatch)
+        guard_scheduled(store, topics, app.state.events, app.state.metrics.registry)
         store.start()
         offsets.start()
-        retention = asyncio.create_task(_retention(store), name="store-retention")
+        retention = asyncio.create_task(_retention(store, settings.retention_scan_seconds), name="store-retention")
         pop, settlement = _consumers(settings, topics, groups, store, offsets, waiters, app.state.events)
         transactions = Transactions(
             store,
@@ -239,9 +240,9 @@ def receipt_key(store_dir: Path) -> bytes:
     return key
 
 
-async def _retention(store: MessageStore) -> None:
+async def _retention(store: MessageStore, interval: float) -> None:
     while True:
-        await asyncio.sleep(RETENTION_SCAN_SECONDS)
+        await asyncio.sleep(interval)
         try:
             deleted = store.retention_tick()
         except OSError:

@@ -13,11 +13,15 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from prometheus_client import CollectorRegistry, Counter
+
 from libs.codec import decode_record, encode_record, peek_head
 from libs.delay import due_at, from_schedule, is_scheduled, to_schedule
 from libs.errors import InvalidMessage, TopicNotFound
-from libs.message import MessageRecord
+from libs.events import EventWriter
+from libs.message import MessageRecord, Prop
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from libs.store.message_store import MessageStore
 from services.broker.topics import TopicTable
 
 
@@ -53,3 +57,80 @@ def delivery(raw: bytes, topics: TopicTable) -> tuple[MessageRecord, int]:
     if delivered.queue_id >= config.write_queues:  # the topic shrank meanwhile: keep it on a queue that exists
         delivered = replace(delivered, queue_id=delivered.queue_id % config.write_queues)
     return delivered, due_at(record)
+
+
+def rolled(raw: bytes) -> MessageRecord:
+    """The stored scheduled record as re-put at the log's end (seed 003's roll): in the timer topic, due as before."""
+    record = decode_record(raw)
+    if record.topic not in (SCHEDULE_TOPIC, TIMER_TOPIC):
+        raise InvalidMessage(f"the record at {record.physical_offset} is in {record.topic}, not a schedule queue")
+    properties = dict(record.properties)
+    times = properties.get(Prop.TIMER_ROLL_TIMES, "0")
+    properties[Prop.TIMER_ROLL_TIMES] = str(int(times) + 1 if times.isdigit() else 1)
+    return replace(
+        record,
+        topic=TIMER_TOPIC,
+        queue_id=0,
+        properties=properties,
+        queue_offset=0,
+        physical_offset=0,
+        store_timestamp=0,
+    )
+
+
+def needed_offset(
+    store: MessageStore, level_queues: int, levels: dict[int, int], timer: int, wheel_offset: int | None
+) -> int | None:
+    """The lowest CommitLog offset of a scheduled message the timer has not passed yet (None: none).
+
+    With no cursors (before the timer's first report) every scheduled message still indexed counts.
+    Offsets whose records are gone already (below the log's start) keep nothing.
+    """
+    cursors = [(SCHEDULE_TOPIC, q, levels.get(q, 0)) for q in range(level_queues)] + [(TIMER_TOPIC, 0, timer)]
+    start = store.commitlog.min_offset
+    offsets = [] if wheel_offset is None or wheel_offset < start else [wheel_offset]
+    for topic, queue_id, cursor in cursors:
+        first = _first_kept(store, topic, queue_id, cursor)
+        if first is not None:
+            offsets.append(first)
+    return min(offsets, default=None)
+
+
+def _first_kept(store: MessageStore, topic: str, queue_id: int, cursor: int) -> int | None:
+    """The CommitLog offset of the queue's first unit from `cursor` on whose record is still there."""
+    low, high = store.queue_offsets(topic, queue_id)
+    queue = store.queues.get(topic, queue_id)
+    position = max(cursor, low)
+    while position < high:
+        units = queue.read(position, 256)
+        if not units:
+            return None
+        for physical, _, _ in units:
+            if physical >= store.commitlog.min_offset:
+                return physical
+        position += len(units)
+    return None
+
+
+def guard_scheduled(store: MessageStore, topics: TopicTable, events: EventWriter, registry: CollectorRegistry) -> None:
+    """Retention keeps every scheduled message until the timer's first report; losses are told loudly."""
+    queues = topics.get(SCHEDULE_TOPIC).write_queues
+    store.retention.needed_before_report = lambda: needed_offset(store, queues, {}, 0, None)
+    lost = Counter(
+        "petrel_broker_scheduled_lost",
+        "Pending scheduled messages disk pressure deleted before they could be rolled",
+        registry=registry,
+    )
+
+    def on_lost(record: MessageRecord) -> None:
+        lost.inc()
+        events.emit(
+            "delay_lost",
+            message_id=record.message_id,
+            topic=record.properties.get(Prop.REAL_TOPIC),
+            deliver_at=due_at(record),
+            physical_offset=record.physical_offset,
+            reason="disk pressure deleted its CommitLog segment before it could be rolled",
+        )
+
+    store.retention.loss_listeners.append(on_lost)

@@ -106,7 +106,10 @@ class DeliveryRequest(BaseModel):
 
 class DeliveryResult(BaseModel):
     physical_offset: int
-    status: str = Field(description="delivered or failed")
+    status: str = Field(
+        description="delivered; refused (this one cannot be delivered, the others are not held back); "
+        "failed (the store refused the write: this one and every later one were not stored)"
+    )
     topic: str | None = None
     queue_id: int | None = None
     queue_offset: int | None = None
@@ -117,6 +120,35 @@ class DeliveryResult(BaseModel):
 
 class DeliveryResults(BaseModel):
     results: list[DeliveryResult]
+
+
+class TimerProgressReport(BaseModel):
+    """What the timer still needs on this broker, as of its last checkpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    levels: dict[int, int] = Field(description="delay-level queue id -> the next unit the timer reads")
+    timer: int = Field(ge=0, description="the next unit of the timer topic the timer reads")
+    wheel_offset: int | None = Field(ge=0, description="the lowest CommitLog offset of its wheel's pending entries")
+
+
+class RetentionAdvice(BaseModel):
+    needed_offset: int | None = Field(description="the lowest CommitLog offset kept for the timer (None: none)")
+    roll_below: int = Field(description="pending scheduled messages below this offset should be rolled now")
+    log_start: int = Field(description="the CommitLog's first offset: records below it are gone, nothing to keep")
+
+
+class RollResult(BaseModel):
+    physical_offset: int
+    status: str = Field(description="rolled (re-put at the log's end), refused (cannot be), failed (store refused)")
+    new_offset: int | None = Field(default=None, description="where the rolled copy is, when rolled")
+    message_id: str | None = None
+    type: str | None = Field(default=None, description="the problem type, when refused or failed")
+    detail: str | None = None
+
+
+class RollResults(BaseModel):
+    results: list[RollResult]
 
 
 class QueueOffsetsOf(BaseModel):

@@ -36,6 +36,12 @@ class BrokerSettings(ServiceSettings):
     delete_when_hour: int = Field(default=4, ge=0, le=23)
     disk_max_used_ratio: float = Field(default=0.75, gt=0, le=1)
     disk_refuse_ratio: float = Field(default=0.95, gt=0, le=1)
+    retention_scan_seconds: float = Field(
+        default=10.0, gt=0, description="how often retention looks for what to delete"
+    )
+    scheduled_roll_grace_seconds: float = Field(
+        default=60.0, ge=0, description="under disk pressure, how long pending scheduled messages get to be rolled"
+    )
     offset_persist_interval_seconds: float = Field(default=5.0, gt=0)
     max_pull_wait_ms: int = Field(default=30_000, ge=0)
     broadcast_client_idle_seconds: float = Field(
@@ -81,6 +87,7 @@ class BrokerSettings(ServiceSettings):
             delete_when_hour=self.delete_when_hour,
             disk_max_used_ratio=self.disk_max_used_ratio,
             disk_refuse_ratio=self.disk_refuse_ratio,
+            scheduled_roll_grace_seconds=self.scheduled_roll_grace_seconds,
         )
 
     @property

@@ -7,13 +7,23 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from libs import jsonutil
-from libs.codec import encode_record
+from libs.codec import decode_record, encode_record
 from libs.errors import PetrelError
+from libs.message import MessageRecord, Prop
+from libs.names import SCHEDULE_TOPIC
 from libs.problem import PROBLEM_RESPONSES
 from services.broker.context import Context
 from services.broker.messages import BINARY, BINARY_BODY, check_queue, offset_headers
-from services.broker.schedule import delivery
-from services.broker.schemas import DeliveryRequest, DeliveryResults, QueueOffsetsOf, TopicOffsets
+from services.broker.schedule import delivery, needed_offset, rolled
+from services.broker.schemas import (
+    DeliveryRequest,
+    DeliveryResults,
+    QueueOffsetsOf,
+    RetentionAdvice,
+    RollResults,
+    TimerProgressReport,
+    TopicOffsets,
+)
 
 router = APIRouter(prefix="/internal", tags=["timers"], responses=PROBLEM_RESPONSES)
 
@@ -50,30 +60,96 @@ async def get_topic_offsets(ctx: Context, topic: str) -> TopicOffsets:
 
 @router.post("/timers/deliveries", operation_id="deliverScheduled", response_model=DeliveryResults)
 async def deliver_scheduled(ctx: Context, body: DeliveryRequest, request: Request) -> Response:
-    """Put due scheduled messages (by CommitLog offset) back in their real topics, in order."""
+    """Put due scheduled messages (by CommitLog offset) back in their real topics, in order; a result per offset.
+
+    `delivered`: stored in its topic. `refused`: this one cannot be delivered (no record at
+    the offset, its topic is gone ...); the others are not held back. `failed`: the store
+    refused the write (full, flush ...): it and every later one were not stored.
+    """
     results: list[dict[str, object]] = [{"physical_offset": o, "status": "pending"} for o in body.physical_offsets]
     records = []
     for entry in results:
+        offset = int(str(entry["physical_offset"]))
         try:
-            delivered, due = delivery(ctx.store.read(int(str(entry["physical_offset"]))), ctx.topics)
+            delivered, due = delivery(ctx.store.read(offset), ctx.topics)
         except PetrelError as exc:
-            entry.update(status="failed", type=exc.problem_type(), detail=exc.detail)
+            entry.update(status="refused", type=exc.problem_type(), detail=exc.detail, **_identity(ctx, offset))
             continue
         records.append((entry, delivered, due))
     if records:
-        outcome = await ctx.store.put(b"".join(encode_record(r) for _, r, _ in records))
-        now = ctx.store.clock()
-        for position, (entry, record, due) in enumerate(records):
+        await _put(ctx, records, request)
+    return Response(jsonutil.dumps({"results": results}), media_type="application/json")
+
+
+async def _put(ctx: Context, records: list[tuple[dict[str, object], MessageRecord, int]], request: Request) -> None:
+    outcome = await ctx.store.put(b"".join(encode_record(r) for _, r, _ in records))
+    now = ctx.store.clock()
+    for position, (entry, record, due) in enumerate(records):
+        if position < len(outcome.stored):
+            stored = outcome.stored[position]
+            entry.update(status="delivered", topic=stored.topic, queue_id=stored.queue_id)
+            entry.update(queue_offset=stored.queue_offset, message_id=stored.message_id)
+            request.state.events.emit(
+                "delay_fired",
+                message_id=record.message_id,
+                topic=record.topic,
+                deliver_at=due,
+                lateness_ms=max(0, int(now * 1000) - due),
+            )
+        else:
+            failure = outcome.failure
+            entry.update(status="failed", type=failure.problem_type() if failure else "", detail=str(failure))
+            entry.update(topic=record.topic, message_id=record.message_id)
+
+
+def _identity(ctx: Context, offset: int) -> dict[str, object]:
+    """The message id and real topic of the scheduled record at `offset`, as far as it can be read."""
+    try:
+        record = decode_record(ctx.store.read(offset))
+    except PetrelError:
+        return {}
+    return {"topic": record.properties.get(Prop.REAL_TOPIC, record.topic), "message_id": record.message_id}
+
+
+@router.post("/timers/progress", operation_id="reportTimerProgress", response_model=RetentionAdvice)
+async def report_timer_progress(ctx: Context, body: TimerProgressReport) -> RetentionAdvice:
+    """The timer's checkpointed cursors: retention keeps what they still need; answers what to roll now."""
+    queues = ctx.topics.get(SCHEDULE_TOPIC).write_queues
+    needed = needed_offset(ctx.store, queues, body.levels, body.timer, body.wheel_offset)
+    ctx.store.retention.report_needed(needed)
+    return RetentionAdvice(
+        needed_offset=needed, roll_below=ctx.store.retention.roll_below(), log_start=ctx.store.commitlog.min_offset
+    )
+
+
+@router.post("/timers/rolls", operation_id="rollScheduled", response_model=RollResults)
+async def roll_scheduled(ctx: Context, body: DeliveryRequest, request: Request) -> Response:
+    """Re-put pending scheduled messages (by CommitLog offset) at the log's end, in the timer topic, due as before.
+
+    Seed 003's roll: the copy's retention starts again. Same message id; the timer
+    drops its entry for the old offset once the copy is stored.
+    """
+    results: list[dict[str, object]] = []
+    records = []
+    for offset in body.physical_offsets:
+        entry: dict[str, object] = {"physical_offset": offset, "status": "pending"}
+        results.append(entry)
+        try:
+            records.append((entry, rolled(ctx.store.read(offset))))
+        except PetrelError as exc:
+            entry.update(status="refused", type=exc.problem_type(), detail=exc.detail)
+    if records:
+        outcome = await ctx.store.put(b"".join(encode_record(r) for _, r in records))
+        for position, (entry, record) in enumerate(records):
+            entry["message_id"] = record.message_id
             if position < len(outcome.stored):
-                stored = outcome.stored[position]
-                entry.update(status="delivered", topic=stored.topic, queue_id=stored.queue_id)
-                entry.update(queue_offset=stored.queue_offset, message_id=stored.message_id)
+                entry.update(status="rolled", new_offset=outcome.stored[position].physical_offset)
                 request.state.events.emit(
-                    "delay_fired",
+                    "delay_rolled",
                     message_id=record.message_id,
-                    topic=record.topic,
-                    deliver_at=due,
-                    lateness_ms=max(0, int(now * 1000) - due),
+                    topic=record.properties.get(Prop.REAL_TOPIC),
+                    deliver_at=int(record.properties.get(Prop.TIMER_DELIVER_MS, "0")),
+                    roll_times=int(record.properties[Prop.TIMER_ROLL_TIMES]),
                 )
             else:
                 failure = outcome.failure

@@ -58,6 +58,7 @@ async def get_stats(scheduler: Scheduler, request: Request) -> TimerStats:
         rolled=counters.rolled,
         cancelled=counters.cancelled,
         retried=counters.retried,
+        failed=counters.failed,
         lateness=Lateness(
             count=len(sample),
             p50_ms=sample[len(sample) // 2] if sample else 0,
@@ -100,6 +101,8 @@ def create_app(settings: TimerSettings) -> FastAPI:
                 broker_refresh_seconds=settings.broker_refresh_seconds,
                 checkpoint_interval_ms=settings.checkpoint_interval_ms,
                 max_delay_ms=settings.max_delay_ms,
+                max_attempts=settings.delivery_max_attempts,
+                retention_check_ms=settings.retention_check_ms,
             )
             collector = TimerCollector(scheduler)
             app.state.metrics.registry.register(collector)

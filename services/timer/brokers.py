@@ -49,3 +49,21 @@ class BrokerTimerClient:
             "POST", f"http://{address}/internal/timers/deliveries", body={"physical_offsets": physical_offsets}
         )
         return list(answer["results"])
+
+    async def report(
+        self, address: str, levels: dict[int, int], timer: int, wheel_offset: int | None
+    ) -> tuple[int, int]:
+        """Tell the broker what the timer still needs (as of its checkpoint); (roll below, log start)."""
+        answer = await self.client.json(
+            "POST",
+            f"http://{address}/internal/timers/progress",
+            body={"levels": {str(q): o for q, o in levels.items()}, "timer": timer, "wheel_offset": wheel_offset},
+        )
+        return int(answer["roll_below"]), int(answer["log_start"])
+
+    async def roll(self, address: str, physical_offsets: list[int]) -> list[dict[str, Any]]:
+        """Re-put pending messages at the log's end; one result per offset ('rolled' with new_offset, or not)."""
+        answer = await self.client.json(
+            "POST", f"http://{address}/internal/timers/rolls", body={"physical_offsets": physical_offsets}
+        )
+        return list(answer["results"])

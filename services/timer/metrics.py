@@ -20,7 +20,9 @@ class TimerCollector(Collector):
             ("delivered", counters.delivered, "Scheduled messages delivered"),
             ("rolled", counters.rolled, "Timers rolled because their time was beyond the wheel's window"),
             ("cancelled", counters.cancelled, "Scheduled messages cancelled before their time"),
-            ("retried", counters.retried, "Deliveries tried again because a broker was away"),
+            ("retried", counters.retried, "Deliveries tried again (broker away, or it refused the entry)"),
+            ("failed", counters.failed, "Scheduled messages dropped after max refused deliveries"),
+            ("retention_rolled", self.scheduler.keeper.rolled, "Messages re-put before their broker's retention"),
         ):
             yield CounterMetricFamily(f"petrel_timer_{name}", text, value=value)
         levels = GaugeMetricFamily("petrel_timer_level_pending", "Messages waiting per delay level", labels=["level"])

@@ -7,21 +7,32 @@
   TimerStore (TimerLog + TimerWheel); each scan takes what the wheel says is due,
   rolls what is still beyond its window, and delivers the rest.
 - Delivery asks the broker to put the stored message in its real topic by
-  CommitLog offset (the body does not travel twice). A delivery that fails
-  because a broker is away is tried again a second later; nothing is dropped.
+  CommitLog offset (the body does not travel twice); it answers per entry. One
+  that could not be tried or stored (broker away, store full) is tried again
+  a second later; a level waits that long, not until its next message is due.
+  One the broker refused (no record at the offset, topic gone) goes to the wheel
+  to be tried again after a backoff (1, 2, 4 ... 60 s), and after `max_attempts`
+  refusals is dropped with a `delay_failed` event, a log line and a metric.
+  Entries that were stored are never put again (except after a crash).
 - Progress (cursors, the wheel's read position) is saved after the deliveries
   it covers, every checkpoint interval: a crash repeats at most what was in
   flight, and loses nothing.
+- Retention (retention.py): right after a checkpoint, every `retention_check_ms`,
+  each broker hears the lowest CommitLog offset the timer still needs, and
+  pending messages getting old there are rolled back into its CommitLog.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
+import itertools
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from libs.errors import PetrelError
 from libs.events import EventWriter
@@ -30,6 +41,7 @@ from libs.nameserver_client import NameserverClient
 from libs.timer import Action, MessageRef, TimerEntry, TimerStore
 from services.timer.brokers import BrokerTimerClient, DueUnit
 from services.timer.progress import TimerProgress
+from services.timer.retention import RetentionKeeper
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +49,10 @@ UNITS_PER_READ = 1000
 DELIVERY_CHUNK = 1000
 """Offsets per delivery request (the broker takes at most 1024)."""
 RETRY_MS = 1000
+"""How long a delivery that could not be tried (broker away, store full) waits; also a refusal's first backoff."""
+MAX_BACKOFF_MS = 60_000
+DEFAULT_MAX_ATTEMPTS = 8
+"""Refused deliveries of one message (1, 2, 4 ... 60 s apart) before it is dropped with `delay_failed`."""
 SCAN_LAG_MS = 2
 """How long after an interval boundary a scan starts (the slot that just ended is then complete)."""
 LATENESS_WINDOW = 10_000
@@ -48,8 +64,27 @@ class TimerCounters:
     rolled: int = 0
     cancelled: int = 0
     retried: int = 0
+    failed: int = 0
     lateness_ms: deque[int] = field(default_factory=lambda: deque(maxlen=LATENESS_WINDOW))
     level_pending: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+class Result(enum.Enum):
+    DELIVERED = "delivered"
+    LATER = "later"  # not tried or not stored for a reason of the broker's: try again in RETRY_MS
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The broker refused this one entry (no record at the offset, topic gone ...)."""
+
+    broker: str
+    offset: int
+    due_ms: int
+    result: dict[str, Any]
+
+
+Outcome = Result | Refusal
 
 
 class TimerScheduler:
@@ -64,6 +99,8 @@ class TimerScheduler:
         broker_refresh_seconds: float = 5.0,
         checkpoint_interval_ms: int = 1000,
         max_delay_ms: int = 30 * 86_400_000,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retention_check_ms: int = 10_000,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -74,6 +111,8 @@ class TimerScheduler:
         self.broker_refresh_seconds = broker_refresh_seconds
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.max_delay_ms = max_delay_ms
+        self.max_attempts = max_attempts
+        self.keeper = RetentionKeeper(store, progress, brokers, interval_ms=retention_check_ms)
         self.clock = clock
         self.counters = TimerCounters()
         self._addresses: dict[str, str] = {}
@@ -97,8 +136,11 @@ class TimerScheduler:
             except PetrelError as exc:
                 log.warning("timer: broker %s at %s: %s; will try again", broker, address, exc.detail)
         await self._fire_wheel(now)
-        if now - self._checkpointed_at >= self.checkpoint_interval_ms:
+        keep = self.keeper.due(now)
+        if keep or now - self._checkpointed_at >= self.checkpoint_interval_ms:
             self.checkpoint(now)
+        if keep:  # right after a checkpoint: only checkpointed needs are reported
+            await self.keeper.keep(self._addresses, now)
 
     def checkpoint(self, now: int | None = None) -> None:
         self.store.checkpoint()
@@ -128,27 +170,33 @@ class TimerScheduler:
         cursors = self.progress.cursors(broker)
         for queue_id, (low, high) in (await self.brokers.max_offsets(address, SCHEDULE_TOPIC)).items():
             cursor = max(cursors.levels.get(queue_id, 0), low)
+            cursors.levels[queue_id] = cursor
             self.counters.level_pending[(broker, queue_id)] = high - cursor
             if cursor >= high or self._next_due.get((broker, queue_id), 0) > now:
                 continue
             units = await self.brokers.units(address, SCHEDULE_TOPIC, queue_id, cursor, UNITS_PER_READ)
-            due = [u for u in units if u.due_ms <= now]
-            if len(due) < len(units):
+            # Only the leading run of due units: a queue is passed in order, whatever the clock says.
+            due = list(itertools.takewhile(lambda u: u.due_ms <= now, units))
+            done = await self._deliver_units(broker, address, due, now)
+            if done < len(due):
+                self._next_due[(broker, queue_id)] = now + RETRY_MS
+            elif len(due) < len(units):
                 self._next_due[(broker, queue_id)] = units[len(due)].due_ms
             else:
                 self._next_due.pop((broker, queue_id), None)
-            done = await self._deliver_units(broker, address, due, now)
             cursors.levels[queue_id] = cursor + done
             self.counters.level_pending[(broker, queue_id)] = high - cursors.levels[queue_id]
 
     async def _deliver_units(self, broker: str, address: str, due: list[DueUnit], now: int) -> int:
-        """Deliver in order; how many units are done (delivered, cancelled, gone) before the first to retry."""
+        """Deliver in order; how many units are passed (delivered, refused and handed to the wheel, cancelled)."""
         wanted = [u for u in due if not self._is_cancelled(broker, u.physical_offset)]
-        failed_at = await self._deliver(broker, address, [(u.physical_offset, u.due_ms) for u in wanted], now)
-        done = len(due)
-        if failed_at is not None:
-            first_failed = wanted[failed_at].queue_offset
-            done = sum(1 for u in due if u.queue_offset < first_failed)
+        results = await self._deliver(broker, address, [(u.physical_offset, u.due_ms) for u in wanted], now)
+        held = next((i for i, r in enumerate(results) if r is Result.LATER), len(wanted))
+        store_id = self.progress.cursors(broker).store_id
+        for unit, result in zip(wanted[:held], results[:held], strict=True):
+            if isinstance(result, Refusal):
+                self._refused(MessageRef(store_id, unit.physical_offset, unit.size), 0, 0, result, now)
+        done = len(due) if held == len(wanted) else due.index(wanted[held])
         for unit in due[:done]:  # a cancellation is forgotten only once its unit is passed
             self._forget_cancelled(broker, unit.physical_offset)
         return done
@@ -172,53 +220,95 @@ class TimerScheduler:
         by_broker: dict[int, list[TimerEntry]] = {}
         for entry in self.store.due(now):
             if entry.action is Action.ROLL:
-                self.store.enqueue(entry.due_ms, entry.ref, now, roll_count=entry.roll_count + 1)
-                self.counters.rolled += 1
-                self.events.emit(
-                    "delay_rolled",
-                    message_id=None,
-                    topic=None,
-                    deliver_at=entry.due_ms,
-                    roll_times=entry.roll_count + 1,
-                )
+                self._roll(entry, now)
             else:
                 by_broker.setdefault(entry.ref.store_id, []).append(entry)
         for store_id, entries in by_broker.items():
             broker = self.progress.broker_of(store_id)
             address = self._addresses.get(broker or "")
             wanted = [e for e in entries if not self._forget_cancelled(broker or "", e.ref.phy_offset)]
-            failed_at: int | None = 0 if address is None and wanted else None
+            results: list[Outcome] = [Result.LATER] * len(wanted)
             if address is not None and broker is not None:
-                failed_at = await self._deliver(broker, address, [(e.ref.phy_offset, e.due_ms) for e in wanted], now)
-            for entry in wanted[failed_at:] if failed_at is not None else []:
-                self.store.enqueue(now + RETRY_MS, entry.ref, now, roll_count=entry.roll_count)
-                self.counters.retried += 1
+                results = await self._deliver(broker, address, [(e.ref.phy_offset, e.due_ms) for e in wanted], now)
+            for entry, result in zip(wanted, results, strict=True):
+                if result is Result.LATER:
+                    self.store.enqueue(
+                        now + RETRY_MS, entry.ref, now, roll_count=entry.roll_count, attempts=entry.attempts
+                    )
+                    self.counters.retried += 1
+                elif isinstance(result, Refusal):
+                    self._refused(entry.ref, entry.roll_count, entry.attempts, result, now)
+
+    def _roll(self, entry: TimerEntry, now: int) -> None:
+        self.store.enqueue(entry.due_ms, entry.ref, now, roll_count=entry.roll_count + 1, attempts=entry.attempts)
+        self.counters.rolled += 1
+        self.events.emit(
+            "delay_rolled", message_id=None, topic=None, deliver_at=entry.due_ms, roll_times=entry.roll_count + 1
+        )
 
     # ---- both ----------------------------------------------------------------------------
 
-    async def _deliver(self, broker: str, address: str, due: list[tuple[int, int]], now: int) -> int | None:
-        """Deliver (offset, due) pairs in order, in chunks the broker takes; the index of the first to retry."""
-        for start in range(0, len(due), DELIVERY_CHUNK):
-            failed = await self._deliver_chunk(broker, address, due[start : start + DELIVERY_CHUNK], now)
-            if failed is not None:
-                return start + failed
-        return None
+    async def _deliver(self, broker: str, address: str, due: list[tuple[int, int]], now: int) -> list[Outcome]:
+        """Deliver (offset, due) pairs in chunks the broker takes; an outcome per pair.
 
-    async def _deliver_chunk(self, broker: str, address: str, due: list[tuple[int, int]], now: int) -> int | None:
+        Once a chunk cannot be answered or stored, it and every later pair are LATER.
+        """
+        outcomes: list[Outcome] = []
+        for start in range(0, len(due), DELIVERY_CHUNK):
+            chunk = due[start : start + DELIVERY_CHUNK]
+            outcomes += await self._deliver_chunk(broker, address, chunk, now)
+            if outcomes and outcomes[-1] is Result.LATER:
+                break
+        return outcomes + [Result.LATER] * (len(due) - len(outcomes))
+
+    async def _deliver_chunk(self, broker: str, address: str, due: list[tuple[int, int]], now: int) -> list[Outcome]:
         try:
             results = await self.brokers.deliver(address, [offset for offset, _ in due])
         except PetrelError as exc:
             log.warning("timer: delivering %d messages to %s failed: %s", len(due), broker, exc.detail)
-            return 0
-        for index, (result, (offset, due_ms)) in enumerate(zip(results, due, strict=True)):
+            return [Result.LATER] * len(due)
+        outcomes: list[Outcome] = []
+        for result, (offset, due_ms) in zip(results, due, strict=True):
             if result["status"] == "delivered":
                 self.counters.delivered += 1
                 self.counters.lateness_ms.append(max(0, now - due_ms))
-            elif str(result.get("type", "")).endswith(("/topic-not-found", "/invalid-message")):
-                log.warning("timer: dropping the scheduled message at %s/%d: %s", broker, offset, result.get("detail"))
-            else:
-                return index
-        return None
+                outcomes.append(Result.DELIVERED)
+            elif result["status"] == "refused":
+                outcomes.append(Refusal(broker, offset, due_ms, result))
+            else:  # not stored, nor any later one: the store itself refused (full, flush ...)
+                log.warning("timer: %s did not store the message at %d: %s", broker, offset, result.get("detail"))
+                outcomes.append(Result.LATER)
+        return outcomes
+
+    def _refused(self, ref: MessageRef, roll_count: int, attempts: int, refusal: Refusal, now: int) -> None:
+        """Try a refused delivery again after a backoff; after `max_attempts` tries drop it, loudly."""
+        attempts += 1
+        if attempts < self.max_attempts:
+            backoff = min(RETRY_MS << (attempts - 1), MAX_BACKOFF_MS)
+            self.store.enqueue(now + backoff, ref, now, roll_count=roll_count, attempts=attempts)
+            self.counters.retried += 1
+            return
+        self.counters.failed += 1
+        result = refusal.result
+        log.error(
+            "timer: dropping the scheduled message %s (topic %s) at %s/%d after %d refused deliveries: %s",
+            result.get("message_id"),
+            result.get("topic"),
+            refusal.broker,
+            refusal.offset,
+            attempts,
+            result.get("detail"),
+        )
+        self.events.emit(
+            "delay_failed",
+            message_id=result.get("message_id"),
+            topic=result.get("topic"),
+            deliver_at=refusal.due_ms,
+            attempts=attempts,
+            reason=f"{result.get('type')}: {result.get('detail')}",
+            broker=refusal.broker,
+            physical_offset=refusal.offset,
+        )
 
     def _is_cancelled(self, broker: str, physical_offset: int) -> bool:
         return (broker, physical_offset) in self.progress.cancelled

@@ -26,6 +26,7 @@ class TimerStats(BaseModel):
     rolled: int
     cancelled: int
     retried: int
+    failed: int = Field(default=0, description="dropped after max refused deliveries (each with a delay_failed event)")
     lateness: Lateness
 
 

@@ -24,6 +24,12 @@ class TimerSettings(ServiceSettings):
     checkpoint_interval_ms: int = Field(default=1000, ge=10)
     broker_refresh_seconds: float = Field(default=5.0, gt=0)
     timer_log_segment_bytes: int = Field(default=56 * 1024 * 1024, ge=56 * 1024)
+    delivery_max_attempts: int = Field(
+        default=8, ge=1, le=255, description="refused deliveries of a message before it is dropped (delay_failed)"
+    )
+    retention_check_ms: int = Field(
+        default=10_000, ge=10, description="how often brokers hear what the timer needs, and old messages are rolled"
+    )
     delay_levels: str = DEFAULT_DELAY_LEVELS
 
     @property

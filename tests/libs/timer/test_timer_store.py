@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from libs.timer import Action, TimerStore
+from libs.timer import Action, MessageRef, TimerStore
 from tests.libs.timer.conftest import SMALL, T0, StoreFactory, ref
 
 
@@ -176,3 +176,22 @@ def test_stats_report_pending_rolled_and_the_next_slot(open_store: StoreFactory)
 def test_a_roll_window_that_is_not_below_the_window_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="roll_window_ms must be a multiple of precision_ms below window_ms"):
         TimerStore(tmp_path, now_ms=T0, **{**SMALL, "roll_window_ms": 10_000})
+
+
+def test_pending_offsets_name_what_is_still_pending_after_a_checkpoint(open_store: StoreFactory) -> None:
+    store = open_store()
+    store.enqueue(T0 + 100, MessageRef(0, 500, 10), T0)  # fired before the checkpoint
+    cancelled = store.enqueue(T0 + 5_000, MessageRef(0, 600, 10), T0)
+    kept = store.enqueue(T0 + 5_000, MessageRef(0, 700, 10), T0)
+    store.enqueue(T0 + 5_000, MessageRef(1, 100, 10), T0)  # another broker
+    store.enqueue(T0 + 3_000, MessageRef(0, 900, 10), T0)
+    store.due(T0 + 1_000)
+    store.cancel(cancelled)
+    store.checkpoint()
+
+    assert store.pending_offsets(0, 800) == (700, [(kept, 700)])
+    assert store.pending_offsets(1, 0) == (100, [])
+    assert store.pending_offsets(0, 800, at_least=701) == (900, []), "offsets below the log's start are gone"
+    store.enqueue(T0 + 6_000, MessageRef(0, 400, 10), T0 + 1_000)  # a retry: the low offset counts again
+    assert store.pending_offsets(0, 0)[0] == 400
+    store.close()

@@ -91,7 +91,7 @@ async def test_delivering_what_is_not_scheduled_fails_clearly(broker: httpx.Asyn
     stored = (await broker.post("/internal/messages", content=record(0))).json()["stored"][0]
     answer = await broker.post("/internal/timers/deliveries", json={"physical_offsets": [stored["physical_offset"]]})
     (result,) = answer.json()["results"]
-    assert result["status"] == "failed"
+    assert result["status"] == "refused"
     assert "not a schedule queue" in result["detail"]
     assert len(await pulled(broker, "orders", 0)) == 1, "the message was put a second time"
 
