@@ -38,7 +38,7 @@ from services.broker.memory import watch_memory
 from services.broker.metadata import OffsetStore, TopicStore, open_engine
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
-from services.broker.schedule import guard_scheduled
+from services.broker.schedule import ScheduleQueuesAtStart, guard_scheduled
 from services.broker.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable, ensure_system_topics
@@ -105,6 +105,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         engine, topics, offsets, groups = await _open_metadata(settings)
         store = await _open_store(settings, offsets, app.state.metrics.registry)
+        schedule_at_start = ScheduleQueuesAtStart.read(store, topics)
         waiters = PullWaiters()
         store.listeners.append(waiters.on_dispatch)
         guard_scheduled(store, topics, app.state.events, app.state.metrics.registry)
@@ -144,6 +145,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
                             settlement,
                             DeadLetters(pop),
                             transactions,
+                            schedule_at_start,
                         )
                     }
                 finally:

@@ -11,7 +11,8 @@ with its message id, so the body never crosses the network twice.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+import uuid
+from dataclasses import dataclass, replace
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -23,6 +24,28 @@ from libs.message import MessageRecord, Prop
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from libs.store.message_store import MessageStore
 from services.broker.topics import TopicTable
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleQueuesAtStart:
+    """The schedule queues' ends when the store was opened, before any write, and an id of that start.
+
+    A timer cursor past its queue's end at start is past a tail the broker lost with its
+    CommitLog (an ASYNC_FLUSH crash): the queue's offsets are used again from that end, so the
+    timer lowers such a cursor to it, once per start, instead of skipping what is stored there.
+    """
+
+    incarnation: str
+    ends: dict[tuple[str, int], int]
+
+    @classmethod
+    def read(cls, store: MessageStore, topics: TopicTable) -> ScheduleQueuesAtStart:
+        ends = {}
+        for topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
+            config = topics.get(topic)
+            for queue_id in range(max(config.read_queues, config.write_queues)):
+                ends[(topic, queue_id)] = store.queue_offsets(topic, queue_id)[1]
+        return cls(uuid.uuid4().hex, ends)
 
 
 def schedule_batch(body: bytes, levels: tuple[int, ...], now_ms: int | None = None) -> tuple[bytes, dict[int, int]]:

@@ -155,8 +155,12 @@ class QueueOffsetsOf(BaseModel):
     queue_id: int
     min_offset: int
     max_offset: int
+    max_offset_at_start: int | None = None
+    """A schedule queue's end when this broker's store was opened (before any write); None for other topics."""
 
 
 class TopicOffsets(BaseModel):
     topic: str
     queues: list[QueueOffsetsOf]
+    incarnation: str
+    """An id of this broker's start: a new one after every restart."""

@@ -54,8 +54,9 @@ async def get_topic_offsets(ctx: Context, topic: str) -> TopicOffsets:
     queues = []
     for queue_id in range(max(config.read_queues, config.write_queues)):
         low, high = ctx.store.queue_offsets(topic, queue_id)
-        queues.append(QueueOffsetsOf(queue_id=queue_id, min_offset=low, max_offset=high))
-    return TopicOffsets(topic=topic, queues=queues)
+        at_start = ctx.schedule_at_start.ends.get((topic, queue_id))
+        queues.append(QueueOffsetsOf(queue_id=queue_id, min_offset=low, max_offset=high, max_offset_at_start=at_start))
+    return TopicOffsets(topic=topic, queues=queues, incarnation=ctx.schedule_at_start.incarnation)
 
 
 @router.post("/timers/deliveries", operation_id="deliverScheduled", response_model=DeliveryResults)

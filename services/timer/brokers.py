@@ -22,14 +22,27 @@ class DueUnit:
     due_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class QueueEnds:
+    """A broker's queues of one topic: queue id -> (min, max) offset; their ends when it started, and that start."""
+
+    incarnation: str
+    offsets: dict[int, tuple[int, int]]
+    at_start: dict[int, int]
+
+
 class BrokerTimerClient:
     def __init__(self, client: InternalClient) -> None:
         self.client = client
 
-    async def max_offsets(self, address: str, topic: str) -> dict[int, tuple[int, int]]:
-        """queue id -> (min, max) offset of every queue of the topic."""
+    async def max_offsets(self, address: str, topic: str) -> QueueEnds:
+        """Min and max offset of every queue of the topic, and their ends when the broker started."""
         answer = await self.client.json("GET", f"http://{address}/internal/topics/{topic}/offsets")
-        return {q["queue_id"]: (q["min_offset"], q["max_offset"]) for q in answer["queues"]}
+        return QueueEnds(
+            answer["incarnation"],
+            {q["queue_id"]: (q["min_offset"], q["max_offset"]) for q in answer["queues"]},
+            {q["queue_id"]: q["max_offset_at_start"] for q in answer["queues"] if q["max_offset_at_start"] is not None},
+        )
 
     async def units(self, address: str, topic: str, queue_id: int, offset: int, count: int) -> list[DueUnit]:
         response = await self.client.binary(

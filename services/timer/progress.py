@@ -21,6 +21,8 @@ class BrokerCursors:
     store_id: int
     levels: dict[int, int] = field(default_factory=dict)
     timer: int = 0
+    starts: dict[str, str] = field(default_factory=dict)
+    """topic -> the broker start (incarnation) the cursors of that topic were last checked against."""
 
 
 class TimerProgress:
@@ -34,7 +36,9 @@ class TimerProgress:
             return
         state = json.loads(self.path.read_text())
         self.brokers = {
-            name: BrokerCursors(b["store_id"], {int(q): o for q, o in b["levels"].items()}, b["timer"])
+            name: BrokerCursors(
+                b["store_id"], {int(q): o for q, o in b["levels"].items()}, b["timer"], b.get("starts", {})
+            )
             for name, b in state["brokers"].items()
         }
         self.cancelled = {(broker, int(offset)) for broker, offset in state["cancelled"]}
@@ -52,7 +56,12 @@ class TimerProgress:
     def save(self) -> None:
         state = {
             "brokers": {
-                name: {"store_id": c.store_id, "levels": {str(q): o for q, o in c.levels.items()}, "timer": c.timer}
+                name: {
+                    "store_id": c.store_id,
+                    "levels": {str(q): o for q, o in c.levels.items()},
+                    "timer": c.timer,
+                    "starts": c.starts,
+                }
                 for name, c in self.brokers.items()
             },
             "cancelled": sorted([broker, offset] for broker, offset in self.cancelled),

@@ -168,7 +168,14 @@ class TimerScheduler:
 
     async def _scan_levels(self, broker: str, address: str, now: int) -> None:
         cursors = self.progress.cursors(broker)
-        for queue_id, (low, high) in (await self.brokers.max_offsets(address, SCHEDULE_TOPIC)).items():
+        ends = await self.brokers.max_offsets(address, SCHEDULE_TOPIC)
+        if cursors.starts.get(SCHEDULE_TOPIC) != ends.incarnation:
+            for queue_id, end in ends.at_start.items():
+                cursors.levels[queue_id] = _below(
+                    cursors.levels.get(queue_id, 0), end, f"{broker} level {queue_id + 1}"
+                )
+            cursors.starts[SCHEDULE_TOPIC] = ends.incarnation
+        for queue_id, (low, high) in ends.offsets.items():
             cursor = max(cursors.levels.get(queue_id, 0), low)
             cursors.levels[queue_id] = cursor
             self.counters.level_pending[(broker, queue_id)] = high - cursor
@@ -205,7 +212,11 @@ class TimerScheduler:
 
     async def _ingest_timers(self, broker: str, address: str, now: int) -> None:
         cursors = self.progress.cursors(broker)
-        low, high = (await self.brokers.max_offsets(address, TIMER_TOPIC)).get(0, (0, 0))
+        ends = await self.brokers.max_offsets(address, TIMER_TOPIC)
+        if cursors.starts.get(TIMER_TOPIC) != ends.incarnation:
+            cursors.timer = _below(cursors.timer, ends.at_start.get(0, cursors.timer), f"{broker} exact times")
+            cursors.starts[TIMER_TOPIC] = ends.incarnation
+        low, high = ends.offsets.get(0, (0, 0))
         cursors.timer = max(cursors.timer, low)
         while cursors.timer < high:
             units = await self.brokers.units(address, TIMER_TOPIC, 0, cursors.timer, UNITS_PER_READ)
@@ -330,3 +341,20 @@ class TimerScheduler:
             # Scan just after the next interval boundary: a wheel slot is then fired
             # as soon as it ends, not up to one more interval later.
             await asyncio.sleep((interval_ms - self.now_ms() % interval_ms + SCAN_LAG_MS) / 1000)
+
+
+def _below(cursor: int, end_at_start: int, queue: str) -> int:
+    """A cursor checked against its queue's end when the broker started (once per start).
+
+    Past it only when the broker lost a CommitLog tail (an ASYNC_FLUSH crash): the queue's
+    offsets are used again from that end, and a cursor left ahead would skip what is stored there.
+    """
+    if cursor > end_at_start:
+        log.warning(
+            "timer: cursor of %s at %d is past the queue's end %d when its broker started (a lost tail): lowered",
+            queue,
+            cursor,
+            end_at_start,
+        )
+        return end_at_start
+    return cursor

@@ -105,3 +105,19 @@ async def test_the_level_scan_passes_units_in_order_whatever_the_clocks_do(broke
 
     assert broker.bodies("orders") == ["first", "middle", "third"]
     assert timer.scheduler.counters.delivered == 3
+
+
+async def test_a_cursor_past_a_queue_that_lost_its_tail_delivers_what_is_stored_at_reused_offsets(
+    broker: Broker, timer: Timer
+) -> None:
+    # What a broker's ASYNC_FLUSH crash leaves: the timer passed offsets 0-4, the queue came back shorter.
+    cursors = timer.scheduler.progress.cursors("broker-a")
+    cursors.levels[0] = 5
+    cursors.timer = 5
+    by_level = broker.send("orders", "by-level", **{Prop.DELAY_LEVEL: "1"})
+    at_time = broker.send("orders", "at-time", **{Prop.TIMER_DELIVER_MS: str(due_of(by_level))})
+
+    await timer.tick_at(max(due_of(by_level), due_of(at_time)))
+    await timer.tick_at(max(due_of(by_level), due_of(at_time)) + 1_000)
+
+    assert sorted(broker.bodies("orders")) == ["at-time", "by-level"]
