@@ -28,6 +28,7 @@ class StoreConfig:
     index_max_entries: int = 20_000_000
     file_reserved_hours: float = 72.0
     delete_when_hour: int = 4
+    """The local hour in which expired segments go (RocketMQ's deleteWhen); -1: at any hour."""
     disk_max_used_ratio: float = 0.75
     """Past this share of the disk in use, the oldest segments are deleted early."""
     disk_refuse_ratio: float = 0.95

@@ -65,7 +65,7 @@ class Retention:
         if usage.used / usage.total > config.disk_max_used_ratio:
             return self.delete_expired(force=True)
         self._roll_wanted = None
-        if time.localtime(self.store.clock()).tm_hour == config.delete_when_hour:
+        if config.delete_when_hour in (-1, time.localtime(self.store.clock()).tm_hour):
             return self.delete_expired()
         return 0
 

@@ -33,7 +33,9 @@ class BrokerSettings(ServiceSettings):
     index_slot_count: int = Field(default=5_000_000, ge=16)
     index_max_entries: int = Field(default=20_000_000, ge=16)
     file_reserved_hours: float = Field(default=72.0, gt=0)
-    delete_when_hour: int = Field(default=4, ge=0, le=23)
+    delete_when_hour: int = Field(
+        default=4, ge=-1, le=23, description="the local hour expired segments are deleted in; -1: any hour"
+    )
     disk_max_used_ratio: float = Field(default=0.75, gt=0, le=1)
     disk_refuse_ratio: float = Field(default=0.95, gt=0, le=1)
     retention_scan_seconds: float = Field(

@@ -124,6 +124,13 @@ async def test_the_retention_tick_deletes_at_the_configured_hour(stores: Stores,
     assert store.retention_tick() == 2
 
 
+async def test_a_delete_hour_of_minus_one_deletes_at_any_hour(stores: Stores, clock: FakeClock) -> None:
+    store = stores.open(file_reserved_hours=1.0, delete_when_hour=-1, disk_max_used_ratio=1.0)
+    await fill(store, 200)
+    age(store, 2, clock)
+    assert store.retention_tick() == 2
+
+
 async def test_the_retention_tick_deletes_early_when_the_disk_is_filling(stores: Stores) -> None:
     store = stores.open(disk_max_used_ratio=0.0, delete_when_hour=25)
     await fill(store, 200)
