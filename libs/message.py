@@ -37,6 +37,8 @@ class Prop:
     RETRY_TOPIC: Final = "RETRY_TOPIC"
     ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
     DLQ_REASON: Final = "DLQ_REASON"
+    DEDUP: Final = "DEDUP"
+    """"true" on a record the gateway may send again (Idempotency-Key): the broker stores one copy per message id."""
 
 
 KEY_SEPARATOR: Final = " "
