@@ -21,6 +21,7 @@ from libs.store.config import FlushMode
 from services.broker.app import create_app as broker_app
 from tests.conftest import broker_settings, in_process
 from tests.gateway.test_topics import problem_type
+from tests.gateway.test_transactions import begin, end, half_copies, register, visible
 from tests.support.disk import stalled_disk
 from tests.support.serving import ServedApp, start_app
 from tests.support.waiting import eventually
@@ -162,3 +163,41 @@ async def _stored(gateway: httpx.AsyncClient, key: str) -> bool:
 
 async def _gone(redis: aioredis.Redis, key: str) -> bool:
     return not await redis.exists(key)
+
+
+async def test_a_half_message_whose_flush_timed_out_is_not_sent_again_and_can_be_ended(
+    gateway: httpx.AsyncClient, brokers: dict[str, ServedApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert (await register(gateway)).status_code in (200, 201)
+    assert (await gateway.put("/v1/topics/orders")).status_code in (200, 201)
+    with stalled_disk(monkeypatch) as disk:
+        answer = await gateway.post("/v1/topics/orders/transactions", json={"body": "pay", "producer_group": "shop"})
+        disk.set()
+
+    assert problem_type(answer) == "flush-timeout", answer.text
+    problem = answer.json()
+    halves = [h for b in brokers.values() for h in await half_copies(b)]
+    assert [h.message_id for h in halves] == [problem["message_id"]], "the half message was sent again"
+    assert problem["transaction_id"] == f"{problem['broker']}:{problem['message_id']}"
+    assert (await end(gateway, problem["transaction_id"], "commit")).status_code == 200
+    assert await visible(gateway, "orders") == [problem["message_id"]]
+
+
+async def test_a_commit_whose_op_record_timed_out_keeps_its_outcome(
+    gateway: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = await begin(gateway)
+    with stalled_disk(monkeypatch) as disk:
+        commit = await end(gateway, sent["transaction_id"], "commit")
+        disk.set()
+    assert problem_type(commit) == "flush-timeout", commit.text
+    assert commit.json()["outcome"] == "COMMIT"
+
+    rollback = await end(gateway, sent["transaction_id"], "rollback")
+    again = await end(gateway, sent["transaction_id"], "commit")
+
+    assert problem_type(rollback) == "transaction-already-ended", rollback.text
+    assert rollback.json()["outcome"] == "COMMIT"
+    assert again.status_code == 200, again.text
+    assert again.json()["first"] is False
+    assert await visible(gateway, "orders") == [sent["message_id"]]
