@@ -68,6 +68,7 @@ def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:
     events = request.state.events
     broker = ctx.settings.broker_name
     flush = ctx.settings.flush_mode.value
+    optional = {"durable": False} if outcome.not_durable is not None else {}  # SYNC_FLUSH, the sync timed out
     for r in outcome.stored:
         if r.duplicate:
             continue
@@ -81,6 +82,7 @@ def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:
             size=r.size,
             physical_offset=r.physical_offset,
             flush=flush,
+            **optional,
         )
 
 
