@@ -34,7 +34,7 @@ from typing import Any, TypeVar, cast
 import redis.asyncio as aioredis
 
 from libs import jsonutil
-from libs.errors import IdempotencyConflict, ServiceUnavailable, ValidationFailed
+from libs.errors import IdempotencyConflict, PetrelError, ServiceUnavailable, ValidationFailed
 
 TTL_SECONDS = 24 * 3600
 LEASE_MS = 15_000
@@ -75,11 +75,18 @@ class Claim:
     def lease_key(self) -> str:
         return self.redis_key + ":lease"
 
+    lost: bool = False
+    """A write of where messages go failed (taken over, or Redis gone): the record may name puts already made."""
+
     async def record(self, targets: Mapping[str, str]) -> None:
         """Note where messages go before they are put (gateway.sender.Pins)."""
         assert self.keys is not None
         self.sent.update(targets)
-        await self.keys.save(self)
+        try:
+            await self.keys.save(self)
+        except PetrelError:
+            self.lost = True
+            raise
 
 
 class IdempotencyKeys:

@@ -218,14 +218,14 @@ async def _idempotent(
     try:
         answer, settled = await run(ids, claim)
     except BaseException as exc:
-        stored_nothing = isinstance(exc, PetrelError) and not unsettled(exc)
+        stored_nothing = isinstance(exc, PetrelError) and not unsettled(exc) and not claim.lost
         with contextlib.suppress(PetrelError):  # taken over, or Redis gone: the original error is the answer
             await (ctx.idempotency.release(claim) if stored_nothing else ctx.idempotency.suspend(claim))
         raise
-    if settled:
-        await ctx.idempotency.complete(claim, answer)
-    else:
-        await ctx.idempotency.suspend(claim)
+    # The answer stands even when it cannot be recorded (taken over, Redis gone): a repeat
+    # then resumes the record, and the brokers answer with the copies they hold.
+    with contextlib.suppress(PetrelError):
+        await (ctx.idempotency.complete(claim, answer) if settled else ctx.idempotency.suspend(claim))
     return answer
 
 

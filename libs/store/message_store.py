@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from libs.codec import Readable, RecordHead, decode_record, peek_head, stamp_record
 from libs.errors import CorruptRecord, FlushTimeout, OffsetOutOfRange, PetrelError, StoreFull
 from libs.filters import MessageFilter
-from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
+from libs.message import KEY_SEPARATOR, MessageRecord, Prop, id_time, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from libs.store.commitlog import STAMPED, STORE_TIMESTAMP, CommitLog, ScannedRecord
 from libs.store.config import FlushMode, StoreConfig
@@ -136,12 +136,9 @@ class MessageStore:
         return outcome
 
     async def put_reporting(self, batch: Readable, *, dedupe: bool = False) -> PutOutcome:
-        """As `put`, but a flush timeout comes back in the outcome's `not_durable`: the records ARE stored.
+        """As `put`, but a flush timeout comes back in `not_durable`: the records ARE stored, never to be sent again.
 
-        A caller that must answer where its records are (a producer's put, a transaction's
-        end) uses this one, so that a timeout is never mistaken for "not stored" and sent again.
-        `dedupe`: a record marked DEDUP whose message id this store already holds in its
-        topic is answered with that copy instead of being stored twice (see `_stored_copy`).
+        `dedupe`: a record marked DEDUP is answered with the copy stored before, if any (`_stored_copy`).
         """
         outcome = self.append(batch, dedupe=dedupe)
         if outcome.stored and self.config.flush_mode is FlushMode.SYNC_FLUSH:
@@ -177,7 +174,7 @@ class MessageStore:
         message_id = head.properties.get(Prop.UNIQ_KEY)
         if not message_id or head.properties.get(Prop.DEDUP) != "true":
             return None
-        born = _id_time(message_id)
+        born = id_time(message_id)
         for record in self.query_id(message_id, max(0, born - DEDUP_SKEW_MS), 2**62, limit=64):
             if record.topic == head.topic and record.properties.get(Prop.DEDUP) == "true":
                 return PutResult(
@@ -426,11 +423,3 @@ def unit_code(head: RecordHead) -> int:
 def _full_match(message_filter: MessageFilter, raw: bytes) -> bool:
     head = peek_head(raw)
     return message_filter.matches(head.properties.get(Prop.TAGS), head.properties)
-
-
-def _id_time(message_id: str) -> int:
-    """The milliseconds a message id was made at (libs.message.MessageIdFactory); 0 when it is not one of ours."""
-    try:
-        return int(message_id[:12], 16) if len(message_id) == 32 else 0
-    except ValueError:
-        return 0
