@@ -105,7 +105,12 @@ class BrokerClient:
     async def put(self, broker: str, address: str, records: bytes | bytearray) -> PutAnswer:
         """The broker's answer; BrokerUnavailable with `maybe_stored` when the put reached it but no answer came."""
         try:
-            response = await self._binary(broker, address, "POST", "/internal/messages", body=bytes(records))
+            # Twice the call timeout: past the broker's sync_flush_timeout_ms (as long as it by default),
+            # so that a slow disk is answered flush-timeout (stored, where) rather than "maybe stored".
+            timeout = 2 * self.client.options.timeout
+            response = await self._binary(
+                broker, address, "POST", "/internal/messages", body=bytes(records), timeout=timeout
+            )
         except BrokerUnavailable as exc:
             cause = exc.__cause__
             if isinstance(cause, ServiceUnavailable) and cause.extensions.get("request_sent"):
