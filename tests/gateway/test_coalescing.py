@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from gateway.coalescing import CallCoalescer, PutCoalescer
+from gateway.coalescing import CallCoalescer, PutCoalescer, per_record, stored_entry
 from libs.errors import BrokerUnavailable, PetrelError, StoreFull
 from services.broker.schemas import PutAnswer, PutEntry, PutFailure
 
@@ -144,3 +144,14 @@ async def test_a_failed_call_fails_each_of_its_items_and_the_next_call_goes_out(
     assert isinstance(failed, BrokerUnavailable)
     assert await coalescer.submit("up") == "up"
     assert coalescer.in_flight == 0
+
+
+def test_records_stored_without_the_disk_confirming_them_are_flush_timeouts_that_say_where() -> None:
+    answer = PutAnswer(stored=[entry(0), entry(1)], not_durable="the disk did not confirm the write within 5 ms")
+
+    outcome = per_record(answer, 3)
+
+    assert [type(o).__name__ for o in outcome] == ["FlushTimeout", "FlushTimeout", "PetrelError"]
+    timeouts = [o for o in outcome[:2] if isinstance(o, PetrelError)]
+    assert [stored_entry(o) for o in timeouts] == [entry(0), entry(1)]
+    assert {o.detail for o in timeouts} == {"the disk did not confirm the write within 5 ms"}
