@@ -170,7 +170,12 @@ class Sender:
         pending = list(range(len(prepared)))
         tried: dict[int, set[str]] = {i: set() for i in pending}
         for attempt in range(SEND_RETRIES + 1):
-            route = await self.routes.get(topic)
+            try:
+                route = await self.routes.get(topic)
+            except PetrelError:
+                if attempt == 0:
+                    raise
+                break  # a retry that cannot be routed: the messages keep their last error (puts were made)
             by_target: dict[str, list[tuple[int, QueueTarget]]] = {}
             for i in pending:
                 target = self._target(topic, route, prepared[i], tried[i], pins)
@@ -198,7 +203,10 @@ class Sender:
         """The queue a message goes to: any (the selector's choice), or one of the broker it is pinned to."""
         pinned = pins.fixed.get(prepared.message_id) if pins is not None else None
         if pinned is None:
-            return self.selector.select(topic, route, prepared.message.message_group, tried)
+            try:
+                return self.selector.select(topic, route, prepared.message.message_group, tried)
+            except PetrelError as exc:  # no writable queue: this message's answer, not the whole request's
+                return exc
         targets = [t for t in writable_queues(route) if t.broker == pinned]
         if not targets:
             return BrokerUnavailable(
