@@ -218,7 +218,9 @@ async def _idempotent(
     try:
         answer, settled = await run(ids, claim)
     except BaseException as exc:
-        stored_nothing = isinstance(exc, PetrelError) and not unsettled(exc) and not claim.lost
+        # Released only when no put of this key can have stored anything: not one an earlier
+        # request made (`fixed`), nor one whose outcome is unsure, nor one the record may not name.
+        stored_nothing = isinstance(exc, PetrelError) and not (unsettled(exc) or claim.lost or claim.fixed)
         with contextlib.suppress(PetrelError):  # taken over, or Redis gone: the original error is the answer
             await (ctx.idempotency.release(claim) if stored_nothing else ctx.idempotency.suspend(claim))
         raise

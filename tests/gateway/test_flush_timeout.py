@@ -19,6 +19,7 @@ from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from libs.store.config import FlushMode
 from services.broker.app import create_app as broker_app
+from services.broker.settings import BrokerSettings
 from tests.conftest import broker_settings, in_process
 from tests.gateway.test_topics import problem_type
 from tests.gateway.test_transactions import begin, end, half_copies, register, visible
@@ -30,6 +31,9 @@ FLUSH_TIMEOUT_MS = 1000
 """Longer than the gateway's Idempotency-Key lease (300 ms): a request can outlive its lease."""
 
 
+SETTINGS: dict[str, BrokerSettings] = {}
+
+
 @pytest.fixture
 def brokers(nameserver: ServedApp) -> Iterator[dict[str, ServedApp]]:
     served = {}
@@ -37,6 +41,7 @@ def brokers(nameserver: ServedApp) -> Iterator[dict[str, ServedApp]]:
         settings = broker_settings(
             nameserver, name, flush_mode=FlushMode.SYNC_FLUSH, sync_flush_timeout_ms=FLUSH_TIMEOUT_MS
         )
+        SETTINGS[name] = settings
         served[name] = start_app(broker_app(settings), settings.port)
     yield served
     for app in served.values():
@@ -201,3 +206,24 @@ async def test_a_commit_whose_op_record_timed_out_keeps_its_outcome(
     assert again.status_code == 200, again.text
     assert again.json()["first"] is False
     assert await visible(gateway, "orders") == [sent["message_id"]]
+
+
+async def test_a_repeat_waits_for_the_broker_that_may_hold_the_message_and_never_goes_elsewhere(
+    gateway: httpx.AsyncClient, brokers: dict[str, ServedApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = str(uuid.uuid4())
+    assert (await gateway.put("/v1/topics/slow")).status_code in (200, 201)
+    with stalled_disk(monkeypatch) as disk:
+        first = await send(gateway, "slow", "pay-4", key)
+        disk.set()
+    holder = first.json()["broker"]
+    brokers[holder].stop()
+
+    repeats = [await send(gateway, "slow", "pay-4", key) for _ in range(2)]
+    assert [problem_type(r) for r in repeats] == ["broker-unavailable"] * 2, repeats[-1].text
+
+    brokers[holder] = start_app(broker_app(SETTINGS[holder]), SETTINGS[holder].port)
+    back = await send(gateway, "slow", "pay-4", key)
+    assert back.status_code == 201, back.text
+    assert (back.json()["message_id"], back.json()["broker"]) == (first.json()["message_id"], holder)
+    assert len(await copies(gateway, "slow", "pay-4")) == 1
