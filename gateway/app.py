@@ -78,7 +78,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                         max_delay_ms=int(settings.max_delay_days * 86_400_000),
                     ),
                     internal=client,
-                    idempotency=IdempotencyKeys(redis),
+                    idempotency=IdempotencyKeys(redis, settings.idempotency_lease_ms),
                     receiver=Receiver(routes, brokers),
                     masters=MasterDirectory(nameservers, settings.route_refresh_seconds),
                     producer_groups=ProducerGroups(ProducerGroupStore(metadata)),

@@ -1,7 +1,8 @@
 """BrokerClient: the gateway's calls to a broker's internal API (topics, messages, consumer groups, transactions).
 
 A transport failure becomes BrokerUnavailable naming the broker, so the client
-sees which broker is down rather than an address.
+sees which broker is down rather than an address. A broker's FlushTimeout stays
+what it is: the broker stored the records, it is not unavailable.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 from gateway.group_schemas import Group, GroupUpdate, RedriveRequest
 from gateway.long_polls import LongPollGate
 from libs import jsonutil
-from libs.errors import BrokerUnavailable, PetrelError, ServiceUnavailable
+from libs.errors import BrokerUnavailable, FlushTimeout, PetrelError, ServiceUnavailable
 from libs.http.client import BINARY_TYPE, JSON_TYPE, BinaryResponse, InternalClient
 from libs.receipt import Lease, decode_leased
 from libs.topic import TopicConfig
@@ -59,6 +60,8 @@ class BrokerClient:
                 idempotent=idempotent,
                 waiting=waiting,
             )
+        except FlushTimeout:
+            raise
         except ServiceUnavailable as exc:
             raise BrokerUnavailable(
                 f"broker {broker} at {address} did not answer: {exc.detail}", broker=broker
@@ -104,13 +107,31 @@ class BrokerClient:
                 content_type=content_type,
                 waiting=waiting,
             )
+        except FlushTimeout:
+            raise
         except ServiceUnavailable as exc:
             raise BrokerUnavailable(
                 f"broker {broker} at {address} did not answer: {exc.detail}", broker=broker
             ) from exc
 
     async def put(self, broker: str, address: str, records: bytes | bytearray) -> PutAnswer:
-        response = await self._binary(broker, address, "POST", "/internal/messages", body=bytes(records))
+        """The broker's answer; BrokerUnavailable with `maybe_stored` when the put reached it but no answer came."""
+        try:
+            # Twice the call timeout: past the broker's sync_flush_timeout_ms (as long as it by default),
+            # so that a slow disk is answered flush-timeout (stored, where) rather than "maybe stored".
+            timeout = 2 * self.client.options.timeout
+            response = await self._binary(
+                broker, address, "POST", "/internal/messages", body=bytes(records), timeout=timeout
+            )
+        except BrokerUnavailable as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ServiceUnavailable) and cause.extensions.get("request_sent"):
+                raise BrokerUnavailable(
+                    f"{exc.detail}; the message may have been stored: send it again only with the same Idempotency-Key",
+                    broker=broker,
+                    maybe_stored=True,
+                ) from cause
+            raise
         return PutAnswer.model_validate_json(response.body)
 
     async def pull(

@@ -20,14 +20,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from libs.errors import PetrelError, PutQueueFull
+from libs.errors import FlushTimeout, PetrelError, PutQueueFull
 from services.broker.schemas import PutAnswer, PutEntry
 
 PutCall = Callable[[bytes], Awaitable[PutAnswer]]
 """Sends records (binary codec, end to end) to the broker; answers its PutAnswer."""
 
 Outcome = list[PutEntry | PetrelError]
-"""Per record, in order: where it was stored, or why not."""
+"""Per record, in order: where it was stored, or why not (FlushTimeout: stored, its entry in `stored_entry`)."""
 
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 MAX_QUEUED_BYTES = 64 * 1024 * 1024
@@ -111,12 +111,25 @@ class PutCoalescer:
 def per_record(answer: PutAnswer, count: int) -> Outcome:
     """Per record of a put of `count`: where it was stored, or why not (the records after a failure were not tried)."""
     results: Outcome = list(answer.stored)
+    if answer.not_durable is not None:
+        results = [not_durable(answer.not_durable, entry) for entry in answer.stored]
     if len(results) < count:
         failure = answer.failure
         cls = PetrelError.from_problem_type(failure.type) if failure else None
         error = (cls or PetrelError).rebuild(failure.detail if failure else "not stored", {})
         results.extend([error] * (count - len(results)))
     return results
+
+
+def not_durable(detail: str, entry: PutEntry) -> FlushTimeout:
+    """A stored record the disk did not confirm in time: the error, carrying where it is stored."""
+    return FlushTimeout(detail, stored_entry=entry)
+
+
+def stored_entry(error: PetrelError) -> PutEntry | None:
+    """Where a record that failed with `error` is stored anyway (a flush timeout), else None."""
+    entry = error.extensions.get("stored_entry")
+    return entry if isinstance(entry, PutEntry) else None
 
 
 class CallCoalescer(Generic[Item, Result]):

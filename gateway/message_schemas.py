@@ -63,6 +63,11 @@ class EntryError(BaseModel):
     title: str
     status: int
     detail: str
+    stored: SendResult | None = Field(
+        default=None,
+        description="flush-timeout only: where the message IS stored (not yet confirmed on disk); "
+        "do not send it again without the same Idempotency-Key",
+    )
 
 
 class BatchEntry(BaseModel):

@@ -6,6 +6,13 @@ chosen for each; puts to one broker are coalesced across concurrent requests
 answer is avoided for a while and its messages go to another broker (up to
 two retries), except messages with a `message_group`, which must stay on their
 queue to stay in order.
+
+Only a put that certainly stored nothing is sent again (RocketMQ's
+retryAnotherBrokerWhenNotStoreOK, false by default): a flush timeout (stored,
+not confirmed by the disk) and a put that reached the broker but got no answer
+are answered as they are, never sent to another broker. A send with an
+Idempotency-Key passes `Pins`: its messages keep their ids across retries, and
+one that may already be on a broker goes to that broker only, which keeps one copy.
 """
 
 from __future__ import annotations
@@ -14,22 +21,50 @@ import asyncio
 import base64
 import binascii
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from gateway.brokers import BrokerClient
-from gateway.coalescing import PutCoalescer
+from gateway.coalescing import PutCoalescer, stored_entry
 from gateway.message_schemas import SendMessage, SendResult
-from gateway.producer import BrokerAvoidance, QueueSelector, QueueTarget
+from gateway.producer import BrokerAvoidance, QueueSelector, QueueTarget, writable_queues
 from gateway.routes import RouteCache
 from libs.codec import MAX_BODY_SIZE, encode_record, set_queue_id
-from libs.errors import BrokerUnavailable, InvalidMessage, PayloadTooLarge, PetrelError, TopicNotFound
+from libs.errors import (
+    BrokerUnavailable,
+    FlushTimeout,
+    InvalidMessage,
+    PayloadTooLarge,
+    PetrelError,
+    TopicNotFound,
+)
 from libs.message import KEY_SEPARATOR, SYSTEM_PROPERTIES, MessageIdFactory, MessageRecord, Prop, SysFlag
 from libs.names import TRANS_HALF_TOPIC
 from libs.routing import TopicRoute
 from libs.timeparse import parse_time_ms
+from services.broker.schemas import PutEntry
 
 SEND_RETRIES = 2
+
+
+class Pins(Protocol):
+    """Where the messages of an idempotent send may already be, and the record of where they go next."""
+
+    @property
+    def fixed(self) -> Mapping[str, str]:
+        """message id -> the broker an earlier attempt sent it to: it goes there again, nowhere else."""
+        ...
+
+    async def record(self, targets: Mapping[str, str]) -> None:
+        """Note message id -> broker before the put goes out (raises when the send may not go on)."""
+        ...
+
+
+def unsettled(error: PetrelError) -> bool:
+    """Might the message be stored despite this error? (then it must not be sent anywhere else)"""
+    return isinstance(error, FlushTimeout) or bool(error.extensions.get("maybe_stored"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +95,18 @@ class Sender:
         self.ids = MessageIdFactory()
         self._coalescers: dict[tuple[str, str], PutCoalescer] = {}
 
-    def prepare(self, topic: str, message: SendMessage, system: Mapping[str, str] | None = None) -> Prepared:
+    def prepare(
+        self,
+        topic: str,
+        message: SendMessage,
+        system: Mapping[str, str] | None = None,
+        message_id: str | None = None,
+    ) -> Prepared:
         """Validate and build the record; InvalidMessage / PayloadTooLarge say what is wrong.
 
         `system`: system properties the gateway adds (a transaction's producer group, ...).
+        `message_id`: an id fixed by an Idempotency-Key: the record is marked DEDUP, so that
+        a broker holding a copy with this id answers with it rather than storing another.
         """
         body, binary = _body(message)
         properties = dict(message.properties)
@@ -71,7 +114,9 @@ class Sender:
         if reserved:
             raise InvalidMessage(f"property name(s) {', '.join(reserved)} are reserved for Petrel")
         properties.update(system or {})
-        message_id = self.ids.new_id()
+        if message_id is not None:
+            properties[Prop.DEDUP] = "true"
+        message_id = message_id or self.ids.new_id()
         properties[Prop.UNIQ_KEY] = message_id
         if message.tag is not None:
             properties[Prop.TAGS] = _tag(message.tag)
@@ -117,29 +162,69 @@ class Sender:
         properties[Prop.TIMER_DELIVER_MS] = str(due)
         return None
 
-    async def send(self, topic: str, prepared: list[Prepared]) -> list[SendResult | PetrelError]:
+    async def send(
+        self, topic: str, prepared: list[Prepared], pins: Pins | None = None
+    ) -> list[SendResult | PetrelError]:
         """Put every prepared message; one result or error per message, in order."""
         results: list[SendResult | PetrelError | None] = [None] * len(prepared)
         pending = list(range(len(prepared)))
         tried: dict[int, set[str]] = {i: set() for i in pending}
         for attempt in range(SEND_RETRIES + 1):
-            route = await self.routes.get(topic)
+            try:
+                route = await self.routes.get(topic)
+            except PetrelError:
+                if attempt == 0:
+                    raise
+                break  # a retry that cannot be routed: the messages keep their last error (puts were made)
             by_target: dict[str, list[tuple[int, QueueTarget]]] = {}
             for i in pending:
-                target = self.selector.select(topic, route, prepared[i].message.message_group, tried[i])
-                by_target.setdefault(target.broker, []).append((i, target))
+                target = self._target(topic, route, prepared[i], tried[i], pins)
+                if isinstance(target, PetrelError):
+                    results[i] = target
+                else:
+                    by_target.setdefault(target.broker, []).append((i, target))
+            if pins is not None and by_target:
+                await pins.record({prepared[i].message_id: t.broker for b in by_target.values() for i, t in b})
             outcomes = await asyncio.gather(*(self._put(route, prepared, batch) for batch in by_target.values()))
             pending = []
             for batch, outcome in zip(by_target.values(), outcomes, strict=True):
                 for (i, target), result in zip(batch, outcome, strict=True):
                     results[i] = result
-                    retryable = isinstance(result, BrokerUnavailable) and prepared[i].message.message_group is None
-                    if retryable and attempt < SEND_RETRIES:
+                    if self._may_retry(prepared[i], result, pins) and attempt < SEND_RETRIES:
                         tried[i].add(target.broker)
                         pending.append(i)
             if not pending:
                 break
         return [r if r is not None else BrokerUnavailable("not sent") for r in results]
+
+    def _target(
+        self, topic: str, route: TopicRoute, prepared: Prepared, tried: set[str], pins: Pins | None
+    ) -> QueueTarget | PetrelError:
+        """The queue a message goes to: any (the selector's choice), or one of the broker it is pinned to."""
+        pinned = pins.fixed.get(prepared.message_id) if pins is not None else None
+        if pinned is None:
+            try:
+                return self.selector.select(topic, route, prepared.message.message_group, tried)
+            except PetrelError as exc:  # no writable queue: this message's answer, not the whole request's
+                return exc
+        targets = [t for t in writable_queues(route) if t.broker == pinned]
+        if not targets:
+            return BrokerUnavailable(
+                f"message {prepared.message_id} may be stored on broker {pinned}, which has no writable queue "
+                f"of {topic!r} now; it is sent there again (and nowhere else) once it is back",
+                broker=pinned,
+                maybe_stored=True,
+            )
+        spread = prepared.message.message_group or prepared.message_id
+        return targets[zlib.crc32(spread.encode()) % len(targets)]
+
+    @staticmethod
+    def _may_retry(prepared: Prepared, result: SendResult | PetrelError, pins: Pins | None) -> bool:
+        """Retry on another broker only what certainly was not stored, and is not bound to its queue or broker."""
+        if not isinstance(result, BrokerUnavailable) or unsettled(result):
+            return False
+        pinned = pins is not None and prepared.message_id in pins.fixed
+        return prepared.message.message_group is None and not pinned
 
     async def send_half(self, topic: str, prepared: Prepared) -> SendResult:
         """Put one half message (a transaction's first phase, marked TRAN_MSG) as sends go: coalesced, retried.
@@ -173,23 +258,31 @@ class Sender:
         results: list[SendResult | PetrelError] = []
         for (i, t), stored in zip(batch, outcome, strict=True):
             if isinstance(stored, PetrelError):
-                results.append(self._failed(route, target, stored))
+                entry = stored_entry(stored)
+                if entry is None:
+                    results.append(self._failed(route, target, stored))
+                    continue
+                self.avoidance.failed(target.broker)  # a disk that does not keep up: send elsewhere for a while
+                where = self._result(route, prepared[i], t, entry)
+                results.append(FlushTimeout(f"{stored.detail} (message {where.message_id})", **where.model_dump()))
                 continue
             self.avoidance.succeeded(target.broker)
-            scheduled = stored.deliver_at is not None or stored.topic == TRANS_HALF_TOPIC  # kept back for now
-            results.append(
-                SendResult(
-                    message_id=prepared[i].message_id,
-                    topic=route.topic,
-                    broker=t.broker,
-                    queue_id=t.queue_id if scheduled else stored.queue_id,
-                    queue_offset=None if scheduled else stored.queue_offset,
-                    stored_at=stored.store_timestamp,
-                    deliver_at=stored.deliver_at,
-                    warning=prepared[i].warning,
-                )
-            )
+            results.append(self._result(route, prepared[i], t, stored))
         return results
+
+    @staticmethod
+    def _result(route: TopicRoute, prepared: Prepared, target: QueueTarget, stored: PutEntry) -> SendResult:
+        scheduled = stored.deliver_at is not None or stored.topic == TRANS_HALF_TOPIC  # kept back for now
+        return SendResult(
+            message_id=prepared.message_id,
+            topic=route.topic,
+            broker=target.broker,
+            queue_id=target.queue_id if scheduled else stored.queue_id,
+            queue_offset=None if scheduled else stored.queue_offset,
+            stored_at=stored.store_timestamp,
+            deliver_at=stored.deliver_at,
+            warning=prepared.warning,
+        )
 
     def _failed(self, route: TopicRoute, target: QueueTarget, error: PetrelError) -> PetrelError:
         if isinstance(error, BrokerUnavailable):

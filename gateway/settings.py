@@ -27,3 +27,9 @@ class GatewaySettings(SharedDatabaseSettings):
     timer_address: str = Field(default="127.0.0.1:10931", description="the timer service, for stats and cancels")
     delay_levels: str = DEFAULT_DELAY_LEVELS
     max_delay_days: float = Field(default=30.0, gt=0)
+    idempotency_lease_ms: int = Field(
+        default=15_000,
+        ge=10,
+        description="how long a send with an Idempotency-Key holds the key; after a gateway died, a repeat "
+        "waits this long",
+    )

@@ -299,6 +299,12 @@ class ServiceUnavailable(PetrelError):
 
 
 class FlushTimeout(ServiceUnavailable):
+    """SYNC_FLUSH: stored, but the disk did not confirm it in time. Never a reason to send again.
+
+    Answered with where the message is (`message_id`, `broker`, `queue_id`, `queue_offset`;
+    a transaction end: its `outcome`, which stands).
+    """
+
     slug = "flush-timeout"
     title = "Flush timed out"
 

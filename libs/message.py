@@ -37,6 +37,8 @@ class Prop:
     RETRY_TOPIC: Final = "RETRY_TOPIC"
     ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
     DLQ_REASON: Final = "DLQ_REASON"
+    DEDUP: Final = "DEDUP"
+    """"true" on a record the gateway may send again (Idempotency-Key): the broker stores one copy per message id."""
 
 
 KEY_SEPARATOR: Final = " "
@@ -130,3 +132,11 @@ class MessageIdFactory:
         millis = int(time.time() * 1000) if now_ms is None else now_ms
         raw = (millis & 0xFFFFFFFFFFFF).to_bytes(6, "big") + self._prefix + counter.to_bytes(4, "big")
         return raw.hex().upper()
+
+
+def id_time(message_id: str) -> int:
+    """The milliseconds a message id was made at (MessageIdFactory's layout); 0 when it is not one of ours."""
+    try:
+        return int(message_id[:12], 16) if len(message_id) == 32 else 0
+    except ValueError:
+        return 0

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -24,10 +26,10 @@ from gateway.message_schemas import (
     SendResult,
 )
 from gateway.routes import masters
-from gateway.sender import Prepared
+from gateway.sender import Pins, Prepared, unsettled
 from libs import jsonutil
 from libs.codec import iter_records
-from libs.errors import InvalidRequest, MessageNotFound, PetrelError, TopicNotFound
+from libs.errors import FlushTimeout, InvalidRequest, MessageNotFound, PetrelError, TopicNotFound
 from libs.http.app import json_body, parse_json
 from libs.message import MessageRecord, Prop, SysFlag
 from libs.names import validate_readable_topic, validate_topic_name
@@ -53,16 +55,16 @@ async def send_message(ctx: Context, topic: str, request: Request, idempotency_k
     validate_topic_name(topic)
     message = parse_json(SendMessage, await request.body())
 
-    async def run() -> dict[str, Any]:
-        prepared = ctx.sender.prepare(topic, message)
+    async def run(ids: list[str | None], pins: Pins | None) -> tuple[dict[str, Any], bool]:
+        prepared = ctx.sender.prepare(topic, message, message_id=ids[0])
         await ensure_topic(ctx, topic)
-        (result,) = await ctx.sender.send(topic, [prepared])
+        (result,) = await ctx.sender.send(topic, [prepared], pins)
         if isinstance(result, PetrelError):
             raise result
         _emit_sent(request, topic, [prepared], [result], idempotency_key)
-        return result.model_dump()
+        return result.model_dump(), True
 
-    answer = await _idempotent(ctx, f"send:{topic}", idempotency_key, message, run)
+    answer = await _idempotent(ctx, f"send:{topic}", idempotency_key, message, 1, run)
     return Response(jsonutil.dumps(answer), status_code=201, media_type="application/json")
 
 
@@ -77,27 +79,29 @@ async def send_batch(ctx: Context, topic: str, request: Request, idempotency_key
     validate_topic_name(topic)
     batch = parse_json(SendBatch, await request.body())
 
-    async def run() -> dict[str, Any]:
+    async def run(ids: list[str | None], pins: Pins | None) -> tuple[dict[str, Any], bool]:
         entries: list[BatchEntry | None] = [None] * len(batch.messages)
         prepared: list[tuple[int, Prepared]] = []
+        settled = True
         for index, message in enumerate(batch.messages):
             try:
-                prepared.append((index, ctx.sender.prepare(topic, message)))
+                prepared.append((index, ctx.sender.prepare(topic, message, message_id=ids[index])))
             except PetrelError as exc:
                 entries[index] = BatchEntry(index=index, error=_batch_error(exc))
         if prepared:
             await ensure_topic(ctx, topic)
-            results = await ctx.sender.send(topic, [p for _, p in prepared])
+            results = await ctx.sender.send(topic, [p for _, p in prepared], pins)
             for (index, _), result in zip(prepared, results, strict=True):
                 if isinstance(result, PetrelError):
                     entries[index] = BatchEntry(index=index, error=_batch_error(result))
+                    settled = settled and not unsettled(result)
                 else:
                     entries[index] = BatchEntry(index=index, result=result)
             sent = [(p, r) for (_, p), r in zip(prepared, results, strict=True) if isinstance(r, SendResult)]
             _emit_sent(request, topic, [p for p, _ in sent], [r for _, r in sent], idempotency_key)
-        return BatchResult(results=[e for e in entries if e is not None]).model_dump()
+        return BatchResult(results=[e for e in entries if e is not None]).model_dump(), settled
 
-    answer = await _idempotent(ctx, f"batch:{topic}", idempotency_key, batch, run)
+    answer = await _idempotent(ctx, f"batch:{topic}", idempotency_key, batch, len(batch.messages), run)
     return Response(jsonutil.dumps(answer), media_type="application/json")
 
 
@@ -209,23 +213,39 @@ def message_fields(record: MessageRecord, broker: str) -> dict[str, Any]:
     }
 
 
-async def _idempotent(ctx: GatewayContext, scope: str, key: str | None, payload: BaseModel, run: Any) -> Any:
+SendRun = Callable[[list[str | None], Pins | None], Awaitable[tuple[dict[str, Any], bool]]]
+"""Sends a request's messages with these ids (None: fresh ones); its answer, and whether every outcome is settled."""
+
+
+async def _idempotent(
+    ctx: GatewayContext, scope: str, key: str | None, payload: BaseModel, count: int, run: SendRun
+) -> Any:
+    """Run the send once per Idempotency-Key (gateway.idempotency): replayed, resumed, or released."""
     if key is None:
-        return await run()
-    claim = await ctx.idempotency.claim(scope, key, payload.model_dump_json().encode())
+        return (await run([None] * count, None))[0]
+    claim = await ctx.idempotency.claim(scope, key, payload.model_dump_json().encode(), count, ctx.sender.ids.new_id)
     if claim.replay is not None:
         return claim.replay
+    ids: list[str | None] = list(claim.message_ids)
     try:
-        answer = await run()
-    except BaseException:
-        await ctx.idempotency.release(claim)
+        answer, settled = await run(ids, claim)
+    except BaseException as exc:
+        # Released only when no put of this key can have stored anything: not one an earlier
+        # request made (`fixed`), nor one whose outcome is unsure, nor one the record may not name.
+        stored_nothing = isinstance(exc, PetrelError) and not (unsettled(exc) or claim.lost or claim.fixed)
+        with contextlib.suppress(PetrelError):  # taken over, or Redis gone: the original error is the answer
+            await (ctx.idempotency.release(claim) if stored_nothing else ctx.idempotency.suspend(claim))
         raise
-    await ctx.idempotency.complete(claim, answer)
+    # The answer stands even when it cannot be recorded (taken over, Redis gone): a repeat
+    # then resumes the record, and the brokers answer with the copies they hold.
+    with contextlib.suppress(PetrelError):
+        await (ctx.idempotency.complete(claim, answer) if settled else ctx.idempotency.suspend(claim))
     return answer
 
 
 def _batch_error(exc: PetrelError) -> EntryError:
-    return EntryError(type=exc.problem_type(), title=exc.title, status=exc.status, detail=exc.detail)
+    stored = SendResult.model_validate(exc.extensions) if isinstance(exc, FlushTimeout) else None
+    return EntryError(type=exc.problem_type(), title=exc.title, status=exc.status, detail=exc.detail, stored=stored)
 
 
 def _emit_sent(

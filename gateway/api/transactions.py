@@ -33,7 +33,7 @@ from gateway.transaction_schemas import (
     TransactionState,
 )
 from libs import jsonutil, producer_groups
-from libs.errors import InvalidMessage, NotFound, ServiceUnavailable, TransactionNotFound
+from libs.errors import FlushTimeout, InvalidMessage, NotFound, ServiceUnavailable, TransactionNotFound
 from libs.http.app import json_body, parse_json
 from libs.message import Prop
 from libs.names import validate_group_name, validate_topic_name
@@ -110,7 +110,11 @@ async def send_transaction(ctx: Context, topic: str, request: Request) -> Respon
         system[CHECK_IMMUNITY] = str(spec.check_immunity_seconds)
     prepared = ctx.sender.prepare(topic, spec.message(), system)
     await ensure_topic(ctx, topic)
-    sent = await ctx.sender.send_half(topic, prepared)
+    try:
+        sent = await ctx.sender.send_half(topic, prepared)
+    except FlushTimeout as exc:  # the half message is stored: say which transaction it is, so it can be ended
+        where = exc.extensions
+        raise FlushTimeout(exc.detail, transaction_id=f"{where['broker']}:{where['message_id']}", **where) from exc
     transaction_id = f"{sent.broker}:{sent.message_id}"
     request.state.events.emit(
         "transaction_half",

@@ -45,7 +45,9 @@ EVENTS: dict[str, EventSpec] = {
     spec.name: spec
     for spec in (
         _spec("sent", "the gateway accepted a send", _MESSAGE, "tag keys size idempotency_key delay_ms"),
-        _spec("stored", "a broker appended the message to its CommitLog", _STORED, "size physical_offset flush"),
+        _spec(
+            "stored", "a broker appended the message to its CommitLog", _STORED, "size physical_offset flush durable"
+        ),
         _spec("delivered", "a consumer received the message", _STORED + " group delivery_attempt", "client_id"),
         _spec("acked", "a consumer acknowledged the message", _STORED + " group delivery_attempt"),
         _spec("nacked", "a consumer gave the message back", _STORED + " group delivery_attempt", "delay_ms reason"),

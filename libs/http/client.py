@@ -16,7 +16,9 @@ Built on aiohttp: `make bench` (scenario `internal-client`) measured it at about
   idempotent request once when a pooled keep-alive connection turns out to be
   closed; a timeout is never retried, so a long poll never doubles.)
 - A peer's problem+json comes back as the same `PetrelError` subclass;
-  transport failures become `ServiceUnavailable`.
+  transport failures become `ServiceUnavailable`, whose `request_sent` extension
+  says whether the peer may have acted on the request (false only when the
+  connection could not be made).
 """
 
 from __future__ import annotations
@@ -165,7 +167,9 @@ class InternalClient:
                     if response.status != 503:
                         raise last
             except (aiohttp.ClientConnectionError, TimeoutError) as exc:
-                last = ServiceUnavailable(f"{method} {url} failed: {_describe(exc)}")
+                # request_sent: the peer may have got (and acted on) the request; only a failed connect says no
+                sent = not _safe_to_retry(exc)
+                last = ServiceUnavailable(f"{method} {url} failed: {_describe(exc)}", request_sent=sent)
                 if not retryable or not _safe_to_retry(exc):
                     raise last from exc
         assert last is not None

@@ -13,7 +13,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from libs.codec import (
     LENGTH_MAGIC,
@@ -25,9 +25,9 @@ from libs.codec import (
     peek_head,
     stamp_record,
 )
-from libs.errors import CorruptRecord, OffsetOutOfRange, PetrelError, StoreFull, StoreReadOnly
+from libs.errors import CorruptRecord, FlushTimeout, OffsetOutOfRange, PetrelError, StoreFull, StoreReadOnly
 from libs.filters import MessageFilter
-from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
+from libs.message import KEY_SEPARATOR, MessageRecord, Prop, id_time, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from libs.store.commitlog import STAMPED, STORE_TIMESTAMP, CommitLog
 from libs.store.config import FlushMode, StoreConfig
@@ -45,6 +45,8 @@ DispatchListener = Callable[[str, int, int, int], None]
 """(topic, queue_id, queue_offset, tags_code), called after each message is dispatched."""
 
 MAX_PULL_BYTES = 8 * 1024 * 1024
+DEDUP_SKEW_MS = 600_000
+"""A message id carries its gateway's clock (ms); a copy is looked for from that time minus this much on."""
 MAX_UNITS_SCANNED = 16_000
 MAX_COPIES_SCANNED = 1024
 """A message id's copies read back by a query_id looking for some of them (a retry, a DLQ copy ... each counts)."""
@@ -59,6 +61,10 @@ class PutResult:
     size: int
     store_timestamp: int
     message_id: str | None
+    duplicate: bool = False
+    """The record was not stored again: this is the copy a put with the same message id stored before."""
+    due_at: int | None = None
+    """For a duplicate of a scheduled record: when the stored copy is due (ms)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +72,8 @@ class PutOutcome:
     stored: list[PutResult]
     failure: PetrelError | None = None
     """Why the record after the last stored one was not stored; later ones were not tried."""
+    not_durable: FlushTimeout | None = None
+    """SYNC_FLUSH only: the records are stored (in the CommitLog, found by reads) but the disk did not confirm them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,24 +144,69 @@ class MessageStore:
     # ---- writing -------------------------------------------------------------------------
 
     async def put(self, batch: Readable) -> PutOutcome:
-        outcome = self.append(batch)
-        if outcome.stored and self.config.flush_mode is FlushMode.SYNC_FLUSH:
-            await self.flusher.wait_durable(self.commitlog.write_offset)
+        """Store the batch; under SYNC_FLUSH, once on disk (FlushTimeout when the disk does not confirm in time)."""
+        outcome = await self.put_reporting(batch)
+        if outcome.not_durable is not None:
+            raise outcome.not_durable
         return outcome
 
-    def append(self, batch: Readable) -> PutOutcome:
+    async def put_reporting(self, batch: Readable, *, dedupe: bool = False) -> PutOutcome:
+        """As `put`, but a flush timeout comes back in `not_durable`: the records ARE stored, never to be sent again.
+
+        `dedupe`: a record marked DEDUP is answered with the copy stored before, if any (`_stored_copy`).
+        """
+        outcome = self.append(batch, dedupe=dedupe)
+        if outcome.stored and self.config.flush_mode is FlushMode.SYNC_FLUSH:
+            try:
+                await self.flusher.wait_durable(self.commitlog.write_offset)
+            except FlushTimeout as exc:
+                return replace(outcome, not_durable=exc)
+        return outcome
+
+    def append(self, batch: Readable, *, dedupe: bool = False) -> PutOutcome:
         """Store every record of the batch (records laid end to end), in order."""
         stored: list[PutResult] = []
         try:
             self._check_writable()
-            self._check_disk()
             offset = 0
             while offset < len(batch):
-                stored.append(self._append_one(batch, offset))
-                offset += stored[-1].size
+                head = peek_head(batch, offset)
+                copy = self._stored_copy(head) if dedupe else None
+                if copy is None:
+                    self._check_disk()  # after the look-up: a full disk still answers a copy it holds
+                stored.append(copy or self._append_one(batch, offset))
+                offset += head.total_size
         except PetrelError as exc:
             return PutOutcome(stored, exc)
         return PutOutcome(stored)
+
+    def _stored_copy(self, head: RecordHead) -> PutResult | None:
+        """The copy of this record stored before, when it asks for de-duplication (DEDUP) and there is one.
+
+        The gateway marks the records of a send that has an Idempotency-Key, and re-sends them
+        with the same message id; the IndexFile's UNIQ_KEY entries find the first copy. Looked
+        up in the same synchronous step as the append, so two racing puts cannot both store.
+        """
+        message_id = head.properties.get(Prop.UNIQ_KEY)
+        if not message_id or head.properties.get(Prop.DEDUP) != "true":
+            return None
+        born = id_time(message_id)
+        for record in self.query_id(message_id, max(0, born - DEDUP_SKEW_MS), 2**62, limit=64):
+            if record.topic == head.topic and record.properties.get(Prop.DEDUP) == "true":
+                return PutResult(
+                    record.topic,
+                    record.queue_id,
+                    record.queue_offset,
+                    record.physical_offset,
+                    len(self.commitlog.read_record(record.physical_offset)),
+                    record.store_timestamp,
+                    message_id,
+                    duplicate=True,
+                    due_at=int(record.properties[Prop.TIMER_DELIVER_MS])
+                    if Prop.TIMER_DELIVER_MS in record.properties
+                    else None,
+                )
+        return None
 
     def _append_one(self, batch: Readable, offset: int) -> PutResult:
         head = peek_head(batch, offset)

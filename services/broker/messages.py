@@ -58,10 +58,10 @@ async def put_messages(ctx: Context, request: Request) -> Response:
         body = ctx.transactions.to_half_batch(body)
     if held.scheduled:
         body, scheduled = schedule_batch(body, ctx.settings.delay_level_ms)
-        outcome = await ctx.store.put(body)
+        outcome = await ctx.store.put_reporting(body, dedupe=True)
         _emit_scheduled(request, body, outcome, scheduled)
     else:
-        outcome = await ctx.store.put(body)
+        outcome = await ctx.store.put_reporting(body, dedupe=True)
     _emit_stored(request, ctx, outcome)
     return Response(jsonutil.dumps(answer_put(outcome, scheduled)), media_type="application/json")
 
@@ -70,7 +70,10 @@ def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:
     events = request.state.events
     broker = ctx.settings.broker_name
     flush = ctx.settings.flush_mode.value
+    optional = {"durable": False} if outcome.not_durable is not None else {}  # SYNC_FLUSH, the sync timed out
     for r in outcome.stored:
+        if r.duplicate:
+            continue
         events.emit(
             "stored",
             message_id=r.message_id,
@@ -81,6 +84,7 @@ def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:
             size=r.size,
             physical_offset=r.physical_offset,
             flush=flush,
+            **optional,
         )
 
 
@@ -121,7 +125,7 @@ def _emit_scheduled(request: Request, body: bytes, outcome: PutOutcome, schedule
     offset = index = 0
     while offset < len(body) and index < stored:
         head = peek_head(body, offset)
-        if index in scheduled:
+        if index in scheduled and not outcome.stored[index].duplicate:
             level = head.properties.get(Prop.DELAY_LEVEL)
             optional = {"delay_level": int(level)} if level else {}
             events.emit(
@@ -136,13 +140,19 @@ def _emit_scheduled(request: Request, body: bytes, outcome: PutOutcome, schedule
 
 
 def answer_put(outcome: PutOutcome, scheduled: dict[int, int]) -> dict[str, object]:
-    """A PutAnswer as plain data: built by hand on this hot path (a model would cost more than the store)."""
+    """A PutAnswer as plain data: built by hand on this hot path (a model would cost more than the store).
+
+    A flush timeout is answered 200 with the stored records and `not_durable`, never as an
+    error: the records are in the CommitLog, and a producer that took it for "not stored"
+    would send them again (RocketMQ answers FLUSH_DISK_TIMEOUT as a send status, not a failure).
+    """
     if outcome.failure is not None and not outcome.stored:
         raise outcome.failure
     failure = None
     if outcome.failure is not None:
         exc = outcome.failure
         failure = {"index": len(outcome.stored), "type": exc.problem_type(), "status": exc.status, "detail": exc.detail}
+    not_durable = outcome.not_durable.detail if outcome.not_durable is not None else None
     stored = [
         {
             "topic": r.topic,
@@ -151,11 +161,11 @@ def answer_put(outcome: PutOutcome, scheduled: dict[int, int]) -> dict[str, obje
             "physical_offset": r.physical_offset,
             "store_timestamp": r.store_timestamp,
             "message_id": r.message_id,
-            "deliver_at": scheduled.get(index),
+            "deliver_at": r.due_at if r.duplicate else scheduled.get(index),
         }
         for index, r in enumerate(outcome.stored)
     ]
-    return {"stored": stored, "failure": failure}
+    return {"stored": stored, "failure": failure, "not_durable": not_durable}
 
 
 def _filter(tag: str | None, sql: str | None) -> MessageFilter | None:

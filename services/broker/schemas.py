@@ -74,6 +74,11 @@ class PutFailure(BaseModel):
 class PutAnswer(BaseModel):
     stored: list[PutEntry]
     failure: PutFailure | None = None
+    not_durable: str | None = Field(
+        default=None,
+        description="SYNC_FLUSH: why the disk did not confirm the stored records in time (flush-timeout); "
+        "they are stored and must not be sent again",
+    )
 
 
 class QueueOffsets(BaseModel):

@@ -19,7 +19,10 @@ covers them all before any is answered; each end is answered on its own.
 
 Exactly once: an outcome is recorded before the append's await, so two ends
 racing (in one batch or in two) see each other; a commit whose real copy is
-already stored (an op record torn by a crash) does not store it again.
+already stored (an op record torn by a crash) does not store it again. An end
+whose records are stored but whose disk sync timed out keeps its outcome (it is
+answered flush-timeout): the records are in the CommitLog, so a later end the
+other way is refused.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from dataclasses import dataclass, replace
 from libs import jsonutil
 from libs.codec import decode_record, encode_record, peek_head
 from libs.delay import is_scheduled
-from libs.errors import InvalidMessage, PetrelError, TransactionAlreadyEnded, TransactionNotFound
+from libs.errors import FlushTimeout, InvalidMessage, PetrelError, TransactionAlreadyEnded, TransactionNotFound
 from libs.events.writer import EventWriter
 from libs.message import MessageRecord, Prop, SysFlag
 from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
@@ -264,7 +267,7 @@ class Transactions:
     async def _store_ends(self, ends: list[_Pending], parts: list[bytes]) -> None:
         """Append the ends' records at once; an end whose op record was not stored is undone, and fails."""
         try:
-            stored = await self.store.put(b"".join(parts))
+            stored = await self.store.put_reporting(b"".join(parts))
         except BaseException:
             for end in ends:
                 self.outcomes.pop(end.request.message_id, None)
@@ -277,6 +280,8 @@ class Transactions:
                 continue
             if end.real is not None:
                 end.committed = replace(end.real, queue_offset=stored.stored[end.op_index - 1].queue_offset)
+            if stored.not_durable is not None:  # stored all the same: the outcome stands, a repeat answers it
+                end.failure = self._not_durable(end, stored.not_durable)
             committing = end.request.outcome is Outcome.COMMIT
             self.events.emit(
                 "transaction_commit" if committing else "transaction_rollback",
@@ -285,6 +290,18 @@ class Transactions:
                 transaction_id=self.transaction_id(message_id),
                 by=end.request.by,
             )
+
+    def _not_durable(self, end: _Pending, timeout: FlushTimeout) -> FlushTimeout:
+        outcome = end.request.outcome.value
+        where = _ended(end.request.message_id, end.request.outcome, end.topic, end.committed, first=True)
+        return FlushTimeout(
+            f"{timeout.detail}; the {outcome} of transaction {self.transaction_id(end.request.message_id)} "
+            "is recorded and stands (repeat it to learn when it is durable)",
+            outcome=outcome,
+            topic=where.topic,
+            queue_id=where.queue_id,
+            queue_offset=where.queue_offset,
+        )
 
     def _real_copy(self, half: MessageRecord) -> MessageRecord:
         topic = half.properties[Prop.REAL_TOPIC]

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from gateway.coalescing import CallCoalescer, PutCoalescer
+from gateway.coalescing import CallCoalescer, PutCoalescer, per_record, stored_entry
 from libs.errors import BrokerUnavailable, PetrelError, PutQueueFull, StoreFull
 from services.broker.schemas import PutAnswer, PutEntry, PutFailure
 
@@ -173,3 +173,14 @@ async def test_one_send_larger_than_the_bound_still_goes_when_nothing_waits() ->
     coalescer = PutCoalescer(broker.put, max_queued_bytes=2)
     outcome = await coalescer.submit(b"abcd", 4)
     assert [o.queue_offset for o in outcome if isinstance(o, PutEntry)] == [0, 1, 2, 3]
+
+
+def test_records_stored_without_the_disk_confirming_them_are_flush_timeouts_that_say_where() -> None:
+    answer = PutAnswer(stored=[entry(0), entry(1)], not_durable="the disk did not confirm the write within 5 ms")
+
+    outcome = per_record(answer, 3)
+
+    assert [type(o).__name__ for o in outcome] == ["FlushTimeout", "FlushTimeout", "PetrelError"]
+    timeouts = [o for o in outcome[:2] if isinstance(o, PetrelError)]
+    assert [stored_entry(o) for o in timeouts] == [entry(0), entry(1)]
+    assert {o.detail for o in timeouts} == {"the disk did not confirm the write within 5 ms"}

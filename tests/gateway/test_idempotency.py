@@ -1,13 +1,19 @@
 """IdempotencyKeys against the real Redis on 127.0.0.1:6379."""
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import redis.asyncio as aioredis
 
 from gateway.idempotency import IdempotencyKeys
 from libs.errors import IdempotencyConflict, ServiceUnavailable, ValidationFailed
+from libs.message import MessageIdFactory
+from tests.support.waiting import eventually
+
+
+def ids() -> Callable[[], str]:
+    return MessageIdFactory().new_id
 
 
 @pytest.fixture
@@ -19,38 +25,71 @@ async def keys() -> AsyncIterator[IdempotencyKeys]:
 
 async def test_a_repeat_while_the_first_is_in_flight_is_409(keys: IdempotencyKeys) -> None:
     key = str(uuid.uuid4())
-    await keys.claim("send:t", key, b"payload")
+    await keys.claim("send:t", key, b"payload", 1, ids())
     with pytest.raises(IdempotencyConflict, match="still in progress"):
-        await keys.claim("send:t", key, b"payload")
+        await keys.claim("send:t", key, b"payload", 1, ids())
 
 
 async def test_a_finished_request_is_replayed_and_a_different_body_refused(keys: IdempotencyKeys) -> None:
     key = str(uuid.uuid4())
-    claim = await keys.claim("send:t", key, b"payload")
+    claim = await keys.claim("send:t", key, b"payload", 1, ids())
     await keys.complete(claim, {"message_id": "M1"})
 
-    again = await keys.claim("send:t", key, b"payload")
+    again = await keys.claim("send:t", key, b"payload", 1, ids())
     assert again.replay == {"message_id": "M1"}
     with pytest.raises(ValidationFailed, match="different request body"):
-        await keys.claim("send:t", key, b"other payload")
+        await keys.claim("send:t", key, b"other payload", 1, ids())
 
 
 async def test_a_failed_request_releases_its_key(keys: IdempotencyKeys) -> None:
     key = str(uuid.uuid4())
-    await keys.release(await keys.claim("send:t", key, b"payload"))
-    assert (await keys.claim("send:t", key, b"payload")).replay is None
+    await keys.release(await keys.claim("send:t", key, b"payload", 1, ids()))
+    assert (await keys.claim("send:t", key, b"payload", 1, ids())).replay is None
 
 
 async def test_keys_are_scoped_per_topic(keys: IdempotencyKeys) -> None:
     key = str(uuid.uuid4())
-    await keys.claim("send:a", key, b"payload")
-    assert (await keys.claim("send:b", key, b"payload")).replay is None
+    await keys.claim("send:a", key, b"payload", 1, ids())
+    assert (await keys.claim("send:b", key, b"payload", 1, ids())).replay is None
 
 
 async def test_redis_down_is_503_not_a_silent_send() -> None:
     client = aioredis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
     try:
         with pytest.raises(ServiceUnavailable, match="idempotency key store"):
-            await IdempotencyKeys(client).claim("send:t", "k", b"payload")
+            await IdempotencyKeys(client).claim("send:t", "k", b"payload", 1, ids())
     finally:
         await client.aclose()
+
+
+async def test_a_request_resumed_after_its_lease_ended_keeps_its_ids_and_brokers() -> None:
+    client = aioredis.Redis.from_url("redis://127.0.0.1:6379/0")
+    keys = IdempotencyKeys(client, lease_ms=50)
+    key = str(uuid.uuid4())
+    try:
+        first = await keys.claim("send:t", key, b"payload", 2, ids())
+        await first.record({first.message_ids[0]: "broker-a"})
+        # the gateway dies here (kill -9): nothing releases the key; its lease runs out
+        await eventually(lambda: _lease_gone(client, first.lease_key), "the dead request's lease ran out")
+        again = await keys.claim("send:t", key, b"payload", 2, ids())
+        assert again.replay is None
+        assert again.message_ids == first.message_ids
+        assert again.fixed == {first.message_ids[0]: "broker-a"}
+        with pytest.raises(IdempotencyConflict, match="took over"):
+            await first.record({first.message_ids[1]: "broker-b"})
+    finally:
+        await client.aclose()
+
+
+async def test_an_unsettled_request_is_resumed_at_once(keys: IdempotencyKeys) -> None:
+    key = str(uuid.uuid4())
+    first = await keys.claim("send:t", key, b"payload", 1, ids())
+    await first.record({first.message_ids[0]: "broker-a"})
+    await keys.suspend(first)
+
+    again = await keys.claim("send:t", key, b"payload", 1, ids())
+    assert (again.message_ids, again.fixed) == (first.message_ids, {first.message_ids[0]: "broker-a"})
+
+
+async def _lease_gone(client: aioredis.Redis, lease_key: str) -> bool:
+    return not await client.exists(lease_key)
