@@ -38,7 +38,7 @@ class Outcome(enum.StrEnum):
     REFUSED = "refused"
     """The ack or nack was answered, but not ok for this handle (e.g. a stale lease)."""
     UNKNOWN = "unknown"
-    """No answer at all (the gateway was down for longer than the lease)."""
+    """No answer, or refused on a repeat whose first try's answer was lost: it may have taken effect."""
     PENDING = "pending"
 
 
@@ -187,7 +187,7 @@ class Ledger:
     def _duplicates(self, group: str, sent: Sent, seen: list[Delivery], verdict: Verdict) -> None:
         retried = False
         for previous, delivery in itertools.pairwise(seen):
-            if previous.outcome == Outcome.NACKED:
+            if previous.outcome == Outcome.NACKED or _maybe_nacked(previous):
                 retried = True
                 continue
             why = self._explain(sent, previous, delivery, retried)
@@ -218,3 +218,8 @@ class Ledger:
         if sent.transaction_id is not None:
             path.add(TXCHECK)
         return path
+
+
+def _maybe_nacked(delivery: Delivery) -> bool:
+    """A nack whose answer was lost (the gateway died) and whose repeat was refused: it may have taken effect."""
+    return delivery.outcome == Outcome.UNKNOWN and delivery.detail.startswith("nack:")

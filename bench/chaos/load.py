@@ -175,7 +175,7 @@ class Consumer:
     async def _settle(self, verb: str, deliveries: dict[str, Delivery], extra: dict[str, Any]) -> None:
         if not deliveries:
             return
-        answer = await self.api.call(
+        answer, tries = await self.api.call_counted(
             f"{verb} {self.group}",
             "POST",
             f"/v1/groups/{self.group}/{verb}",
@@ -190,6 +190,10 @@ class Consumer:
             return
         for result in answer.json()["results"]:
             delivery = deliveries[result["receipt_handle"]]
-            delivery.outcome = done if result["ok"] else Outcome.REFUSED
-            if not result["ok"]:
-                delivery.detail = f"{verb}: {(result.get('error') or {}).get('type', '?')}"
+            if result["ok"]:
+                delivery.outcome = done
+                continue
+            problem = (result.get("error") or {}).get("type", "?")
+            # refused on a repeat: an earlier try may have taken effect, its answer lost with the gateway
+            delivery.outcome = Outcome.UNKNOWN if tries > 1 else Outcome.REFUSED
+            delivery.detail = f"{verb}: {problem}" + (f" on try {tries}" if tries > 1 else "")

@@ -25,8 +25,14 @@ class PatientClient:
     operations: Counter[str]
     last_errors: dict[str, str] = field(default_factory=dict)
     """the last failure of each operation, for the report"""
+    gave_up: Counter[str] = field(default_factory=Counter)
+    """calls left unanswered, by operation and last failure (status and problem type, or exception)"""
 
-    async def call(
+    async def call(self, operation: str, method: str, path: str, **options: Any) -> httpx.Response | None:
+        answer, _ = await self.call_counted(operation, method, path, **options)
+        return answer
+
+    async def call_counted(
         self,
         operation: str,
         method: str,
@@ -36,20 +42,33 @@ class PatientClient:
         json: Any = None,
         headers: dict[str, str] | None = None,
         timeout: float = 10.0,
-    ) -> httpx.Response | None:
+    ) -> tuple[httpx.Response | None, int]:
+        """The answer (None when there was none in time) and how many tries it took."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + give_up_s
+        why = ""
         for tries in range(1_000_000):
             self.operations[operation] += 1
             try:
                 answer = await self.client.request(method, path, json=json, headers=headers, timeout=timeout)
             except httpx.HTTPError as exc:
                 self.last_errors[operation] = f"{type(exc).__name__}: {exc}"
+                why = type(exc).__name__
             else:
                 if answer.is_success or answer.status_code in FINAL:
-                    return answer
+                    return answer, tries + 1
                 self.last_errors[operation] = f"{answer.status_code} {answer.text[:300]}"
+                why = f"{answer.status_code} {_problem_type(answer)}"
             if loop.time() >= deadline:
-                return None
+                if give_up_s > 0:  # a receive tries once: its failures are not losses
+                    self.gave_up[f"{operation}: {why}"] += 1
+                return None, tries + 1
             await asyncio.sleep(BACKOFF_S[min(tries, len(BACKOFF_S) - 1)])
-        return None
+        return None, 0
+
+
+def _problem_type(answer: httpx.Response) -> str:
+    try:
+        return str(answer.json().get("type", "")).rsplit("/", 1)[-1]
+    except ValueError:
+        return ""

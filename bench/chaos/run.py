@@ -60,6 +60,7 @@ class ChaosResult:
     verdict: Verdict
     killer_failure: str | None
     last_errors: dict[str, str]
+    gave_up: dict[str, int]
     seconds: dict[str, float]
     started_at: float
     store_check: tuple[int, str] | None = None
@@ -70,12 +71,15 @@ class ChaosResult:
         return self.verdict.ok and self.killer_failure is None and store_clean
 
     def report(self) -> str:
-        lines = [f"chaos run, seed {self.config.seed} (repeat it with {SEED_ENV}={self.config.seed})"]
+        lines = [
+            f"chaos run, seed {self.config.seed} (repeat it with {SEED_ENV}={self.config.seed}), "
+            f"load from {self.started_at:.3f} (epoch s)"
+        ]
         lines += [f"  {name:36} {value:>8,}" for name, value in self.verdict.figures.items()]
         lines += [f"  {name:36} {value:>8.1f} s" for name, value in self.seconds.items()]
         lines += [f"  duplicates, {why}: {n}" for why, n in sorted(self.verdict.explained.items())]
         lines += [
-            f"  kill -9 {k.process} at +{k.killed_at - self.started_at:.1f} s, "
+            f"  kill -9 {k.process} at +{k.killed_at - self.started_at:.1f} s ({k.killed_at:.3f}), "
             f"back after {k.restarted_at - k.killed_at:.1f} s"
             for k in self.ledger.kills
         ]
@@ -84,6 +88,7 @@ class ChaosResult:
         if self.store_check is not None and self.store_check[0] != 0:
             lines.append(f"FAILED: petrel store check exited {self.store_check[0]}:\n{self.store_check[1][-3000:]}")
         lines += [f"FAILED: {f}" for f in self.verdict.failures[:40]]
+        lines += [f"  unanswered after retrying, {why}: {n}" for why, n in sorted(self.gave_up.items())]
         lines += [f"  last failure of {op}: {error[:300]}" for op, error in sorted(self.last_errors.items())]
         if not self.ok:
             lines.append(f"seed {self.config.seed}: {SEED_ENV}={self.config.seed} repeats this run")
@@ -134,7 +139,9 @@ async def run_chaos(
     await asyncio.gather(*consumers)
     seconds = {"load": loaded - started, "quiescence": time.time() - loaded}
     verdict = ledger.verdict(dead, tx_states)
-    return ChaosResult(config, ledger, verdict, killer.failure, dict(api.last_errors), seconds, started)
+    return ChaosResult(
+        config, ledger, verdict, killer.failure, dict(api.last_errors), dict(api.gave_up), seconds, started
+    )
 
 
 async def _set_up(api: PatientClient, checkback_url: str, secret: str) -> None:

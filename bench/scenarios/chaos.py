@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -51,8 +52,9 @@ def chaos(options: BenchOptions) -> list[Figure]:
         print(result.report(), flush=True)
         if not result.ok:
             kept = Path("data/bench") / f"chaos-{config.seed}"
-            _keep_logs(Path(tmp) / "data", kept)
-            print(f"  chaos FAILED (seed {config.seed}); the cluster's logs are in {kept}", flush=True)
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(Path(tmp) / "data", kept)
+            print(f"  chaos FAILED (seed {config.seed}); the cluster's data and logs are in {kept}", flush=True)
     return _figures(result)
 
 
@@ -67,12 +69,6 @@ async def _run(data_dir: Path, config: ChaosConfig) -> ChaosResult:
             result = await run_chaos(cluster, client, config, checkback_url, secret)
     result.store_check = await asyncio.to_thread(store_check, data_dir / "brokers" / "broker-a")
     return result
-
-
-def _keep_logs(data_dir: Path, kept: Path) -> None:
-    kept.mkdir(parents=True, exist_ok=True)
-    for log in (data_dir / "logs").glob("*.log"):
-        (kept / log.name).write_bytes(log.read_bytes())
 
 
 def _figures(result: ChaosResult) -> list[Figure]:
