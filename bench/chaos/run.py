@@ -138,7 +138,9 @@ async def run_chaos(
     stop_consumers.set()
     await asyncio.gather(*consumers)
     seconds = {"load": loaded - started, "quiescence": time.time() - loaded}
-    verdict = ledger.verdict(dead, tx_states)
+    verdict = ledger.verdict({g: dict(entries) for g, entries in dead.items()}, tx_states)
+    for group, entries in dead.items():
+        verdict.figures[f"{group}: DLQ entries, copies included"] = len(entries)
     return ChaosResult(
         config, ledger, verdict, killer.failure, dict(api.last_errors), dict(api.gave_up), seconds, started
     )
@@ -159,14 +161,14 @@ async def _set_up(api: PatientClient, checkback_url: str, secret: str) -> None:
 
 async def _quiesce(
     api: PatientClient, ledger: Ledger, timeout_s: float
-) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+) -> tuple[dict[str, list[tuple[str, str]]], dict[str, str]]:
     """Until every answered send is accounted for in both groups and nothing is left in flight (or timeout)."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     tx_states: dict[str, str] = {}
     while True:
         dead = {group: await dead_letters(api, group) for group in ledger.groups}
         await _transaction_states(api, ledger, tx_states)
-        settled = all(not ledger.unaccounted(g, dead[g]) for g in ledger.groups)
+        settled = all(not ledger.unaccounted(g, dict(dead[g])) for g in ledger.groups)
         if settled and all([await _idle(api, g) for g in ledger.groups]):
             return dead, tx_states
         if asyncio.get_running_loop().time() > deadline:
@@ -174,16 +176,16 @@ async def _quiesce(
         await asyncio.sleep(1.0)
 
 
-async def dead_letters(api: PatientClient, group: str) -> dict[str, str]:
-    """The group's DLQ: message id -> reason."""
-    found: dict[str, str] = {}
+async def dead_letters(api: PatientClient, group: str) -> list[tuple[str, str]]:
+    """The group's DLQ entries, copies of one message included: (message id, reason)."""
+    found: list[tuple[str, str]] = []
     offset = 0
     while True:
         answer = await api.call("dlq", "GET", f"/v1/groups/{group}/dlq?offset={offset}&max=256", give_up_s=10)
         if answer is None or not answer.is_success:
             return found
         page = answer.json()
-        found |= {m["message_id"]: m.get("reason") or "" for m in page["messages"]}
+        found += [(m["message_id"], m.get("reason") or "") for m in page["messages"]]
         queues = page["queues"]
         if not queues or queues[0]["next_offset"] >= queues[0]["max_offset"] or not page["messages"]:
             return found
