@@ -190,20 +190,21 @@ class Ledger:
             if previous.outcome == Outcome.NACKED or _maybe_nacked(previous):
                 retried = True
                 continue
-            why = self._explain(sent, previous, delivery, retried)
+            # a retry (attempt > 1) travelled through the timer, even when its first delivery was never seen
+            path = self._path(sent, retried or previous.outcome != Outcome.ACKED or delivery.attempt > 1)
+            why = self._explain(sent, previous, delivery, path)
             verdict.explained[why] += 1
             if why == "unexplained":
                 verdict.failures.append(
                     f"UNEXPLAINED DUPLICATE in {group}: {sent.message_id} ({sent.kind}) delivered at "
                     f"{previous.received_at:.3f} (attempt {previous.attempt}, {previous.outcome} {previous.detail}, "
                     f"lease until {previous.invisible_until:.3f}) and again at {delivery.received_at:.3f} "
-                    f"(attempt {delivery.attempt}); no kill of {sorted(self._path(sent, retried))} in between"
+                    f"(attempt {delivery.attempt}); no kill of {sorted(path)} since its send"
                 )
 
-    def _explain(self, sent: Sent, previous: Delivery, delivery: Delivery, retried: bool) -> str:
+    def _explain(self, sent: Sent, previous: Delivery, delivery: Delivery, path: set[str]) -> str:
         if previous.outcome != Outcome.ACKED and delivery.received_at >= previous.invisible_until - LEASE_SLACK_S:
             return "lease expired"
-        path = self._path(sent, retried or previous.outcome != Outcome.ACKED)
         for kill in self.kills:
             if kill.process in path and sent.started_at <= kill.killed_at <= delivery.received_at:
                 return f"kill of {kill.process}"

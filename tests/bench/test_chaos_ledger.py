@@ -87,3 +87,12 @@ def test_the_kill_schedule_comes_from_the_seed_alone_and_kills_every_target() ->
     assert {p.process for p in plan} == set(TARGETS)
     assert all(3.0 <= p.at_s <= 27.0 for p in plan)
     assert [p.at_s for p in plan] == sorted(p.at_s for p in plan)
+
+
+def test_a_repeated_retry_is_explained_by_a_timer_kill_even_when_its_first_delivery_was_never_seen() -> None:
+    ledger = ledger_with(Sent("r", "single", Fate.OK, 0.0, 1.0))
+    ledger.delivered(Delivery(A, "r", 2, 9.0, 15.0, Outcome.ACKED))
+    ledger.delivered(Delivery(A, "r", 2, 9.0, 15.0, Outcome.ACKED))  # two copies of one retry, one receive
+    ledger.killed(Kill(TIMER, 5.0, 8.0))
+
+    assert dict(ledger.verdict({}, {}).explained) == {f"kill of {TIMER}": 1}
