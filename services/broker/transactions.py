@@ -38,8 +38,8 @@ from libs.delay import is_scheduled
 from libs.errors import FlushTimeout, InvalidMessage, PetrelError, TransactionAlreadyEnded, TransactionNotFound
 from libs.events.writer import EventWriter
 from libs.message import MessageRecord, Prop, SysFlag
-from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from libs.store.message_store import MessageStore
+from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, is_public_topic
+from libs.store.message_store import MAX_COPIES_SCANNED, MessageStore
 from services.broker.ended_transactions import ENDED_KEPT, EndedTransactions
 from services.broker.topics import TopicTable
 
@@ -207,7 +207,7 @@ class Transactions:
 
     def latest_copy(self, message_id: str) -> MessageRecord | None:
         """The newest half copy (half topic or check-max topic) of a transaction."""
-        return _latest_half(self.store.query_id(message_id, 0, 2**62))
+        return _latest_half(self.store.query_id(message_id, 0, 2**62, where=_HALF_TOPICS.__contains__))
 
     # ---- ending --------------------------------------------------------------------------------
 
@@ -247,7 +247,8 @@ class Transactions:
             )
         if message_id in pending:
             return pending[message_id]
-        copies = self.store.query_id(message_id, 0, 2**62)  # once: the index is the cost of an end
+        # Once: the index is the cost of an end. Past the message's retry and DLQ copies, which share its id.
+        copies = self.store.query_id(message_id, 0, 2**62, limit=MAX_COPIES_SCANNED, where=_half_or_committed)
         half = _latest_half(copies)
         if half is None:
             raise TransactionNotFound(f"no half message {message_id} on this broker (or it is past retention)")
@@ -413,3 +414,11 @@ def _ended(message_id: str, outcome: Outcome, topic: str, committed: MessageReco
     if committed is not None:
         return Ended(message_id, outcome, first, topic, committed.queue_id, committed.queue_offset)
     return Ended(message_id, outcome, first, topic, 0, None)
+
+
+_HALF_TOPICS = frozenset({TRANS_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
+
+
+def _half_or_committed(topic: str) -> bool:
+    """A transaction's half copies, or its committed copy (in its real topic, a user topic)."""
+    return topic in _HALF_TOPICS or is_public_topic(topic)

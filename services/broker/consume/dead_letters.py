@@ -69,7 +69,7 @@ class DeadLetters:
         done = Redrive()
         found: list[MessageRecord] = []
         for message_id in message_ids:
-            copies = [r for r in self.pop.store.query_id(message_id, 0, 2**62) if r.topic == topic]
+            copies = self.pop.store.query_id(message_id, 0, 2**62, where=topic.__eq__)
             if copies:
                 found.append(max(copies, key=lambda r: r.queue_offset))
             else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -158,3 +159,23 @@ async def assert_old_ends_answered(client: httpx.AsyncClient) -> None:
     delivered = [r.message_id or "" for r in await topic_records(client, "orders", 1)]
     assert sorted(delivered) == ["OLD0", "OLD2", "OLD4"], "each commit stored exactly one copy"
     assert [r.tag for r in await topic_records(client, TRANS_OP_HALF_TOPIC)] == ["d"] * 6, "no second op record"
+
+
+async def test_a_committed_transaction_is_found_and_ends_again_behind_many_copies_of_its_message(
+    broker: httpx.AsyncClient,
+) -> None:
+    # A consumer's retries and dead letters are copies with the same message id, newer than the half.
+    await put_half(broker, "TX40")
+    assert (await end(broker, "TX40", "commit")).status_code == 200
+    retry = "%RETRY%billing"
+    await broker.put(f"/internal/topics/{quote(retry)}", json={"read_queues": 1, "write_queues": 1})
+    copy = encode_record(MessageRecord(topic=retry, body=b"copy", queue_id=0, properties={Prop.UNIQ_KEY: "TX40"}))
+    assert (await broker.post("/internal/messages", content=copy * 40)).status_code == 200
+
+    looked_up = await broker.get("/internal/transactions/TX40")
+    again = await end(broker, "TX40", "commit")
+
+    assert looked_up.status_code == 200, looked_up.text
+    assert looked_up.json()["state"] == "COMMITTED"
+    assert again.status_code == 200, again.text
+    assert again.json()["first"] is False
