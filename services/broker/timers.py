@@ -72,7 +72,7 @@ async def deliver_scheduled(ctx: Context, body: DeliveryRequest, request: Reques
     `delivered`: stored in its topic (a SYNC_FLUSH flush timeout too: the record IS stored, it
     must not be put again). `refused`: this one cannot be delivered (no record at
     the offset, its topic is gone ...); the others are not held back. `failed`: the store
-    refused the write (full, flush ...): it and every later one were not stored.
+    refused the write (full, read-only ...): it and every later one were not stored.
     """
     results: list[dict[str, object]] = [{"physical_offset": o, "status": "pending"} for o in body.physical_offsets]
     records = []
