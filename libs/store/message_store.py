@@ -23,6 +23,7 @@ from libs.codec import (
     RecordHead,
     decode_record,
     peek_head,
+    peek_topic,
     stamp_record,
 )
 from libs.errors import CorruptRecord, FlushTimeout, OffsetOutOfRange, PetrelError, StoreFull, StoreReadOnly
@@ -174,7 +175,7 @@ class MessageStore:
                 copy = self._stored_copy(head) if dedupe else None
                 if copy is None:
                     self._check_disk()  # after the look-up: a full disk still answers a copy it holds
-                stored.append(copy or self._append_one(batch, offset))
+                stored.append(copy or self._append_one(batch, offset, head))
                 offset += head.total_size
         except PetrelError as exc:
             return PutOutcome(stored, exc)
@@ -195,24 +196,31 @@ class MessageStore:
         if not message_id or not token:
             return None
         born = max(0, id_time(message_id) - DEDUP_SKEW_MS)
+        topic = head.topic.encode()
         for physical in self.index.query_unique(message_id, born, 2**62, MAX_COPIES_SCANNED):
-            copy = self._copy_at(physical, message_id, head.topic, token)
+            copy = self._copy_at(physical, message_id, topic, token)
             if copy is not None:
                 return copy
         return None
 
-    def _copy_at(self, physical: int, message_id: str, topic: str, token: str) -> PutResult | None:
-        """The record at `physical` as a duplicate's answer, if it is the copy looked for (index hits are hashes)."""
+    def _copy_at(self, physical: int, message_id: str, topic: bytes, token: str) -> PutResult | None:
+        """The record at `physical` as a duplicate's answer, if it is the copy looked for (index hits are hashes).
+
+        The topic is compared first, undecoded: most copies of a message (its scheduled,
+        retry and dead-letter copies) are in other topics, and their properties are not read.
+        """
         if not self.commitlog.min_offset <= physical < self.commitlog.write_offset:
             return None
         segment = self.commitlog.segment_at(physical)
         position = physical - segment.start_offset
         try:
+            if peek_topic(segment.map, position) != topic:
+                return None
             stored = peek_head(segment.map, position)
         except CorruptRecord:
             return None
         properties = stored.properties
-        if stored.topic != topic or properties.get(Prop.UNIQ_KEY) != message_id or properties.get(Prop.DEDUP) != token:
+        if properties.get(Prop.UNIQ_KEY) != message_id or properties.get(Prop.DEDUP) != token:
             return None
         queue_offset, stamped_physical = STAMPED.unpack_from(segment.map, position + 20)
         if stamped_physical != physical:
@@ -230,8 +238,8 @@ class MessageStore:
             due_at=int(due) if due.isdigit() else None,
         )
 
-    def _append_one(self, batch: Readable, offset: int) -> PutResult:
-        head = peek_head(batch, offset)
+    def _append_one(self, batch: Readable, offset: int, head: RecordHead) -> PutResult:
+        """Store the record at `offset` of the batch (`head`: its head, read by the caller)."""
         size = head.total_size
         queue = self.queues.get(head.topic, head.queue_id)
         segment, position = self.commitlog.reserve(size)
