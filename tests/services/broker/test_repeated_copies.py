@@ -14,7 +14,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from libs.codec import iter_records
+from libs.codec import encode_record, iter_records
+from libs.message import MessageRecord, Prop
+from libs.names import TIMER_TOPIC
 from libs.store.config import FlushMode
 from services.broker.app import create_app
 from tests.conftest import broker_settings, in_process
@@ -102,3 +104,20 @@ async def test_a_redriven_message_that_fails_again_is_dead_lettered_again(broker
 
     assert await receive(broker) == []
     assert await dead_letters(broker) == [message_id, message_id], "the second failure's dead letter was dropped"
+
+
+async def test_a_roll_whose_flush_timed_out_counts_as_rolled(
+    broker: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw = encode_record(
+        MessageRecord("orders", b"later", properties={Prop.UNIQ_KEY: "ID-later", Prop.DELAY_LEVEL: "3"})
+    )
+    original = (await broker.post("/internal/messages", content=raw)).json()["stored"][0]["physical_offset"]
+    with stalled_disk(monkeypatch) as disk:
+        answer = await broker.post("/internal/timers/rolls", json={"physical_offsets": [original]})
+        disk.set()
+
+    assert answer.status_code == 200, answer.text
+    (rolled,) = answer.json()["results"]
+    assert rolled["status"] == "rolled", "a stored copy was reported failed: the timer would roll it again"
+    assert [r.physical_offset for r in await topic_records(broker, TIMER_TOPIC)] == [rolled["new_offset"]]
