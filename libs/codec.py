@@ -307,6 +307,24 @@ def peek_head(buf: Readable, offset: int = 0) -> RecordHead:
     return RecordHead(total, queue_id, topic, properties)
 
 
+def peek_topic(buf: Readable, offset: int = 0) -> bytes:
+    """The encoded topic of the message record at `offset`, read without its properties (a cheap first look).
+
+    Checks only that it lies inside the record; `peek_head` checks the framing.
+    """
+    total, blank = record_size(buf, offset)
+    if blank:
+        raise CorruptRecord(offset, "expected a message record, found a blank filler")
+    body_len = QUEUE_ID.unpack_from(buf, offset + BODY_START - 4)[0]
+    pos = offset + BODY_START + body_len
+    if body_len < 0 or pos + U16.size > offset + total:
+        raise CorruptRecord(offset, f"body length {body_len} overruns the record of {total} bytes")
+    end = pos + U16.size + U16.unpack_from(buf, pos)[0]
+    if end > offset + total:
+        raise CorruptRecord(offset, "the topic overruns the record")
+    return bytes(buf[pos + U16.size : end])
+
+
 def set_queue_id(buf: Writable, offset: int, queue_id: int) -> None:
     """Change the queue id of an encoded record (the CRC is refreshed by `stamp_record`)."""
     QUEUE_ID.pack_into(buf, offset + 12, queue_id)

@@ -38,7 +38,10 @@ class Prop:
     ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
     DLQ_REASON: Final = "DLQ_REASON"
     DEDUP: Final = "DEDUP"
-    """"true" on a record the gateway may send again (Idempotency-Key): the broker stores one copy per message id."""
+    """A de-duplication token: a put of a record that carries one is answered with the copy of the same
+    message id, topic and token stored before, if any, instead of storing another. "true" on a gateway
+    send with an Idempotency-Key; the broker's re-puts (timer deliveries, retry and dead-letter
+    copies) carry a token per delivery or attempt."""
 
 
 KEY_SEPARATOR: Final = " "

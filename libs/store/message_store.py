@@ -23,6 +23,7 @@ from libs.codec import (
     RecordHead,
     decode_record,
     peek_head,
+    peek_topic,
     stamp_record,
 )
 from libs.errors import CorruptRecord, FlushTimeout, OffsetOutOfRange, PetrelError, StoreFull, StoreReadOnly
@@ -174,7 +175,7 @@ class MessageStore:
                 copy = self._stored_copy(head) if dedupe else None
                 if copy is None:
                     self._check_disk()  # after the look-up: a full disk still answers a copy it holds
-                stored.append(copy or self._append_one(batch, offset))
+                stored.append(copy or self._append_one(batch, offset, head))
                 offset += head.total_size
         except PetrelError as exc:
             return PutOutcome(stored, exc)
@@ -183,33 +184,62 @@ class MessageStore:
     def _stored_copy(self, head: RecordHead) -> PutResult | None:
         """The copy of this record stored before, when it asks for de-duplication (DEDUP) and there is one.
 
-        The gateway marks the records of a send that has an Idempotency-Key, and re-sends them
-        with the same message id; the IndexFile's UNIQ_KEY entries find the first copy. Looked
-        up in the same synchronous step as the append, so two racing puts cannot both store.
+        DEDUP holds a token: a copy matches when it has the same message id, topic and token.
+        The gateway marks the records of a send that has an Idempotency-Key "true" and re-sends
+        them with the same message id; the broker's own re-puts (timer deliveries, retry and
+        dead-letter copies) carry a token per delivery or attempt. The IndexFile's UNIQ_KEY
+        entries find the copies, newest first; only their heads are read. Looked up in the same
+        synchronous step as the append, so two racing puts cannot both store.
         """
         message_id = head.properties.get(Prop.UNIQ_KEY)
-        if not message_id or head.properties.get(Prop.DEDUP) != "true":
+        token = head.properties.get(Prop.DEDUP)
+        if not message_id or not token:
             return None
-        born = id_time(message_id)
-        for record in self.query_id(message_id, max(0, born - DEDUP_SKEW_MS), 2**62, limit=64):
-            if record.topic == head.topic and record.properties.get(Prop.DEDUP) == "true":
-                return PutResult(
-                    record.topic,
-                    record.queue_id,
-                    record.queue_offset,
-                    record.physical_offset,
-                    len(self.commitlog.read_record(record.physical_offset)),
-                    record.store_timestamp,
-                    message_id,
-                    duplicate=True,
-                    due_at=int(record.properties[Prop.TIMER_DELIVER_MS])
-                    if Prop.TIMER_DELIVER_MS in record.properties
-                    else None,
-                )
+        born = max(0, id_time(message_id) - DEDUP_SKEW_MS)
+        topic = head.topic.encode()
+        for physical in self.index.query_unique(message_id, born, 2**62, MAX_COPIES_SCANNED):
+            copy = self._copy_at(physical, message_id, topic, token)
+            if copy is not None:
+                return copy
         return None
 
-    def _append_one(self, batch: Readable, offset: int) -> PutResult:
-        head = peek_head(batch, offset)
+    def _copy_at(self, physical: int, message_id: str, topic: bytes, token: str) -> PutResult | None:
+        """The record at `physical` as a duplicate's answer, if it is the copy looked for (index hits are hashes).
+
+        The topic is compared first, undecoded: most copies of a message (its scheduled,
+        retry and dead-letter copies) are in other topics, and their properties are not read.
+        """
+        if not self.commitlog.min_offset <= physical < self.commitlog.write_offset:
+            return None
+        segment = self.commitlog.segment_at(physical)
+        position = physical - segment.start_offset
+        try:
+            if peek_topic(segment.map, position) != topic:
+                return None
+            stored = peek_head(segment.map, position)
+        except CorruptRecord:
+            return None
+        properties = stored.properties
+        if properties.get(Prop.UNIQ_KEY) != message_id or properties.get(Prop.DEDUP) != token:
+            return None
+        queue_offset, stamped_physical = STAMPED.unpack_from(segment.map, position + 20)
+        if stamped_physical != physical:
+            return None
+        due = properties.get(Prop.TIMER_DELIVER_MS, "")
+        return PutResult(
+            stored.topic,
+            stored.queue_id,
+            queue_offset,
+            physical,
+            stored.total_size,
+            self._stored_at(physical),
+            message_id,
+            duplicate=True,
+            due_at=int(due) if due.isdigit() else None,
+        )
+
+    def _append_one(self, batch: Readable, offset: int, head: RecordHead) -> PutResult:
+        """Store the record at `offset` of the batch (`head`: its head, read by the caller)."""
         size = head.total_size
         queue = self.queues.get(head.topic, head.queue_id)
         segment, position = self.commitlog.reserve(size)

@@ -74,12 +74,27 @@ def delivery(raw: bytes, topics: TopicTable) -> tuple[MessageRecord, int]:
     if record.topic not in (SCHEDULE_TOPIC, TIMER_TOPIC):
         raise InvalidMessage(f"the record at {record.physical_offset} is in {record.topic}, not a schedule queue")
     delivered = from_schedule(record)
+    delivered = replace(delivered, properties={**delivered.properties, Prop.DEDUP: delivery_token(record)})
     config = topics.find(delivered.topic)
     if config is None:
         raise TopicNotFound(f"topic {delivered.topic!r} of the scheduled message no longer exists")
     if delivered.queue_id >= config.write_queues:  # the topic shrank meanwhile: keep it on a queue that exists
         delivered = replace(delivered, queue_id=delivered.queue_id % config.write_queues)
     return delivered, due_at(record)
+
+
+def delivery_token(record: MessageRecord) -> str:
+    """The DEDUP token of a scheduled record's delivery: the same for every delivery of it, so it is stored once.
+
+    A timer repeats deliveries made since its last checkpoint after a crash, and a delivery
+    whose flush timed out may be asked again; a copy the timer rolled (seed 003) keeps the
+    properties and due time of the record it copies, so its delivery has the same token.
+    Two retries of one message differ in their due time, their attempt count (reconsume
+    times) and the retry put's own token (group, failed copy, attempt).
+    """
+    own = record.properties.get(Prop.DEDUP)
+    token = f"due:{due_at(record)}:{record.reconsume_times}"
+    return token if own is None else f"{token}:{own}"
 
 
 def rolled(raw: bytes) -> MessageRecord:

@@ -112,13 +112,18 @@ class DeliveryRequest(BaseModel):
 class DeliveryResult(BaseModel):
     physical_offset: int
     status: str = Field(
-        description="delivered; refused (this one cannot be delivered, the others are not held back); "
+        description="delivered (stored in its topic, or stored there before: see duplicate; a flush timeout "
+        "counts as stored); refused (this one cannot be delivered, the others are not held back); "
         "failed (the store refused the write: this one and every later one were not stored)"
     )
     topic: str | None = None
     queue_id: int | None = None
     queue_offset: int | None = None
     message_id: str | None = None
+    duplicate: bool = Field(
+        default=False,
+        description="delivered before (a repeated delivery, a rolled copy's): the copy stored then, not stored again",
+    )
     type: str | None = Field(default=None, description="the problem type, when failed")
     detail: str | None = None
 
@@ -145,7 +150,10 @@ class RetentionAdvice(BaseModel):
 
 class RollResult(BaseModel):
     physical_offset: int
-    status: str = Field(description="rolled (re-put at the log's end), refused (cannot be), failed (store refused)")
+    status: str = Field(
+        description="rolled (re-put at the log's end; a flush timeout counts as stored), refused (cannot be), "
+        "failed (store refused)"
+    )
     new_offset: int | None = Field(default=None, description="where the rolled copy is, when rolled")
     message_id: str | None = None
     type: str | None = Field(default=None, description="the problem type, when refused or failed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -24,6 +25,8 @@ from services.broker.schemas import (
     TimerProgressReport,
     TopicOffsets,
 )
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/internal", tags=["timers"], responses=PROBLEM_RESPONSES)
 
@@ -63,9 +66,13 @@ async def get_topic_offsets(ctx: Context, topic: str) -> TopicOffsets:
 async def deliver_scheduled(ctx: Context, body: DeliveryRequest, request: Request) -> Response:
     """Put due scheduled messages (by CommitLog offset) back in their real topics, in order; a result per offset.
 
-    `delivered`: stored in its topic. `refused`: this one cannot be delivered (no record at
+    Idempotent: every delivery of one scheduled record (a timer repeating what it did since its
+    last checkpoint, a rolled copy) carries the same DEDUP token (schedule.delivery_token), and
+    the store answers the copy it holds instead of storing another (`duplicate`).
+    `delivered`: stored in its topic (a SYNC_FLUSH flush timeout too: the record IS stored, it
+    must not be put again). `refused`: this one cannot be delivered (no record at
     the offset, its topic is gone ...); the others are not held back. `failed`: the store
-    refused the write (full, flush ...): it and every later one were not stored.
+    refused the write (full, read-only ...): it and every later one were not stored.
     """
     results: list[dict[str, object]] = [{"physical_offset": o, "status": "pending"} for o in body.physical_offsets]
     records = []
@@ -83,13 +90,17 @@ async def deliver_scheduled(ctx: Context, body: DeliveryRequest, request: Reques
 
 
 async def _put(ctx: Context, records: list[tuple[dict[str, object], MessageRecord, int]], request: Request) -> None:
-    outcome = await ctx.store.put(b"".join(encode_record(r) for _, r, _ in records))
+    outcome = await ctx.store.put_reporting(b"".join(encode_record(r) for _, r, _ in records), dedupe=True)
+    if outcome.not_durable is not None:
+        log.warning("timer deliveries stored but not confirmed durable: %s", outcome.not_durable)
     now = ctx.store.clock()
     for position, (entry, record, due) in enumerate(records):
         if position < len(outcome.stored):
             stored = outcome.stored[position]
             entry.update(status="delivered", topic=stored.topic, queue_id=stored.queue_id)
-            entry.update(queue_offset=stored.queue_offset, message_id=stored.message_id)
+            entry.update(queue_offset=stored.queue_offset, message_id=stored.message_id, duplicate=stored.duplicate)
+            if stored.duplicate:
+                continue  # fired when it was stored
             request.state.events.emit(
                 "delay_fired",
                 message_id=record.message_id,
@@ -140,7 +151,9 @@ async def roll_scheduled(ctx: Context, body: DeliveryRequest, request: Request) 
         except PetrelError as exc:
             entry.update(status="refused", type=exc.problem_type(), detail=exc.detail)
     if records:
-        outcome = await ctx.store.put(b"".join(encode_record(r) for _, r in records))
+        outcome = await ctx.store.put_reporting(b"".join(encode_record(r) for _, r in records))
+        if outcome.not_durable is not None:  # stored: rolling it again would only make another copy
+            log.warning("rolled scheduled messages stored but not confirmed durable: %s", outcome.not_durable)
         for position, (entry, record) in enumerate(records):
             entry["message_id"] = record.message_id
             if position < len(outcome.stored):

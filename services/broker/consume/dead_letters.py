@@ -91,7 +91,8 @@ class DeadLetters:
                 subscription = await self.pop.groups.subscribe(group, topic, FilterType.TAG, "*")
             await self.pop.ensure_topic(retry_topic(group), subscription.retry_queue_id + 1)
             copies.append(redriven_copy(record, retry_topic(group), subscription.retry_queue_id))
-        outcome = await self.pop.store.put(b"".join(encode_record(c) for c in copies))
+        # A flush timeout (SYNC_FLUSH) stored them: they count as redriven, the cursor passes them.
+        outcome = await self.pop.store.put_reporting(b"".join(encode_record(c) for c in copies))
         for copy in copies[: len(outcome.stored)]:
             done.redriven.append(copy.message_id or "")
             self.pop.events.emit("redriven", message_id=copy.message_id, topic=original_topic(copy), group=group)

@@ -32,7 +32,7 @@ from libs.names import retry_topic
 from libs.receipt import Lease, ReceiptHandle
 from services.broker.consume.groups import GroupConfig
 from services.broker.consume.pop import PopService, owner_of
-from services.broker.consume.redelivery import dead_letter_copy, original_topic, put_body, retry_copy
+from services.broker.consume.redelivery import attempt_token, dead_letter_copy, original_topic, put_body, retry_copy
 from services.broker.consume.window import ConsumeWindow, InFlight, WindowKey
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,8 @@ class Settlement:
         queue_id = subscription.retry_queue_id if subscription else 0
         await self.pop.ensure_topic(retry_topic(config.name), queue_id + 1)
         now = self.pop.now_ms()
-        copy = retry_copy(record, retry_topic(config.name), queue_id, leased.attempt, delay_level, delay_ms, now)
+        token = attempt_token(config.name, record, leased.attempt)
+        copy = retry_copy(record, retry_topic(config.name), queue_id, leased.attempt, delay_level, delay_ms, now, token)
         await self._put(put_body(copy, self.pop.delay_levels, now))
         effective = delay_ms if delay_level is None else self.pop.delay_levels[delay_level - 1]
         self.pop.events.emit(
@@ -246,7 +247,8 @@ class Settlement:
         record = decode_record(self.pop.store.read(leased.physical_offset))
         reason = f"{why} at attempt {leased.attempt} (max_retries {config.max_retries})"
         dlq = await self.pop.ensure_dlq(config.name)
-        await self._put(put_body(dead_letter_copy(record, dlq, leased.attempt, reason), (), self.pop.now_ms()))
+        token = attempt_token(config.name, record, leased.attempt)
+        await self._put(put_body(dead_letter_copy(record, dlq, leased.attempt, reason, token), (), self.pop.now_ms()))
         self.pop.events.emit(
             "dead_lettered",
             message_id=leased.message_id,
@@ -257,9 +259,16 @@ class Settlement:
         )
 
     async def _put(self, body: bytes) -> None:
-        outcome = await self.pop.store.put(body)
+        """Store a retry or dead-letter copy; raise only when it was not stored (the message then stays in place).
+
+        A flush timeout (SYNC_FLUSH) stored the copy: it counts as stored, never to be put
+        again. The copy's DEDUP token makes a put of it made again answer the stored one.
+        """
+        outcome = await self.pop.store.put_reporting(body, dedupe=True)
         if outcome.failure is not None:
             raise outcome.failure
+        if outcome.not_durable is not None:
+            log.warning("a retry or dead-letter copy is stored but not confirmed durable: %s", outcome.not_durable)
 
     def _emit(self, event: str, window: ConsumeWindow, leased: InFlight, config: GroupConfig, **extra: object) -> None:
         self.pop.events.emit(

@@ -101,3 +101,36 @@ async def test_plain_and_delayed_records_in_one_put_each_go_their_way(broker: ht
     stored = (await broker.post("/internal/messages", content=body)).json()["stored"]
     assert [s["topic"] for s in stored] == ["orders", SCHEDULE_TOPIC, "orders"]
     assert [m.queue_offset for m in await pulled(broker, "orders", 0)] == [0, 1]
+
+
+async def test_a_delivery_asked_again_or_of_a_rolled_copy_is_stored_once(broker: httpx.AsyncClient) -> None:
+    stored = (await broker.post("/internal/messages", content=record(1, **{Prop.DELAY_LEVEL: "3"}))).json()
+    original = stored["stored"][0]["physical_offset"]
+    rolls = (await broker.post("/internal/timers/rolls", json={"physical_offsets": [original]})).json()
+    copy = rolls["results"][0]["new_offset"]
+
+    first = (await broker.post("/internal/timers/deliveries", json={"physical_offsets": [original]})).json()
+    again = (await broker.post("/internal/timers/deliveries", json={"physical_offsets": [original, copy]})).json()
+
+    assert [r.body for r in await pulled(broker, "orders", 1)] == [b"later"], "a repeated delivery stored a copy"
+    (delivered,) = first["results"]
+    assert (delivered["status"], delivered["duplicate"]) == ("delivered", False)
+    assert [(r["status"], r["duplicate"], r["queue_offset"]) for r in again["results"]] == [
+        ("delivered", True, delivered["queue_offset"]),
+        ("delivered", True, delivered["queue_offset"]),
+    ]
+
+
+async def test_two_scheduled_copies_of_one_message_due_at_different_times_are_both_delivered(
+    broker: httpx.AsyncClient,
+) -> None:
+    """As two retries of one message: same id, each its own due time and attempt count."""
+    offsets = []
+    for delay_level in ("3", "4"):
+        stored = (await broker.post("/internal/messages", content=record(1, **{Prop.DELAY_LEVEL: delay_level}))).json()
+        offsets.append(stored["stored"][0]["physical_offset"])
+
+    answer = (await broker.post("/internal/timers/deliveries", json={"physical_offsets": offsets})).json()
+
+    assert [r["duplicate"] for r in answer["results"]] == [False, False]
+    assert len(await pulled(broker, "orders", 1)) == 2

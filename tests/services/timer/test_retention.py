@@ -102,7 +102,6 @@ async def test_a_timer_killed_between_a_roll_and_its_checkpoint_still_delivers_t
     for at in (now + 100, exact["deliver_at"] + 200, exact["deliver_at"] + 400):
         await timer.tick_at(at)
 
-    delivered = broker.bodies("orders")
-    assert set(delivered) == {"exact"}, "the message was lost"
-    assert len(delivered) <= 2, "more than the one duplicate a crash may cause"
+    # The original and its rolled copy are both delivered; the copy's delivery is the same one (DEDUP token).
+    assert broker.bodies("orders") == ["exact"], "the message was lost, or delivered twice"
     assert broker.events("delay_lost") == []
