@@ -152,6 +152,11 @@ class CommitLog:
             raise CorruptRecord(offset, "a blank filler, not a message, is at this offset")
         return segment.map[position : position + total]
 
+    def stored_at(self, offset: int) -> int:
+        """The store timestamp (ms) stamped into the record at `offset`."""
+        segment = self.segment_at(offset)
+        return int(STORE_TIMESTAMP.unpack_from(segment.map, offset - segment.start_offset + 68)[0])
+
     # ---- flushing ------------------------------------------------------------------------
 
     def sync(self, upto: int) -> None:

@@ -5,6 +5,10 @@ listeners such as long polling), all in the caller's thread; under SYNC_FLUSH
 `put` returns only when the group commit has the bytes on disk.
 pull -> ConsumeQueue units, tag codes matched without touching the CommitLog,
 then the records themselves (with the filter's full check).
+
+MessageStore is the one face of the engine; parts of it live beside it:
+look-ups by key and message id, and append's DEDUP look-up (lookup.py), deletion of old
+segments (retention.py), the answers PutResult, PutOutcome, PullResult (results.py).
 """
 
 from __future__ import annotations
@@ -15,30 +19,34 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from libs.codec import (
-    LENGTH_MAGIC,
-    MESSAGE_MAGIC,
-    QUARANTINE_MAGIC,
-    Readable,
-    RecordHead,
-    decode_record,
-    peek_head,
-    peek_topic,
-    stamp_record,
-)
+from libs.codec import LENGTH_MAGIC, MESSAGE_MAGIC, QUARANTINE_MAGIC, Readable, RecordHead, peek_head, stamp_record
 from libs.errors import CorruptRecord, FlushTimeout, OffsetOutOfRange, PetrelError, StoreFull, StoreReadOnly
 from libs.filters import MessageFilter
-from libs.message import KEY_SEPARATOR, MessageRecord, Prop, id_time, tags_code
+from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
-from libs.store.commitlog import STAMPED, STORE_TIMESTAMP, CommitLog
+from libs.store.commitlog import STAMPED, CommitLog
 from libs.store.config import FlushMode, StoreConfig
 from libs.store.consume_queue import UNIT
 from libs.store.flush import Flusher
 from libs.store.index_file import IndexService
+from libs.store.lookup import MessageLookup
 from libs.store.mapped_file import fsync_directory
 from libs.store.queue_table import ConsumeQueueTable
 from libs.store.recovery import RecoveryReport, Redispatch, recover
+from libs.store.results import PullResult, PutOutcome, PutResult
 from libs.store.retention import Retention
+
+__all__ = [
+    "MAX_PULL_BYTES",
+    "MAX_UNITS_SCANNED",
+    "DispatchListener",
+    "MessageStore",
+    "PullResult",
+    "PutOutcome",
+    "PutResult",
+    "unit_code",
+]
+"""The store's answers (results.py) are exported from here too, with the store that gives them."""
 
 log = logging.getLogger(__name__)
 
@@ -46,43 +54,7 @@ DispatchListener = Callable[[str, int, int, int], None]
 """(topic, queue_id, queue_offset, tags_code), called after each message is dispatched."""
 
 MAX_PULL_BYTES = 8 * 1024 * 1024
-DEDUP_SKEW_MS = 600_000
-"""A message id carries its gateway's clock (ms); a copy is looked for from that time minus this much on."""
 MAX_UNITS_SCANNED = 16_000
-MAX_COPIES_SCANNED = 1024
-"""A message id's copies read back by a query_id looking for some of them (a retry, a DLQ copy ... each counts)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PutResult:
-    topic: str
-    queue_id: int
-    queue_offset: int
-    physical_offset: int
-    size: int
-    store_timestamp: int
-    message_id: str | None
-    duplicate: bool = False
-    """The record was not stored again: this is the copy a put with the same message id stored before."""
-    due_at: int | None = None
-    """For a duplicate of a scheduled record: when the stored copy is due (ms)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PutOutcome:
-    stored: list[PutResult]
-    failure: PetrelError | None = None
-    """Why the record after the last stored one was not stored; later ones were not tried."""
-    not_durable: FlushTimeout | None = None
-    """SYNC_FLUSH only: the records are stored (in the CommitLog, found by reads) but the disk did not confirm them."""
-
-
-@dataclass(frozen=True, slots=True)
-class PullResult:
-    records: list[bytes]
-    next_offset: int
-    min_offset: int
-    max_offset: int
 
 
 @dataclass(slots=True)
@@ -107,6 +79,7 @@ class MessageStore:
         self._recovering = False
         self.index_failures = 0
         self.retention = Retention(self)
+        self.lookup = MessageLookup(self)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -154,7 +127,7 @@ class MessageStore:
     async def put_reporting(self, batch: Readable, *, dedupe: bool = False) -> PutOutcome:
         """As `put`, but a flush timeout comes back in `not_durable`: the records ARE stored, never to be sent again.
 
-        `dedupe`: a record marked DEDUP is answered with the copy stored before, if any (`_stored_copy`).
+        `dedupe`: a record marked DEDUP is answered with the copy stored before, if any (see lookup.py).
         """
         outcome = self.append(batch, dedupe=dedupe)
         if outcome.stored and self.config.flush_mode is FlushMode.SYNC_FLUSH:
@@ -172,7 +145,7 @@ class MessageStore:
             offset = 0
             while offset < len(batch):
                 head = peek_head(batch, offset)
-                copy = self._stored_copy(head) if dedupe else None
+                copy = self.lookup.stored_copy(head) if dedupe else None
                 if copy is None:
                     self._check_disk()  # after the look-up: a full disk still answers a copy it holds
                 stored.append(copy or self._append_one(batch, offset, head))
@@ -180,63 +153,6 @@ class MessageStore:
         except PetrelError as exc:
             return PutOutcome(stored, exc)
         return PutOutcome(stored)
-
-    def _stored_copy(self, head: RecordHead) -> PutResult | None:
-        """The copy of this record stored before, when it asks for de-duplication (DEDUP) and there is one.
-
-        DEDUP holds a token: a copy matches when it has the same message id, topic and token.
-        The gateway marks the records of a send that has an Idempotency-Key "true" and re-sends
-        them with the same message id; the broker's own re-puts (timer deliveries, retry and
-        dead-letter copies) carry a token per delivery or attempt. The IndexFile's UNIQ_KEY
-        entries find the copies, newest first; only their heads are read. Looked up in the same
-        synchronous step as the append, so two racing puts cannot both store.
-        """
-        message_id = head.properties.get(Prop.UNIQ_KEY)
-        token = head.properties.get(Prop.DEDUP)
-        if not message_id or not token:
-            return None
-        born = max(0, id_time(message_id) - DEDUP_SKEW_MS)
-        topic = head.topic.encode()
-        for physical in self.index.query_unique(message_id, born, 2**62, MAX_COPIES_SCANNED):
-            copy = self._copy_at(physical, message_id, topic, token)
-            if copy is not None:
-                return copy
-        return None
-
-    def _copy_at(self, physical: int, message_id: str, topic: bytes, token: str) -> PutResult | None:
-        """The record at `physical` as a duplicate's answer, if it is the copy looked for (index hits are hashes).
-
-        The topic is compared first, undecoded: most copies of a message (its scheduled,
-        retry and dead-letter copies) are in other topics, and their properties are not read.
-        """
-        if not self.commitlog.min_offset <= physical < self.commitlog.write_offset:
-            return None
-        segment = self.commitlog.segment_at(physical)
-        position = physical - segment.start_offset
-        try:
-            if peek_topic(segment.map, position) != topic:
-                return None
-            stored = peek_head(segment.map, position)
-        except CorruptRecord:
-            return None
-        properties = stored.properties
-        if properties.get(Prop.UNIQ_KEY) != message_id or properties.get(Prop.DEDUP) != token:
-            return None
-        queue_offset, stamped_physical = STAMPED.unpack_from(segment.map, position + 20)
-        if stamped_physical != physical:
-            return None
-        due = properties.get(Prop.TIMER_DELIVER_MS, "")
-        return PutResult(
-            stored.topic,
-            stored.queue_id,
-            queue_offset,
-            physical,
-            stored.total_size,
-            self._stored_at(physical),
-            message_id,
-            duplicate=True,
-            due_at=int(due) if due.isdigit() else None,
-        )
 
     def _append_one(self, batch: Readable, offset: int, head: RecordHead) -> PutResult:
         """Store the record at `offset` of the batch (`head`: its head, read by the caller)."""
@@ -359,50 +275,11 @@ class MessageStore:
         while low < high:
             mid = (low + high) // 2
             physical, _, _ = queue.read(mid, 1)[0]
-            if self._stored_at(physical) < timestamp_ms:
+            if self.commitlog.stored_at(physical) < timestamp_ms:
                 low = mid + 1
             else:
                 high = mid
         return low
-
-    def _stored_at(self, physical: int) -> int:
-        segment = self.commitlog.segment_at(physical)
-        return int(STORE_TIMESTAMP.unpack_from(segment.map, physical - segment.start_offset + 68)[0])
-
-    def query_key(self, topic: str, key: str, begin: int, end: int, limit: int = 32) -> list[MessageRecord]:
-        offsets = self.index.query(topic, key, begin, end, limit * 2)
-        return self._verified(offsets, lambda r: r.topic == topic and key in r.keys, begin, end, limit)
-
-    def query_id(
-        self, message_id: str, begin: int, end: int, limit: int = 32, where: Callable[[str], bool] | None = None
-    ) -> list[MessageRecord]:
-        """Records with this id, newest first; with `where`, only those of a topic it accepts.
-
-        A retried message has a copy per attempt, the newest first in the index: `where`
-        looks past them (up to MAX_COPIES_SCANNED) for the copies it wants, e.g. the original.
-        """
-        scanned = limit * 2 if where is None else MAX_COPIES_SCANNED
-        offsets = self.index.query_unique(message_id, begin, end, scanned)
-        return self._verified(
-            offsets, lambda r: r.message_id == message_id and (where is None or where(r.topic)), begin, end, limit
-        )
-
-    def _verified(
-        self, offsets: list[int], wanted: Callable[[MessageRecord], bool], begin: int, end: int, limit: int
-    ) -> list[MessageRecord]:
-        # Index entries hold only key hashes, and may outlive a truncated tail:
-        # every hit is read back and checked before it is answered.
-        found: dict[int, MessageRecord] = {}
-        for physical in offsets:
-            if physical in found or not self.commitlog.min_offset <= physical < self.commitlog.write_offset:
-                continue
-            try:
-                record = decode_record(self.commitlog.read_record(physical))
-            except (CorruptRecord, OffsetOutOfRange):
-                continue
-            if record.physical_offset == physical and begin <= record.store_timestamp <= end and wanted(record):
-                found[physical] = record
-        return sorted(found.values(), key=lambda r: r.physical_offset, reverse=True)[:limit]
 
     def _is_ours(self, topic: str, queue_id: int, physical: int, size: int, queue_offset: int) -> bool:
         """Is the record at `physical` this queue's message at `queue_offset`? (tail check at open)"""
@@ -435,6 +312,17 @@ class MessageStore:
         """
         await self.flusher.flush(checkpoint=True)
         self.queues.delete_topic(topic)
+
+    # ---- look-ups by key and message id (see lookup.py) ----------------------------------
+
+    def query_key(self, topic: str, key: str, begin: int, end: int, limit: int = 32) -> list[MessageRecord]:
+        return self.lookup.query_key(topic, key, begin, end, limit)
+
+    def query_id(
+        self, message_id: str, begin: int, end: int, limit: int = 32, where: Callable[[str], bool] | None = None
+    ) -> list[MessageRecord]:
+        """Records with this id, newest first; with `where`, only those of a topic it accepts."""
+        return self.lookup.query_id(message_id, begin, end, limit, where)
 
     # ---- retention (see retention.py) -----------------------------------------------------
 

@@ -39,7 +39,8 @@ from libs.errors import FlushTimeout, InvalidMessage, PetrelError, TransactionAl
 from libs.events.writer import EventWriter
 from libs.message import MessageRecord, Prop, SysFlag
 from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, is_public_topic
-from libs.store.message_store import MAX_COPIES_SCANNED, MessageStore
+from libs.store.lookup import MAX_COPIES_SCANNED
+from libs.store.message_store import MessageStore
 from services.broker.ended_transactions import ENDED_KEPT, EndedTransactions
 from services.broker.topics import TopicTable
 

@@ -1,0 +1,43 @@
+"""What the MessageStore answers: PutResult and PutOutcome for a put, PullResult for a pull.
+
+Apart from message_store so that the store's parts (lookup: a DEDUP put's stored copy)
+can build them without importing the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from libs.errors import FlushTimeout, PetrelError
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    store_timestamp: int
+    message_id: str | None
+    duplicate: bool = False
+    """The record was not stored again: this is the copy a put with the same message id stored before."""
+    due_at: int | None = None
+    """For a duplicate of a scheduled record: when the stored copy is due (ms)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PutOutcome:
+    stored: list[PutResult]
+    failure: PetrelError | None = None
+    """Why the record after the last stored one was not stored; later ones were not tried."""
+    not_durable: FlushTimeout | None = None
+    """SYNC_FLUSH only: the records are stored (in the CommitLog, found by reads) but the disk did not confirm them."""
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    records: list[bytes]
+    next_offset: int
+    min_offset: int
+    max_offset: int
