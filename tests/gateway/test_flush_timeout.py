@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
 from libs.store.config import FlushMode
 from services.broker.app import create_app as broker_app
 from services.broker.settings import BrokerSettings
-from tests.conftest import broker_settings, in_process
 from tests.gateway.test_topics import problem_type
 from tests.gateway.test_transactions import begin, end, half_copies, register, visible
 from tests.support.disk import stalled_disk
@@ -31,29 +27,14 @@ FLUSH_TIMEOUT_MS = 1000
 """Longer than the gateway's Idempotency-Key lease (300 ms): a request can outlive its lease."""
 
 
-SETTINGS: dict[str, BrokerSettings] = {}
+@pytest.fixture
+def broker_overrides() -> dict[str, Any]:
+    return {"flush_mode": FlushMode.SYNC_FLUSH, "sync_flush_timeout_ms": FLUSH_TIMEOUT_MS}
 
 
 @pytest.fixture
-def brokers(nameserver: ServedApp) -> Iterator[dict[str, ServedApp]]:
-    served = {}
-    for name in ("broker-a", "broker-b"):
-        settings = broker_settings(
-            nameserver, name, flush_mode=FlushMode.SYNC_FLUSH, sync_flush_timeout_ms=FLUSH_TIMEOUT_MS
-        )
-        SETTINGS[name] = settings
-        served[name] = start_app(broker_app(settings), settings.port)
-    yield served
-    for app in served.values():
-        if app.thread.is_alive():
-            app.stop()
-
-
-@pytest.fixture
-async def gateway(nameserver: ServedApp, brokers: dict[str, ServedApp]) -> AsyncIterator[httpx.AsyncClient]:
-    settings = GatewaySettings(nameservers=[nameserver.address], idempotency_lease_ms=300)
-    async for client in in_process(create_app(settings)):
-        yield client
+def gateway_overrides() -> dict[str, Any]:
+    return {"idempotency_lease_ms": 300}
 
 
 async def send(gateway: httpx.AsyncClient, topic: str, body: str, key: str | None = None) -> httpx.Response:
@@ -209,7 +190,10 @@ async def test_a_commit_whose_op_record_timed_out_keeps_its_outcome(
 
 
 async def test_a_repeat_waits_for_the_broker_that_may_hold_the_message_and_never_goes_elsewhere(
-    gateway: httpx.AsyncClient, brokers: dict[str, ServedApp], monkeypatch: pytest.MonkeyPatch
+    gateway: httpx.AsyncClient,
+    brokers: dict[str, ServedApp],
+    broker_configs: dict[str, BrokerSettings],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     key = str(uuid.uuid4())
     assert (await gateway.put("/v1/topics/slow")).status_code in (200, 201)
@@ -222,7 +206,7 @@ async def test_a_repeat_waits_for_the_broker_that_may_hold_the_message_and_never
     repeats = [await send(gateway, "slow", "pay-4", key) for _ in range(2)]
     assert [problem_type(r) for r in repeats] == ["broker-unavailable"] * 2, repeats[-1].text
 
-    brokers[holder] = start_app(broker_app(SETTINGS[holder]), SETTINGS[holder].port)
+    brokers[holder] = start_app(broker_app(broker_configs[holder]), broker_configs[holder].port)
     back = await send(gateway, "slow", "pay-4", key)
     assert back.status_code == 201, back.text
     assert (back.json()["message_id"], back.json()["broker"]) == (first.json()["message_id"], holder)

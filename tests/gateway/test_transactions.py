@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,28 +17,20 @@ from libs.codec import iter_records
 from libs.message import MessageRecord, Prop
 from libs.names import TRANS_HALF_TOPIC
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
-from services.broker.app import create_app as broker_app
-from tests.conftest import broker_settings, in_process
+from tests.conftest import in_process
 from tests.gateway.test_consume import received
 from tests.gateway.test_topics import problem_type, register_silent_broker
 from tests.support.databases import postgres_schema
-from tests.support.serving import ServedApp, start_app
+from tests.support.serving import ServedApp
 
 SECRET = "whsec_" + base64.b64encode(bytes(range(32))).decode()
 UNKNOWN_ID = "0" * 32
 
 
 @pytest.fixture
-def brokers(nameserver: ServedApp) -> Iterator[dict[str, ServedApp]]:
-    """Two brokers that abandon a transaction at its first check, so abandoning one takes one call."""
-    served = {}
-    for name in ("broker-a", "broker-b"):
-        settings = broker_settings(nameserver, name, transaction_check_max=1)
-        served[name] = start_app(broker_app(settings), settings.port)
-    yield served
-    for app in served.values():
-        if app.thread.is_alive():
-            app.stop()
+def broker_overrides() -> dict[str, Any]:
+    """Brokers that abandon a transaction at its first check, so abandoning one takes one call."""
+    return {"transaction_check_max": 1}
 
 
 async def register(gateway: httpx.AsyncClient, group: str = "shop", **fields: Any) -> httpx.Response:
