@@ -27,16 +27,16 @@ class Figure:
     higher_is_better: bool = True
 
     @property
-    def ratio(self) -> float:
-        if self.higher_is_better:
-            return self.ours / self.reference if self.reference else float("inf")
-        return self.reference / self.ours if self.ours else float("inf")
+    def ratio(self) -> float | None:
+        """ours over the reference (the reverse when lower is better); None with nothing to divide by."""
+        numerator, denominator = (self.ours, self.reference) if self.higher_is_better else (self.reference, self.ours)
+        return numerator / denominator if denominator else None
 
     @property
     def verdict(self) -> str:
         if self.target_ratio is None:
             return "info"
-        return "meets" if self.ratio >= self.target_ratio else "BELOW"
+        return "meets" if self.ratio is None or self.ratio >= self.target_ratio else "BELOW"
 
 
 Scenario = Callable[["BenchOptions"], list[Figure]]
@@ -63,6 +63,10 @@ def _amount(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
 
 
+def _ratio(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
 def render(figures: list[Figure]) -> str:
     header = f"{'figure':44} {'ours':>16} {'reference':>16} {'ratio':>7} {'target':>7}  verdict  reference is"
     lines = [header, "-" * len(header)]
@@ -70,7 +74,7 @@ def render(figures: list[Figure]) -> str:
         target = f"{f.target_ratio:.2f}x" if f.target_ratio is not None else "-"
         lines.append(
             f"{f.name:44} {_amount(f.ours):>10} {f.unit:<5} {_amount(f.reference):>10} {f.unit:<5} "
-            f"{f.ratio:>6.2f}x {target:>7}  {f.verdict:7}  {f.reference_name}"
+            f"{_ratio(f.ratio):>7} {target:>7}  {f.verdict:7}  {f.reference_name}"
         )
     return "\n".join(lines)
 
