@@ -6,6 +6,7 @@ from gateway.routes import MasterDirectory
 from libs.http.client import InternalClient
 from libs.nameserver_client import NameserverClient
 from libs.routing import BrokerLiveness, ClusterBroker, ClusterInfo, ClusterListing
+from tests.support.clock import FakeClock
 
 
 class FakeNameservers(NameserverClient):
@@ -29,16 +30,8 @@ class FakeNameservers(NameserverClient):
         return ClusterListing(clusters=[ClusterInfo(name="DefaultCluster", brokers=brokers)])
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 async def test_known_brokers_are_answered_from_the_cache_until_it_is_old() -> None:
-    nameservers, clock = FakeNameservers(), Clock()
+    nameservers, clock = FakeNameservers(), FakeClock(0.0)
     directory = MasterDirectory(nameservers, refresh_seconds=30, clock=clock)
 
     assert await directory.lookup(["broker-a"]) == {"broker-a": "127.0.0.1:10911"}
@@ -52,7 +45,7 @@ async def test_known_brokers_are_answered_from_the_cache_until_it_is_old() -> No
 
 
 async def test_an_unknown_name_refetches_at_most_once_a_second() -> None:
-    nameservers, clock = FakeNameservers(), Clock()
+    nameservers, clock = FakeNameservers(), FakeClock(0.0)
     directory = MasterDirectory(nameservers, refresh_seconds=30, clock=clock)
     await directory.lookup(["broker-a"])
 

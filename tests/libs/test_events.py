@@ -17,16 +17,9 @@ import pytest
 
 from libs.events import EVENTS, EventWriter
 from libs.events.contract import COMMON_FIELDS
+from tests.support.clock import FakeClock
 
 T0 = datetime(2024, 3, 1, 13, 59, 58, 500_000, tzinfo=UTC).timestamp()
-
-
-class FakeClock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

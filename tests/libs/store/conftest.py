@@ -15,6 +15,7 @@ from libs.store.config import StoreConfig
 from libs.store.message_store import MessageStore, PullResult, PutOutcome, PutResult
 from libs.store.recovery import RecoveryReport
 from tests.libs.store.tool_support import Store, written_store
+from tests.support.clock import FakeClock
 
 T0 = 1_700_000_000.0
 """The fake clock's start, in seconds (2023-11-14)."""
@@ -31,17 +32,6 @@ SMALL: dict[str, Any] = {
     "sync_flush_timeout_ms": 5_000,
 }
 """Sizes that make segments and ConsumeQueue files roll after a few dozen messages."""
-
-
-class FakeClock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def make_config(root: Path, **overrides: Any) -> StoreConfig:

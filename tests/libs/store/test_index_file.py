@@ -25,6 +25,7 @@ from libs.store.index_file import (
     file_name,
     file_size,
 )
+from tests.support.clock import FakeClock
 
 T0 = 1_700_000_000_000  # ms
 REPO = Path(__file__).resolve().parents[3]
@@ -38,16 +39,8 @@ def index_file(tmp_path: Path) -> Iterator[IndexFile]:
     index_file.close()
 
 
-class FakeClock:
-    def __init__(self, now: float = T0 / 1000) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def open_service(directory: Path, *, slot_count: int = 16, max_entries: int = 4) -> IndexService:
-    service = IndexService(directory, slot_count=slot_count, max_entries=max_entries, clock=FakeClock())
+    service = IndexService(directory, slot_count=slot_count, max_entries=max_entries, clock=FakeClock(T0 / 1000))
     service.load()
     return service
 

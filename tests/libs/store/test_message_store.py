@@ -15,13 +15,13 @@ from libs.store.message_store import MAX_PULL_BYTES, MAX_UNITS_SCANNED
 from tests.libs.store.conftest import (
     EVER,
     T0_MS,
-    FakeClock,
     Stores,
     bodies,
     pull_all,
     record,
     stored,
 )
+from tests.support.clock import FakeClock
 
 # --- put and pull ------------------------------------------------------------------------------
 

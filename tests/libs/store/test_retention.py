@@ -12,7 +12,8 @@ import pytest
 
 from libs.errors import OffsetOutOfRange, StoreFull
 from libs.store.message_store import MessageStore
-from tests.libs.store.conftest import EVER, FakeClock, Stores, bodies, pull_all, record, stored
+from tests.libs.store.conftest import EVER, Stores, bodies, pull_all, record, stored
+from tests.support.clock import FakeClock
 
 BODY = b"r" * 1000  # about 1.1 KB a record: 57 to a 64 KiB segment
 
