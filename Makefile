@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test check format bench openapi clean venv
+.PHONY: run test test-fast check format bench openapi clean venv
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Petrel needs Python 3.11 or newer (set PYTHON=...)")'
@@ -20,6 +20,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
 
 check: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.harness import BenchOptions, run
+from bench import scenarios  # noqa: F401  (registers the scenarios)
+from bench.harness import SCENARIOS, BenchOptions, run
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="petrel bench", description="Run benchmark scenarios.")
-    parser.add_argument("scenarios", nargs="*", help="scenario names (default: all)")
+    parser.add_argument("scenarios", nargs="*", help=f"scenario names (default: all): {', '.join(sorted(SCENARIOS))}")
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke run, figures only indicative")
     parser.add_argument("--results", type=Path, default=Path("data/bench"), help="where the JSON results go")
     args = parser.parse_args(argv)

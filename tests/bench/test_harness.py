@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+import pytest
+
 from bench.harness import Figure, render
+from deploy import cli
 
 
 def test_a_figure_with_nothing_to_compare_shows_no_ratio_and_stays_valid_json() -> None:
@@ -21,3 +24,13 @@ def test_a_lower_is_better_figure_is_compared_the_other_way() -> None:
 
     assert figure.ratio == 2.0
     assert figure.verdict == "meets"
+
+
+def test_petrel_bench_help_lists_the_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["bench", "--help"])
+
+    assert exited.value.code == 0
+    listed = capsys.readouterr().out
+    for name in ("chaos", "consumers", "gateway", "storage", "timers", "transactions"):
+        assert name in listed
