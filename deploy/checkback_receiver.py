@@ -30,6 +30,8 @@ def decisions(path: Path | None) -> dict[str, str]:
 
 
 def create_app(secret: str, default: Status = "COMMIT", decisions_file: Path | None = None) -> FastAPI:
+    """The receiver; a secret that is no signing secret (e.g. empty) is refused here, not at the first check."""
+    webhooks.secret_key(secret)
     app = FastAPI(title="Petrel check-back receiver (example)")
 
     @app.post("/checkback")
@@ -48,4 +50,8 @@ def create_app(secret: str, default: Status = "COMMIT", decisions_file: Path | N
 
 
 def run(port: int, secret: str, default: Status, decisions_file: Path | None) -> None:
-    uvicorn.run(create_app(secret, default, decisions_file), host="127.0.0.1", port=port, log_level="warning")
+    try:
+        app = create_app(secret, default, decisions_file)
+    except webhooks.InvalidSecret as exc:
+        raise SystemExit(f"petrel checkback-receiver: --secret: {exc} (the producer group's signing_secret)") from exc
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")

@@ -3,7 +3,9 @@
 from pathlib import Path
 
 import httpx
+import pytest
 
+from deploy import cli
 from deploy.checkback_receiver import create_app
 from libs import jsonutil, webhooks
 
@@ -29,3 +31,8 @@ async def test_a_check_signed_with_another_secret_is_refused() -> None:
     answer = await ask(create_app(SECRET), secret=webhooks.new_secret())
     assert answer.status_code == 401
     assert "signature" in answer.json()["error"]
+
+
+def test_an_empty_secret_is_refused_at_start_not_at_the_first_check() -> None:
+    with pytest.raises(SystemExit, match="--secret: a webhook secret holds at least one byte of key"):
+        cli.main(["checkback-receiver", "--secret", ""])
