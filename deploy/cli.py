@@ -55,9 +55,9 @@ def _store_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def _store(args: argparse.Namespace) -> int:
     from libs.errors import CorruptRecord
-    from libs.store import dump
-    from libs.store.check import check_store
-    from libs.store.tools import StoreToolError
+    from libs.store.tools import dump
+    from libs.store.tools.check import check_store
+    from libs.store.tools.shared import StoreToolError
 
     try:
         if args.tool == "check":
@@ -84,7 +84,7 @@ def _store(args: argparse.Namespace) -> int:
 
 
 def _repair(directory: Path) -> int:
-    from libs.store.repair import repair_store
+    from libs.store.tools.repair import repair_store
 
     quarantined = repair_store(directory)
     for item in quarantined:

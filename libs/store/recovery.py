@@ -11,7 +11,7 @@
   by a record of this log (see CommitLog.next_valid), or lies below the offset
   the checkpoint says was durable, it is damage in the middle of the log (a
   flipped bit): recovery raises `DamagedLog`, naming the segment, the offset and
-  the repair command, and changes nothing. `petrel store repair` (libs.store.repair)
+  the repair command, and changes nothing. `petrel store repair` (libs.store.tools.repair)
   puts a quarantine filler in its place, which the next scan passes over.
 """
 

@@ -14,7 +14,6 @@ from libs.message import KEY_SEPARATOR, MessageRecord, Prop
 from libs.store.config import StoreConfig
 from libs.store.message_store import MessageStore, PullResult, PutOutcome, PutResult
 from libs.store.recovery import RecoveryReport
-from tests.libs.store.tool_support import Store, written_store
 from tests.support.clock import FakeClock
 
 T0 = 1_700_000_000.0
@@ -159,9 +158,3 @@ async def stores(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Stores]:
     opened = Stores(tmp_path / "store", clock)
     yield opened
     await opened.close_all()
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> Store:
-    """For the store tools' tests: a cleanly closed store of real records."""
-    return await written_store(tmp_path)

@@ -11,9 +11,9 @@ import os
 import pytest
 
 from libs.errors import StoreFull
-from libs.store.check import check_store
 from libs.store.checkpoint import Checkpoint
 from libs.store.config import FlushMode
+from libs.store.tools.check import check_store
 from tests.libs.store.conftest import Stores, pull_all, record, stored
 
 BODY = bytes(1500)

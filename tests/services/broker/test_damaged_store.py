@@ -7,7 +7,7 @@ import pytest
 from libs.store.recovery import DamagedLog
 from services.broker.app import create_app
 from tests.conftest import broker_settings, in_process
-from tests.libs.store.tool_support import run_cli
+from tests.libs.store.tools.support import run_cli
 from tests.services.broker.test_consume import bodies, make_group, put, receive
 from tests.support.serving import ServedApp
 

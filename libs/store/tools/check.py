@@ -43,13 +43,13 @@ from libs.codec import (
     record_size,
 )
 from libs.errors import CorruptRecord
-from libs.store.check_queues import LogFacts, QueueTally, check_queues, queue_tallies
 from libs.store.checkpoint import LAYOUT, Checkpoint
 from libs.store.commitlog import next_record_in, segment_name, surely_ours
 from libs.store.config import StoreConfig
 from libs.store.index_file import FILE_NAME, CorruptIndexFile, IndexFile, file_name_ms
 from libs.store.message_store import unit_code
-from libs.store.tools import (
+from libs.store.tools.check_queues import LogFacts, QueueTally, check_queues, queue_tallies
+from libs.store.tools.shared import (
     PREFIX,
     CheckReport,
     Findings,

@@ -10,12 +10,12 @@ import pytest
 
 from libs.codec import CRC_START, encode_record, stamp_record
 from libs.message import MessageRecord, tags_code
-from libs.store import dump
-from libs.store.check import check_store
 from libs.store.checkpoint import Checkpoint
 from libs.store.message_store import PutResult
-from libs.store.tools import Kind, Severity, StoreToolError
-from tests.libs.store.tool_support import (
+from libs.store.tools import dump
+from libs.store.tools.check import check_store
+from libs.store.tools.shared import Kind, Severity, StoreToolError
+from tests.libs.store.tools.support import (
     COUNT,
     SEGMENT,
     T0,

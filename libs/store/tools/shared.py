@@ -7,12 +7,12 @@ at a running broker's store, or at a copy of a damaged one, and change nothing.
 
 A store directory (see libs.store.config.StoreConfig)::
 
-    commitlog/<20-digit CommitLog offset of the first byte>       segments, all of one size
-    consumequeue/<topic>/<queue id>/<20-digit byte offset>        20-byte units (libs.store.consume_queue)
-    index/<yyyyMMddHHmmssSSS>                                     key index files (libs.store.index_file)
-    checkpoint                                                    28 bytes (libs.store.checkpoint)
-    quarantine/<20-digit CommitLog offset>                        damaged bytes a repair took out (libs.store.repair)
-    abort                                                         while the store is open, or after a crash
+    commitlog/<20-digit CommitLog offset of the first byte>    segments, all of one size
+    consumequeue/<topic>/<queue id>/<20-digit byte offset>     20-byte units (libs.store.consume_queue)
+    index/<yyyyMMddHHmmssSSS>                                  key index files (libs.store.index_file)
+    checkpoint                                                 28 bytes (libs.store.checkpoint)
+    quarantine/<20-digit CommitLog offset>                     damaged bytes a repair took out (libs.store.tools.repair)
+    abort                                                      while the store is open, or after a crash
 
 The segment size is not recorded anywhere: it is the size of the segment files.
 """

@@ -28,7 +28,7 @@ from libs import jsonutil
 from libs.codec import BLANK_MAGIC, LENGTH_MAGIC, QUARANTINE_MAGIC, decode_record, peek_head, record_size
 from libs.errors import CorruptRecord
 from libs.message import MessageRecord, SysFlag
-from libs.store.tools import SegmentMaps, StoreToolError, queue_files, read_units, segment_files, store_config
+from libs.store.tools.shared import SegmentMaps, StoreToolError, queue_files, read_units, segment_files, store_config
 
 PREVIEW_CHARS: Final = 60
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from libs.store.checkpoint import Checkpoint
 from libs.store.commitlog import CommitLog, segment_name
 from libs.store.mapped_file import fsync_directory, write_atomically
-from libs.store.tools import StoreToolError, common_size, relative, segment_files, store_config
+from libs.store.tools.shared import StoreToolError, common_size, relative, segment_files, store_config
 
 QUARANTINE_DIR = "quarantine"
 

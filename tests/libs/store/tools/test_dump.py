@@ -10,9 +10,9 @@ import pytest
 
 from libs.codec import encode_record
 from libs.message import MessageRecord, SysFlag, tags_code
-from libs.store import dump
 from libs.store.message_store import PutResult
-from tests.libs.store.tool_support import (
+from libs.store.tools import dump
+from tests.libs.store.tools.support import (
     BODY_PAD,
     T0,
     Store,

@@ -15,7 +15,7 @@ from libs.message import MessageRecord
 from libs.store.config import StoreConfig
 from libs.store.consume_queue import UNIT
 from libs.store.message_store import MessageStore, PutResult
-from libs.store.tools import CheckReport
+from libs.store.tools.shared import CheckReport
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 SEGMENT = 256 * 1024

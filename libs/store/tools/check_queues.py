@@ -1,4 +1,4 @@
-"""The ConsumeQueue half of `petrel store check` (see libs.store.check), read-only.
+"""The ConsumeQueue half of `petrel store check` (see libs.store.tools.check), read-only.
 
 Each queue's files must be named by byte offset and hold whole 20-byte units with
 no gaps. Each unit at or above the CommitLog's minimum (units below it point at
@@ -25,7 +25,7 @@ from libs.store.commitlog import segment_name
 from libs.store.config import StoreConfig
 from libs.store.consume_queue import UNIT, Unit
 from libs.store.message_store import unit_code
-from libs.store.tools import (
+from libs.store.tools.shared import (
     PREFIX,
     Findings,
     Kind,

@@ -1,0 +1,15 @@
+"""Fixtures for the offline store tools' tests (check, dump, repair)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.libs.store.tools.support import Store, written_store
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> Store:
+    """For the store tools' tests: a cleanly closed store of real records."""
+    return await written_store(tmp_path)
