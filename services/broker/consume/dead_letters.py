@@ -53,9 +53,10 @@ class DeadLetters:
         records: list[bytes] = []
         while cursor < high and len(records) < max_count:
             result = self.pop.store.pull(topic, 0, cursor, max_count - len(records))
-            if not result.records:
-                break
             records += [r for r in result.records if not self.redriven.is_marked(group, decode_record(r).queue_offset)]
+            if not result.records or result.next_offset <= cursor:
+                cursor = max(cursor, result.next_offset)
+                break
             cursor = result.next_offset
         return PullResult(records, cursor, low, high)
 
