@@ -142,10 +142,12 @@ async def reset_offsets(ctx: Context, group: GroupName, topic: str, request: Req
 async def peek_dead_letters(
     ctx: Context,
     group: GroupName,
-    offset: Annotated[int, Query(ge=0, description="the first DLQ offset to read, on each broker")] = 0,
+    offset: Annotated[
+        int, Query(ge=0, description="the first DLQ offset to read, on each broker (what was redriven is passed)")
+    ] = 0,
     max: Annotated[int, Query(ge=1, le=256, description="at most this many from each broker")] = 32,
 ) -> DeadLetterList:
-    """The group's dead letters, with why they are there; they stay until redriven."""
+    """The group's dead letters still in the DLQ, with why they are there; a redriven one leaves the list."""
     answers, failed = await on_every_master(
         ctx, lambda name, address: ctx.brokers.dead_letters(name, address, group, offset, max)
     )

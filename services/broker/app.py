@@ -30,12 +30,13 @@ from services.broker.consume import api as consume_api
 from services.broker.consume.dead_letters import DeadLetters
 from services.broker.consume.groups import GroupStore, GroupTable
 from services.broker.consume.pop import PopService
+from services.broker.consume.redriven import RedrivenMarks
 from services.broker.consume.schemas import HandleList, NackBody, ReceiveBody
 from services.broker.consume.settle import Settlement
 from services.broker.context import BrokerContext, Context, broker_context
 from services.broker.long_polling import PullWaiters
 from services.broker.memory import watch_memory
-from services.broker.metadata import OffsetStore, TopicStore, open_engine
+from services.broker.metadata import OffsetStore, RedrivenStore, TopicStore, open_engine
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
 from services.broker.schedule import ScheduleQueuesAtStart, guard_scheduled
@@ -104,6 +105,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         engine, topics, offsets, groups = await _open_metadata(settings)
+        redriven = RedrivenMarks(RedrivenStore(engine))
+        await redriven.load()
         store = await _open_store(settings, offsets, app.state.metrics.registry)
         schedule_at_start = ScheduleQueuesAtStart.read(store, topics)
         waiters = PullWaiters()
@@ -143,7 +146,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
                             waiters,
                             pop,
                             settlement,
-                            DeadLetters(pop),
+                            DeadLetters(pop, redriven),
                             transactions,
                             schedule_at_start,
                         )

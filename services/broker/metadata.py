@@ -1,6 +1,7 @@
 """The broker's metadata tables (SQLAlchemy): SQLite in its store dir by default.
 
-Topics and consumer offsets (subscription groups join them with consumer groups).
+Topics, consumer offsets and the dead letters redriven by id (subscription groups join them
+with consumer groups).
 Calls are synchronous: the app runs them in a worker thread.
 """
 
@@ -89,3 +90,35 @@ class OffsetStore:
     def remove_owners(self, owners: set[str]) -> None:
         with Session(self.engine) as session, session.begin():
             session.execute(delete(ConsumerOffsetRow).where(ConsumerOffsetRow.group.in_(owners)))
+
+
+class RedrivenDeadLetterRow(Base):
+    __tablename__ = "redriven_dead_letters"
+
+    group: Mapped[str] = mapped_column(String(255), primary_key=True)
+    dlq_offset: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+
+
+class RedrivenStore:
+    """The DLQ offsets a redrive by id sent back, past the group's redrive cursor."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def load(self) -> dict[str, set[int]]:
+        with Session(self.engine) as session:
+            marks: dict[str, set[int]] = {}
+            for row in session.scalars(select(RedrivenDeadLetterRow)).all():
+                marks.setdefault(row.group, set()).add(row.dlq_offset)
+            return marks
+
+    def change(self, group: str, added: set[int], removed: set[int]) -> None:
+        with Session(self.engine) as session, session.begin():
+            if removed:
+                session.execute(
+                    delete(RedrivenDeadLetterRow).where(
+                        RedrivenDeadLetterRow.group == group, RedrivenDeadLetterRow.dlq_offset.in_(removed)
+                    )
+                )
+            for offset in added:
+                session.merge(RedrivenDeadLetterRow(group=group, dlq_offset=offset))

@@ -198,6 +198,42 @@ async def test_a_message_nacked_past_max_retries_is_a_dead_letter_and_can_be_red
     assert [(m["message_id"], m["topic"]) for m in back] == [(message_id, "orders")]
 
 
+async def dead_letter_all(gateway: httpx.AsyncClient, group: str, topic: str, count: int) -> list[str]:
+    """Send `count` messages and nack each once into the group's DLQ (max_retries 0); their ids."""
+    await gateway.put(f"/v1/groups/{group}", json={"max_retries": 0})
+    ids = await send_many(gateway, topic, count)
+    handles: list[str] = []
+    while len(handles) < count:
+        leased = (await receive(gateway, group, topic, max_messages=count, wait_seconds=5)).json()["messages"]
+        assert leased, f"only {len(handles)} of {count} messages were received"
+        handles += [m["receipt_handle"] for m in leased]
+    assert all(r["ok"] for r in (await nack(gateway, group, handles)).json()["results"])
+    return ids
+
+
+async def still_dead(gateway: httpx.AsyncClient, group: str) -> list[str]:
+    listed = await gateway.get(f"/v1/groups/{group}/dlq")
+    assert listed.status_code == 200, listed.text
+    return sorted(m["message_id"] for m in listed.json()["messages"])
+
+
+async def test_the_dlq_lists_what_is_still_dead_after_each_redrive(gateway: httpx.AsyncClient) -> None:
+    first, second = await dead_letter_all(gateway, "strict", "orders", 2)
+    assert await still_dead(gateway, "strict") == sorted([first, second])
+
+    by_id = await gateway.post("/v1/groups/strict/dlq:redrive", json={"message_ids": [first]})
+    assert by_id.status_code == 200, by_id.text
+    assert (by_id.json()["message_ids"], by_id.json()["remaining"]) == ([first], 1)
+    assert await still_dead(gateway, "strict") == [second], "the message redriven by id is still listed"
+
+    again = (await gateway.post("/v1/groups/strict/dlq:redrive", json={"message_ids": [first]})).json()
+    assert (again["redriven"], again["not_found"]) == (0, [first]), "a redriven message was sent twice"
+
+    rest = (await gateway.post("/v1/groups/strict/dlq:redrive", json={})).json()
+    assert (rest["message_ids"], rest["remaining"]) == ([second], 0), "redrive all sent the one redriven by id again"
+    assert await still_dead(gateway, "strict") == [], "the messages redriven by all are still listed"
+
+
 async def test_redrive_by_id_names_the_ids_it_did_not_find(gateway: httpx.AsyncClient) -> None:
     await gateway.put("/v1/groups/strict", json={"max_retries": 0})
     redriven = await gateway.post("/v1/groups/strict/dlq:redrive", json={"message_ids": ["0" * 32]})

@@ -214,7 +214,7 @@ async def peek_dead_letters(
     offset: Annotated[int, Query(ge=0)] = 0,
     max: Annotated[int, Query(ge=1, le=256)] = 32,
 ) -> Response:
-    """Dead letters from `offset` on (records, libs.codec), with the DLQ queue's offsets in headers."""
+    """Dead letters still here from `offset` on (records, libs.codec), with the DLQ queue's offsets in headers."""
     result = ctx.dead_letters.peek(group, offset, max)
     return Response(b"".join(result.records), media_type=BINARY, headers=offset_headers(result))
 

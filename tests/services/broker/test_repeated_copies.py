@@ -103,7 +103,8 @@ async def test_a_redriven_message_that_fails_again_is_dead_lettered_again(broker
     await settle(broker, "nack", handle, delay_ms=0)
 
     assert await receive(broker) == []
-    assert await dead_letters(broker) == [message_id, message_id], "the second failure's dead letter was dropped"
+    # The redriven copy has left the DLQ: what the listing shows is the second failure's dead letter.
+    assert await dead_letters(broker) == [message_id], "the second failure's dead letter was dropped"
 
 
 async def test_a_roll_whose_flush_timed_out_counts_as_rolled(
