@@ -17,6 +17,9 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy import Engine
 
+from libs.broker_api.consume import HandleList, NackBody, ReceiveBody
+from libs.broker_api.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
+from libs.broker_api.transactions import EndBatch, EndRequest
 from libs.events.writer import EventWriter
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
@@ -31,7 +34,6 @@ from services.broker.consume.dead_letters import DeadLetters
 from services.broker.consume.groups import GroupStore, GroupTable
 from services.broker.consume.pop import PopService
 from services.broker.consume.redriven import RedrivenMarks
-from services.broker.consume.schemas import HandleList, NackBody, ReceiveBody
 from services.broker.consume.settle import Settlement
 from services.broker.context import BrokerContext, Context, broker_context
 from services.broker.long_polling import PullWaiters
@@ -40,7 +42,6 @@ from services.broker.metadata import OffsetStore, RedrivenStore, TopicStore, ope
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
 from services.broker.schedule import ScheduleQueuesAtStart, guard_scheduled
-from services.broker.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable, ensure_system_topics
 from services.broker.transactions import Transactions
@@ -178,7 +179,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.include_router(timers.router)
     app.include_router(consume_api.router)
     app.include_router(transaction_api.router)
-    register_schemas(app, [ReceiveBody, HandleList, NackBody, transaction_api.EndRequest, transaction_api.EndBatch])
+    register_schemas(app, [ReceiveBody, HandleList, NackBody, EndRequest, EndBatch])
     return app
 
 
