@@ -11,13 +11,13 @@ from typing import Annotated, cast
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.nameservers import NameserverClient
 from libs.delay import parse_delay_levels
 from libs.http.app import service_app
 from libs.http.client import ClientOptions, InternalClient
-from libs.nameserver_client import NameserverClient
 from libs.problem import PROBLEM_RESPONSES
 from libs.timer import TimerStore
-from services.timer.brokers import BrokerTimerClient
 from services.timer.metrics import TimerCollector
 from services.timer.progress import TimerProgress
 from services.timer.scheduler import TimerScheduler
@@ -96,7 +96,7 @@ def create_app(settings: TimerSettings) -> FastAPI:
                 store,
                 progress,
                 NameserverClient(client, settings.nameservers),
-                BrokerTimerClient(client),
+                BrokerClient(client),
                 app.state.events,
                 broker_refresh_seconds=settings.broker_refresh_seconds,
                 checkpoint_interval_ms=settings.checkpoint_interval_ms,
