@@ -23,6 +23,7 @@ from libs.broker_api.transactions import EndBatch, EndRequest
 from libs.events.writer import EventWriter
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
+from libs.http.transport import Transport
 from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.store.mapped_file import write_atomically
@@ -102,7 +103,8 @@ async def delete_topic(ctx: Context, topic: TopicName) -> Response:
     return Response(status_code=204)
 
 
-def create_app(settings: BrokerSettings) -> FastAPI:
+def create_app(settings: BrokerSettings, *, transport: Transport | None = None) -> FastAPI:
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         engine, topics, offsets, groups = await _open_metadata(settings)
@@ -131,7 +133,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
         try:
-            async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1)) as client:
+            # transport: how it calls the nameservers, TCP unless given (tests give an in-process one)
+            async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1), transport) as client:
                 registrar = NameserverRegistrar(settings, topics, client)
                 topics.on_change(registrar.topic_changed)
                 await registrar.register_all()

@@ -16,6 +16,7 @@ from libs.broker_api.nameservers import NameserverClient
 from libs.delay import parse_delay_levels
 from libs.http.app import service_app
 from libs.http.client import ClientOptions, InternalClient
+from libs.http.transport import Transport
 from libs.problem import PROBLEM_RESPONSES
 from libs.timer import TimerStore
 from services.timer.metrics import TimerCollector
@@ -76,7 +77,9 @@ async def cancel_scheduled(scheduler: Scheduler, body: Cancellation) -> Cancella
     return CancellationAck(broker=body.broker, physical_offset=body.physical_offset, cancelled=True)
 
 
-def create_app(settings: TimerSettings) -> FastAPI:
+def create_app(settings: TimerSettings, *, transport: Transport | None = None) -> FastAPI:
+    """The timer; `transport`: how it calls nameservers and brokers (TCP unless given: tests give an in-process one)."""
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         settings.store_dir.mkdir(parents=True, exist_ok=True)
@@ -91,7 +94,7 @@ def create_app(settings: TimerSettings) -> FastAPI:
             segment_bytes=settings.timer_log_segment_bytes,
         )
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
-        async with InternalClient(ClientOptions(token=token, timeout=5.0)) as client:
+        async with InternalClient(ClientOptions(token=token, timeout=5.0), transport) as client:
             scheduler = TimerScheduler(
                 store,
                 progress,
