@@ -2,7 +2,8 @@
 
 `AsgiTransport(apps)` routes a call to `http://host:port/...` to the app registered
 under "host:port" (httpx's `ASGITransport` does the ASGI call); an address with no
-app is a connection refused. `running(app)` runs an app's lifespan and gives the
+app goes to the `fallback` transport when there is one (real peers on loopback
+beside in-process ones), else is a connection refused. `running(app)` runs an app's lifespan and gives the
 app to register: each request then sees the lifespan's state, as under a server.
 
     apps: dict[str, ASGIApp] = {}
@@ -25,29 +26,37 @@ from urllib.parse import urlsplit
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from libs.http.transport import BinaryResponse, Call, ConnectFailed, TimedOut
+from libs.http.transport import BinaryResponse, Call, ConnectFailed, TimedOut, Transport
 
 DEFAULT_TIMEOUT = 5.0
 
 
 class AsgiTransport:
-    def __init__(self, apps: Mapping[str, ASGIApp], *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, apps: Mapping[str, ASGIApp], *, fallback: Transport | None = None, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
         self.apps = apps
+        self.fallback = fallback
         self.timeout = timeout
         self._clients: dict[int, httpx.AsyncClient] = {}
 
     async def start(self) -> None:
-        pass
+        if self.fallback is not None:
+            await self.fallback.start()
 
     async def close(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
+        if self.fallback is not None:
+            await self.fallback.close()
 
     async def send(self, call: Call) -> BinaryResponse:
         address = urlsplit(call.url).netloc
         app = self.apps.get(address)
         if app is None:
+            if self.fallback is not None:
+                return await self.fallback.send(call)
             raise ConnectFailed(f"Cannot connect to host {address}: no app there")
         try:
             async with asyncio.timeout(call.timeout or self.timeout):
