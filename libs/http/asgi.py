@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from libs.http.transport import BinaryResponse, Call, ConnectFailed, TimedOut, Transport
 
 DEFAULT_TIMEOUT = 5.0
+"""Of a call that names no timeout of its own (InternalClient always names one)."""
 
 
 class AsgiTransport:

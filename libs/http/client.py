@@ -127,7 +127,7 @@ class InternalClient:
         retryable = method in IDEMPOTENT_METHODS if idempotent is None else idempotent
         attempts = 1 + (self.options.retries if retryable else 0)
         headers = self._headers | {"content-type": content_type} if data is not None else self._headers
-        call = Call(method, url, data, headers, params, timeout, waiting)
+        call = Call(method, url, data, headers, params, timeout or self.options.timeout, waiting)
         last: PetrelError | None = None
         for attempt in range(attempts):
             if attempt:

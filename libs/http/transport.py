@@ -62,7 +62,7 @@ class Call:
     headers: Mapping[str, str]
     params: Mapping[str, str | int] | None = None
     timeout: float | None = None
-    """This call's total timeout (a long poll's); None: the transport's default."""
+    """This call's total timeout; None: the transport's default."""
     waiting: bool = False
     """The peer may hold the call (a long poll): it must not take a connection other calls need."""
 
