@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from gateway.brokers import BrokerClient
-from gateway.group_schemas import ReceiveRequest
-from gateway.receiver import Receiver
-from gateway.routes import RouteCache
+from gateway.cluster.route_cache import RouteCache
+from gateway.consume.receiver import Receiver
+from gateway.consume.schemas import ReceiveRequest
 from libs.errors import BrokerUnavailable, GroupNotFound, InvalidFilter, PetrelError
 from libs.http.client import InternalClient
 from libs.receipt import Lease

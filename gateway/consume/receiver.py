@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from gateway.brokers import BrokerClient
-from gateway.cluster import cancel_all, failure_of_all
-from gateway.group_schemas import ReceiveRequest
-from gateway.routes import RouteCache
+from gateway.cluster.route_cache import RouteCache
+from gateway.cluster.writes import cancel_all, failure_of_all
+from gateway.consume.schemas import ReceiveRequest
 from libs.errors import NotFound, PetrelError, ServiceUnavailable, TopicNotFound
 from libs.http.disconnect import unless_gone
 from libs.receipt import Lease

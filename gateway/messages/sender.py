@@ -2,7 +2,7 @@
 
 A request's messages are encoded once (libs.codec) and grouped by the broker
 chosen for each; puts to one broker are coalesced across concurrent requests
-(gateway.coalescing). A broker that does not
+(gateway.cluster.coalescing). A broker that does not
 answer is avoided for a while and its messages go to another broker (up to
 two retries), except messages with a `message_group`, which must stay on their
 queue to stay in order.
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.brokers import BrokerClient
-from gateway.coalescing import PutCoalescer, stored_entry
-from gateway.message_schemas import SendMessage, SendResult
-from gateway.producer import BrokerAvoidance, QueueSelector, QueueTarget, writable_queues
-from gateway.routes import RouteCache
+from gateway.cluster.coalescing import PutCoalescer, stored_entry
+from gateway.cluster.route_cache import RouteCache
+from gateway.messages.producer import BrokerAvoidance, QueueSelector, QueueTarget, writable_queues
+from gateway.messages.schemas import SendMessage, SendResult
 from libs.codec import MAX_BODY_SIZE, encode_record, set_queue_id
 from libs.errors import (
     BrokerUnavailable,

@@ -11,7 +11,7 @@ import enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.message_schemas import MessageContent, SendMessage
+from gateway.messages.schemas import MessageContent, SendMessage
 
 MAX_CHECK_IMMUNITY_SECONDS = 86_400
 

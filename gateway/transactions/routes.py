@@ -14,10 +14,10 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
-from gateway.cluster import ensure_topic, failure_of_all, on_each
+from gateway.cluster.route_cache import masters
+from gateway.cluster.writes import ensure_topic, failure_of_all, on_each
 from gateway.context import Context, GatewayContext
-from gateway.routes import masters
-from gateway.transaction_schemas import (
+from gateway.transactions.schemas import (
     EndTransaction,
     EndTransactionResult,
     ProducerGroup,
