@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
 
-from gateway.consume.receiver import Received
+from gateway.consume.receiver import Receive, Received
 from gateway.consume.schemas import (
     AckRequest,
     HandleResults,
@@ -55,7 +55,7 @@ SettleCall = Callable[[str, str, list[str]], Awaitable[list[dict[str, Any]]]]
 async def receive(ctx: Context, group: GroupName, topic: str, request: Request) -> Response:
     """Lease up to max_messages messages; with wait_seconds, wait for the first one to arrive."""
     validate_topic_name(topic)
-    spec = parse_json(ReceiveRequest, await request.body())
+    spec = _receive(parse_json(ReceiveRequest, await request.body()))
     if spec.wait_seconds <= 0:
         received = await ctx.receiver.receive(group, topic, spec)
     else:
@@ -111,6 +111,17 @@ async def change_visibility(ctx: Context, group: GroupName, request: Request) ->
         broker, address, group, spec.receipt_handle, spec.invisible_seconds * 1000
     )
     return VisibilityResult.model_validate(answer)
+
+
+def _receive(spec: ReceiveRequest) -> Receive:
+    return Receive(
+        max_messages=spec.max_messages,
+        wait_seconds=spec.wait_seconds,
+        invisible_seconds=spec.invisible_seconds,
+        filter_type=spec.filter.type.value if spec.filter else None,
+        expression=spec.filter.expression if spec.filter else None,
+        client_id=spec.client_id,
+    )
 
 
 def received_messages(received: list[Received]) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -15,6 +16,7 @@ from gateway.cluster.writes import ensure_topic, master_address
 from gateway.context import Context, GatewayContext
 from gateway.edge.entries import entry_error
 from gateway.edge.message_ids import ask_every_broker, id_time
+from gateway.edge.outgoing import outgoing
 from gateway.edge.records import message_fields
 from gateway.messages.schemas import (
     BatchEntry,
@@ -26,7 +28,7 @@ from gateway.messages.schemas import (
     SendMessage,
     SendResult,
 )
-from gateway.messages.sender import Pins, Prepared, unsettled
+from gateway.messages.sender import Pins, Prepared, Sent, unsettled
 from libs import jsonutil
 from libs.codec import iter_records
 from libs.errors import InvalidRequest, MessageNotFound, PetrelError, TopicNotFound
@@ -56,13 +58,13 @@ async def send_message(ctx: Context, topic: str, request: Request, idempotency_k
     message = parse_json(SendMessage, await request.body())
 
     async def run(ids: list[str | None], pins: Pins | None) -> tuple[dict[str, Any], bool]:
-        prepared = ctx.sender.prepare(topic, message, message_id=ids[0])
+        prepared = ctx.sender.prepare(topic, outgoing(message), message_id=ids[0])
         await ensure_topic(ctx, topic)
         (result,) = await ctx.sender.send(topic, [prepared], pins)
         if isinstance(result, PetrelError):
             raise result
         _emit_sent(request, topic, [prepared], [result], idempotency_key)
-        return result.model_dump(), True
+        return asdict(result), True  # SendResult's fields
 
     answer = await _idempotent(ctx, f"send:{topic}", idempotency_key, message, 1, run)
     return Response(jsonutil.dumps(answer), status_code=201, media_type="application/json")
@@ -85,7 +87,7 @@ async def send_batch(ctx: Context, topic: str, request: Request, idempotency_key
         settled = True
         for index, message in enumerate(batch.messages):
             try:
-                prepared.append((index, ctx.sender.prepare(topic, message, message_id=ids[index])))
+                prepared.append((index, ctx.sender.prepare(topic, outgoing(message), message_id=ids[index])))
             except PetrelError as exc:
                 entries[index] = BatchEntry(index=index, error=entry_error(exc))
         if prepared:
@@ -96,8 +98,8 @@ async def send_batch(ctx: Context, topic: str, request: Request, idempotency_key
                     entries[index] = BatchEntry(index=index, error=entry_error(result))
                     settled = settled and not unsettled(result)
                 else:
-                    entries[index] = BatchEntry(index=index, result=result)
-            sent = [(p, r) for (_, p), r in zip(prepared, results, strict=True) if isinstance(r, SendResult)]
+                    entries[index] = BatchEntry(index=index, result=SendResult(**asdict(result)))
+            sent = [(p, r) for (_, p), r in zip(prepared, results, strict=True) if isinstance(r, Sent)]
             _emit_sent(request, topic, [p for p, _ in sent], [r for _, r in sent], idempotency_key)
         return BatchResult(results=[e for e in entries if e is not None]).model_dump(), settled
 
@@ -222,16 +224,14 @@ async def _idempotent(
     return answer
 
 
-def _emit_sent(
-    request: Request, topic: str, prepared: list[Prepared], results: list[SendResult], key: str | None
-) -> None:
+def _emit_sent(request: Request, topic: str, prepared: list[Prepared], results: list[Sent], key: str | None) -> None:
     events = request.state.events
     for p, r in zip(prepared, results, strict=True):
         optional: dict[str, Any] = {"size": len(p.encoded)}
         if p.message.tag is not None:
             optional["tag"] = p.message.tag
         if p.message.keys:
-            optional["keys"] = p.message.keys
+            optional["keys"] = list(p.message.keys)
         if key is not None:
             optional["idempotency_key"] = key
         events.emit("sent", message_id=r.message_id, topic=topic, **optional)
