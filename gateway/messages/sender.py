@@ -2,10 +2,9 @@
 
 A request's messages are encoded once (libs.codec) and grouped by the broker
 chosen for each; puts to one broker are coalesced across concurrent requests
-(gateway.cluster.coalescing). A broker that does not
-answer is avoided for a while and its messages go to another broker (up to
-two retries), except messages with a `message_group`, which must stay on their
-queue to stay in order.
+(gateway.cluster.coalescing). A broker that does not answer is avoided for a
+while and its messages go to another broker (up to two retries), except
+messages with a `message_group`, which must stay on their queue to stay in order.
 
 Only a put that certainly stored nothing is sent again (RocketMQ's
 retryAnotherBrokerWhenNotStoreOK, false by default): a flush timeout (stored,
