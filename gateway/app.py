@@ -10,28 +10,26 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from prometheus_client import Gauge
 
-from gateway.api import consume, groups, messages, timers, topics, transactions
 from gateway.brokers import BrokerClient
+from gateway.cluster.long_polls import LongPollGate
+from gateway.cluster.route_cache import MasterDirectory, RouteCache
+from gateway.consume import routes as consume
+from gateway.consume.receiver import Receiver
+from gateway.consume.schemas import AckRequest, NackRequest, ReceiveRequest, VisibilityRequest
 from gateway.context import GatewayContext, gateway_context
-from gateway.group_schemas import (
-    AckRequest,
-    GroupUpdate,
-    NackRequest,
-    OffsetResetRequest,
-    ReceiveRequest,
-    RedriveRequest,
-    VisibilityRequest,
-)
-from gateway.idempotency import IdempotencyKeys
-from gateway.long_polls import LongPollGate
-from gateway.message_schemas import SendBatch, SendMessage
-from gateway.producer_groups import ProducerGroups
-from gateway.receiver import Receiver
-from gateway.routes import MasterDirectory, RouteCache
-from gateway.sender import Sender
+from gateway.groups import routes as groups
+from gateway.groups.schemas import GroupUpdate, OffsetResetRequest, RedriveRequest
+from gateway.messages import routes as messages
+from gateway.messages.idempotency import IdempotencyKeys
+from gateway.messages.schemas import SendBatch, SendMessage
+from gateway.messages.sender import Sender
 from gateway.settings import GatewaySettings
-from gateway.transaction_ends import TransactionEnds
-from gateway.transaction_schemas import EndTransaction, ProducerGroupUpdate, SendTransaction
+from gateway.timers import routes as timers
+from gateway.topics import routes as topics
+from gateway.transactions import routes as transactions
+from gateway.transactions.producer_groups import ProducerGroups
+from gateway.transactions.schemas import EndTransaction, ProducerGroupUpdate, SendTransaction
+from gateway.transactions.transaction_ends import TransactionEnds
 from libs.delay import parse_delay_levels
 from libs.errors import PetrelError
 from libs.http.app import register_schemas, service_app

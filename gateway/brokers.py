@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.group_schemas import Group, GroupUpdate, RedriveRequest
-from gateway.long_polls import LongPollGate
+from gateway.cluster.long_polls import LongPollGate
+from gateway.groups.schemas import Group, GroupUpdate, RedriveRequest
 from libs import jsonutil
 from libs.errors import BrokerUnavailable, FlushTimeout, PetrelError, ServiceUnavailable
 from libs.http.client import BINARY_TYPE, JSON_TYPE, BinaryResponse, InternalClient

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from gateway.long_polls import DEFAULT_MAX_LONG_POLLS
+from gateway.cluster.long_polls import DEFAULT_MAX_LONG_POLLS
 from libs.delay import DEFAULT_DELAY_LEVELS
 from libs.settings import SharedDatabaseSettings
 from libs.topic import DEFAULT_QUEUES

@@ -6,7 +6,7 @@ import asyncio
 
 import httpx
 
-from gateway.routes import RouteCache
+from gateway.cluster.route_cache import RouteCache
 from libs.http.client import InternalClient
 from libs.nameserver_client import NameserverClient
 from tests.support.serving import ServedApp

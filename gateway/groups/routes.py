@@ -11,9 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from gateway.api.consume import GroupName
-from gateway.api.messages import message_fields
-from gateway.cluster import (
+from gateway.cluster.writes import (
     cluster_masters,
     failure_of_all,
     first_master_answer,
@@ -23,7 +21,9 @@ from gateway.cluster import (
     write_failed,
 )
 from gateway.context import Context
-from gateway.group_schemas import (
+from gateway.edge.params import GroupName
+from gateway.edge.records import message_fields
+from gateway.groups.schemas import (
     DeadLetter,
     DeadLetterList,
     DeadLetterQueue,

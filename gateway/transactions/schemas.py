@@ -11,7 +11,7 @@ import enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.message_schemas import MessageContent, SendMessage
+from gateway.messages.schemas import MessageContent
 
 MAX_CHECK_IMMUNITY_SECONDS = 86_400
 
@@ -61,10 +61,6 @@ class SendTransaction(MessageContent):
         le=MAX_CHECK_IMMUNITY_SECONDS,
         description="no check-back before this many seconds after the send (default: txcheck's transaction timeout)",
     )
-
-    def message(self) -> SendMessage:
-        """The message as a plain send would carry it (a transactional message has no delay)."""
-        return SendMessage.model_construct(**self.model_dump(exclude={"producer_group", "check_immunity_seconds"}))
 
 
 class SendTransactionResult(BaseModel):

@@ -1,11 +1,10 @@
-"""Sender: turns public send requests into records and puts them on brokers.
+"""Sender: turns outgoing messages into records and puts them on brokers.
 
 A request's messages are encoded once (libs.codec) and grouped by the broker
 chosen for each; puts to one broker are coalesced across concurrent requests
-(gateway.coalescing). A broker that does not
-answer is avoided for a while and its messages go to another broker (up to
-two retries), except messages with a `message_group`, which must stay on their
-queue to stay in order.
+(gateway.cluster.coalescing). A broker that does not answer is avoided for a
+while and its messages go to another broker (up to two retries), except
+messages with a `message_group`, which must stay on their queue to stay in order.
 
 Only a put that certainly stored nothing is sent again (RocketMQ's
 retryAnotherBrokerWhenNotStoreOK, false by default): a flush timeout (stored,
@@ -13,6 +12,9 @@ not confirmed by the disk) and a put that reached the broker but got no answer
 are answered as they are, never sent to another broker. A send with an
 Idempotency-Key passes `Pins`: its messages keep their ids across retries, and
 one that may already be on a broker goes to that broker only, which keeps one copy.
+
+The sender takes and answers plain values (`OutgoingMessage`, `Sent`); the routes
+convert from and to the public models.
 """
 
 from __future__ import annotations
@@ -23,14 +25,13 @@ import binascii
 import time
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from gateway.brokers import BrokerClient
-from gateway.coalescing import PutCoalescer, stored_entry
-from gateway.message_schemas import SendMessage, SendResult
-from gateway.producer import BrokerAvoidance, QueueSelector, QueueTarget, writable_queues
-from gateway.routes import RouteCache
+from gateway.cluster.coalescing import PutCoalescer, stored_entry
+from gateway.cluster.route_cache import RouteCache
+from gateway.messages.producer import BrokerAvoidance, QueueSelector, QueueTarget, writable_queues
 from libs.codec import MAX_BODY_SIZE, encode_record, set_queue_id
 from libs.errors import (
     BrokerUnavailable,
@@ -68,9 +69,39 @@ def unsettled(error: PetrelError) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """A message to send, as its producer gave it: exactly one of `body` (text) or `body_base64` (bytes)."""
+
+    body: str | None = None
+    body_base64: str | None = None
+    tag: str | None = None
+    keys: tuple[str, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    message_group: str | None = None
+    delay_level: int | None = None
+    delay_ms: int | None = None
+    deliver_at: str | int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """Where a message was stored (the fields of the public SendResult, in its order)."""
+
+    message_id: str
+    topic: str
+    broker: str
+    queue_id: int
+    queue_offset: int | None
+    """None for a scheduled or half message, until it is delivered"""
+    stored_at: int
+    deliver_at: int | None = None
+    warning: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Prepared:
     message_id: str
-    message: SendMessage
+    message: OutgoingMessage
     encoded: bytes
     """The record in the binary codec; its queue id is set when the queue is chosen."""
     warning: str | None = None
@@ -98,7 +129,7 @@ class Sender:
     def prepare(
         self,
         topic: str,
-        message: SendMessage,
+        message: OutgoingMessage,
         system: Mapping[str, str] | None = None,
         message_id: str | None = None,
     ) -> Prepared:
@@ -136,7 +167,7 @@ class Sender:
         )
         return Prepared(message_id, message, encode_record(record), warning)
 
-    def _schedule(self, message: SendMessage, properties: dict[str, str], now: int) -> str | None:
+    def _schedule(self, message: OutgoingMessage, properties: dict[str, str], now: int) -> str | None:
         """Set the scheduling property a delay field asks for; a warning for a time already past."""
         given = [f for f in ("delay_level", "delay_ms", "deliver_at") if getattr(message, f) is not None]
         if len(given) > 1:
@@ -162,11 +193,9 @@ class Sender:
         properties[Prop.TIMER_DELIVER_MS] = str(due)
         return None
 
-    async def send(
-        self, topic: str, prepared: list[Prepared], pins: Pins | None = None
-    ) -> list[SendResult | PetrelError]:
+    async def send(self, topic: str, prepared: list[Prepared], pins: Pins | None = None) -> list[Sent | PetrelError]:
         """Put every prepared message; one result or error per message, in order."""
-        results: list[SendResult | PetrelError | None] = [None] * len(prepared)
+        results: list[Sent | PetrelError | None] = [None] * len(prepared)
         pending = list(range(len(prepared)))
         tried: dict[int, set[str]] = {i: set() for i in pending}
         for attempt in range(SEND_RETRIES + 1):
@@ -219,14 +248,14 @@ class Sender:
         return targets[zlib.crc32(spread.encode()) % len(targets)]
 
     @staticmethod
-    def _may_retry(prepared: Prepared, result: SendResult | PetrelError, pins: Pins | None) -> bool:
+    def _may_retry(prepared: Prepared, result: Sent | PetrelError, pins: Pins | None) -> bool:
         """Retry on another broker only what certainly was not stored, and is not bound to its queue or broker."""
         if not isinstance(result, BrokerUnavailable) or unsettled(result):
             return False
         pinned = pins is not None and prepared.message_id in pins.fixed
         return prepared.message.message_group is None and not pinned
 
-    async def send_half(self, topic: str, prepared: Prepared) -> SendResult:
+    async def send_half(self, topic: str, prepared: Prepared) -> Sent:
         """Put one half message (a transaction's first phase, marked TRAN_MSG) as sends go: coalesced, retried.
 
         The answer's queue is the one the message goes to when committed; it has no queue offset until then.
@@ -247,7 +276,7 @@ class Sender:
 
     async def _put(
         self, route: TopicRoute, prepared: list[Prepared], batch: list[tuple[int, QueueTarget]]
-    ) -> list[SendResult | PetrelError]:
+    ) -> list[Sent | PetrelError]:
         target = batch[0][1]
         body = bytearray()
         for i, t in batch:
@@ -255,7 +284,7 @@ class Sender:
             body += prepared[i].encoded
             set_queue_id(body, start, t.queue_id)
         outcome = await self._coalescer(target).submit(bytes(body), len(batch))
-        results: list[SendResult | PetrelError] = []
+        results: list[Sent | PetrelError] = []
         for (i, t), stored in zip(batch, outcome, strict=True):
             if isinstance(stored, PetrelError):
                 entry = stored_entry(stored)
@@ -264,16 +293,16 @@ class Sender:
                     continue
                 self.avoidance.failed(target.broker)  # a disk that does not keep up: send elsewhere for a while
                 where = self._result(route, prepared[i], t, entry)
-                results.append(FlushTimeout(f"{stored.detail} (message {where.message_id})", **where.model_dump()))
+                results.append(FlushTimeout(f"{stored.detail} (message {where.message_id})", **asdict(where)))
                 continue
             self.avoidance.succeeded(target.broker)
             results.append(self._result(route, prepared[i], t, stored))
         return results
 
     @staticmethod
-    def _result(route: TopicRoute, prepared: Prepared, target: QueueTarget, stored: PutEntry) -> SendResult:
+    def _result(route: TopicRoute, prepared: Prepared, target: QueueTarget, stored: PutEntry) -> Sent:
         scheduled = stored.deliver_at is not None or stored.topic == TRANS_HALF_TOPIC  # kept back for now
-        return SendResult(
+        return Sent(
             message_id=prepared.message_id,
             topic=route.topic,
             broker=target.broker,
@@ -293,7 +322,7 @@ class Sender:
         return error
 
 
-def _body(message: SendMessage) -> tuple[bytes, bool]:
+def _body(message: OutgoingMessage) -> tuple[bytes, bool]:
     if (message.body is None) == (message.body_base64 is None):
         raise InvalidMessage("give exactly one of body (text) or body_base64")
     if message.body is not None:

@@ -1,4 +1,4 @@
-"""TransactionEnds: commits and rollbacks bound for one broker share its batch end call (gateway.coalescing).
+"""TransactionEnds: commits and rollbacks bound for one broker share its batch end call (gateway.cluster.coalescing).
 
 The broker stores the first ends of a batch in one append, so one disk sync
 covers them under SYNC_FLUSH; each end is answered (or refused) on its own,
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.brokers import BrokerClient
-from gateway.coalescing import CallCoalescer
+from gateway.cluster.coalescing import CallCoalescer
 from libs.errors import PetrelError
 from services.broker.transaction_api import MAX_ENDS
 

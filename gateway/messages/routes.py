@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel
 
-from gateway.cluster import ensure_topic, master_address
+from gateway.cluster.writes import ensure_topic, master_address
 from gateway.context import Context, GatewayContext
-from gateway.message_schemas import (
+from gateway.edge.entries import entry_error
+from gateway.edge.message_ids import ask_every_broker, id_time
+from gateway.edge.outgoing import outgoing
+from gateway.edge.records import message_fields
+from gateway.messages.schemas import (
     BatchEntry,
     BatchResult,
-    EntryError,
     Message,
     MessageList,
     PullResult,
@@ -25,13 +28,12 @@ from gateway.message_schemas import (
     SendMessage,
     SendResult,
 )
-from gateway.routes import masters
-from gateway.sender import Pins, Prepared, unsettled
+from gateway.messages.sender import Pins, Prepared, Sent, unsettled
 from libs import jsonutil
 from libs.codec import iter_records
-from libs.errors import FlushTimeout, InvalidRequest, MessageNotFound, PetrelError, TopicNotFound
+from libs.errors import InvalidRequest, MessageNotFound, PetrelError, TopicNotFound
 from libs.http.app import json_body, parse_json
-from libs.message import MessageRecord, Prop, SysFlag
+from libs.message import MessageRecord
 from libs.names import validate_readable_topic, validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.routing import TopicRoute
@@ -56,13 +58,13 @@ async def send_message(ctx: Context, topic: str, request: Request, idempotency_k
     message = parse_json(SendMessage, await request.body())
 
     async def run(ids: list[str | None], pins: Pins | None) -> tuple[dict[str, Any], bool]:
-        prepared = ctx.sender.prepare(topic, message, message_id=ids[0])
+        prepared = ctx.sender.prepare(topic, outgoing(message), message_id=ids[0])
         await ensure_topic(ctx, topic)
         (result,) = await ctx.sender.send(topic, [prepared], pins)
         if isinstance(result, PetrelError):
             raise result
         _emit_sent(request, topic, [prepared], [result], idempotency_key)
-        return result.model_dump(), True
+        return asdict(result), True  # SendResult's fields
 
     answer = await _idempotent(ctx, f"send:{topic}", idempotency_key, message, 1, run)
     return Response(jsonutil.dumps(answer), status_code=201, media_type="application/json")
@@ -85,19 +87,19 @@ async def send_batch(ctx: Context, topic: str, request: Request, idempotency_key
         settled = True
         for index, message in enumerate(batch.messages):
             try:
-                prepared.append((index, ctx.sender.prepare(topic, message, message_id=ids[index])))
+                prepared.append((index, ctx.sender.prepare(topic, outgoing(message), message_id=ids[index])))
             except PetrelError as exc:
-                entries[index] = BatchEntry(index=index, error=_batch_error(exc))
+                entries[index] = BatchEntry(index=index, error=entry_error(exc))
         if prepared:
             await ensure_topic(ctx, topic)
             results = await ctx.sender.send(topic, [p for _, p in prepared], pins)
             for (index, _), result in zip(prepared, results, strict=True):
                 if isinstance(result, PetrelError):
-                    entries[index] = BatchEntry(index=index, error=_batch_error(result))
+                    entries[index] = BatchEntry(index=index, error=entry_error(result))
                     settled = settled and not unsettled(result)
                 else:
-                    entries[index] = BatchEntry(index=index, result=result)
-            sent = [(p, r) for (_, p), r in zip(prepared, results, strict=True) if isinstance(r, SendResult)]
+                    entries[index] = BatchEntry(index=index, result=SendResult(**asdict(result)))
+            sent = [(p, r) for (_, p), r in zip(prepared, results, strict=True) if isinstance(r, Sent)]
             _emit_sent(request, topic, [p for p, _ in sent], [r for _, r in sent], idempotency_key)
         return BatchResult(results=[e for e in entries if e is not None]).model_dump(), settled
 
@@ -192,27 +194,6 @@ def to_message(record: MessageRecord, broker: str) -> Message:
     return Message(**message_fields(record, broker))
 
 
-def message_fields(record: MessageRecord, broker: str) -> dict[str, Any]:
-    """The record as `Message`'s fields: for models that extend it, and for answers built without one."""
-    binary = bool(record.sysflag & SysFlag.BINARY_BODY)
-    return {
-        "message_id": record.message_id or "",
-        "topic": record.topic,
-        "body": None if binary else record.body.decode(errors="replace"),
-        "body_base64": base64.b64encode(record.body).decode() if binary else None,
-        "tag": record.tag,
-        "keys": record.keys,
-        "properties": record.user_properties,
-        "message_group": record.properties.get(Prop.MESSAGE_GROUP),
-        "born_at": record.born_timestamp,
-        "stored_at": record.store_timestamp,
-        "broker": broker,
-        "queue_id": record.queue_id,
-        "queue_offset": record.queue_offset,
-        "reconsume_times": record.reconsume_times,
-    }
-
-
 SendRun = Callable[[list[str | None], Pins | None], Awaitable[tuple[dict[str, Any], bool]]]
 """Sends a request's messages with these ids (None: fresh ones); its answer, and whether every outcome is settled."""
 
@@ -220,7 +201,7 @@ SendRun = Callable[[list[str | None], Pins | None], Awaitable[tuple[dict[str, An
 async def _idempotent(
     ctx: GatewayContext, scope: str, key: str | None, payload: BaseModel, count: int, run: SendRun
 ) -> Any:
-    """Run the send once per Idempotency-Key (gateway.idempotency): replayed, resumed, or released."""
+    """Run the send once per Idempotency-Key (gateway.messages.idempotency): replayed, resumed, or released."""
     if key is None:
         return (await run([None] * count, None))[0]
     claim = await ctx.idempotency.claim(scope, key, payload.model_dump_json().encode(), count, ctx.sender.ids.new_id)
@@ -243,21 +224,14 @@ async def _idempotent(
     return answer
 
 
-def _batch_error(exc: PetrelError) -> EntryError:
-    stored = SendResult.model_validate(exc.extensions) if isinstance(exc, FlushTimeout) else None
-    return EntryError(type=exc.problem_type(), title=exc.title, status=exc.status, detail=exc.detail, stored=stored)
-
-
-def _emit_sent(
-    request: Request, topic: str, prepared: list[Prepared], results: list[SendResult], key: str | None
-) -> None:
+def _emit_sent(request: Request, topic: str, prepared: list[Prepared], results: list[Sent], key: str | None) -> None:
     events = request.state.events
     for p, r in zip(prepared, results, strict=True):
         optional: dict[str, Any] = {"size": len(p.encoded)}
         if p.message.tag is not None:
             optional["tag"] = p.message.tag
         if p.message.keys:
-            optional["keys"] = p.message.keys
+            optional["keys"] = list(p.message.keys)
         if key is not None:
             optional["idempotency_key"] = key
         events.emit("sent", message_id=r.message_id, topic=topic, **optional)
@@ -274,15 +248,3 @@ def _pick_broker(route: TopicRoute, broker: str | None) -> tuple[str, str]:
     if broker not in names:
         raise TopicNotFound(f"broker {broker!r} holds no queue of {route.topic!r} (brokers: {', '.join(names)})")
     return broker, master_address(route, broker)
-
-
-def id_time(message_id: str) -> int:
-    if len(message_id) != 32 or not all(c in "0123456789ABCDEFabcdef" for c in message_id):
-        raise MessageNotFound(f"{message_id!r} is not a Petrel message id (32 hex digits)")
-    return int(message_id[:12], 16)
-
-
-async def ask_every_broker(ctx: GatewayContext, call: Any) -> list[tuple[str, str, bytes]]:
-    targets = masters(await ctx.nameservers.clusters())
-    answers = await asyncio.gather(*(call(n, a) for n, a in targets), return_exceptions=True)
-    return [(n, a, r) for (n, a), r in zip(targets, answers, strict=True) if isinstance(r, bytes)]

@@ -7,9 +7,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Query, Response
 
-from gateway.cluster import create_topic, first_detail, master_address
+from gateway.cluster.writes import create_topic, first_detail, master_address
 from gateway.context import Context, GatewayContext
-from gateway.schemas import Topic, TopicList, TopicOnBroker, TopicQueue, TopicSpec, TopicSummary
+from gateway.topics.schemas import Topic, TopicList, TopicOnBroker, TopicQueue, TopicSpec, TopicSummary
 from libs.errors import BrokerUnavailable, ServiceUnavailable, TopicNotFound
 from libs.names import is_system_topic, validate_topic_name
 from libs.problem import PROBLEM_RESPONSES

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from gateway.brokers import BrokerClient
-from gateway.cluster import cancel_all, failure_of_all
-from gateway.group_schemas import ReceiveRequest
-from gateway.routes import RouteCache
+from gateway.cluster.route_cache import RouteCache
+from gateway.cluster.writes import cancel_all, failure_of_all
 from libs.errors import NotFound, PetrelError, ServiceUnavailable, TopicNotFound
 from libs.http.disconnect import unless_gone
 from libs.receipt import Lease
@@ -35,6 +34,19 @@ RACE_BACKOFF: Final = 0.02
 
 Target = tuple[str, str]
 """(broker name, master address)"""
+
+
+@dataclass(frozen=True, slots=True)
+class Receive:
+    """What a consumer asks for: up to `max_messages`, waiting `wait_seconds`, leased `invisible_seconds`."""
+
+    max_messages: int
+    wait_seconds: float
+    invisible_seconds: int
+    filter_type: str | None = None
+    """TAG or SQL92, with `expression`; None: every message"""
+    expression: str | None = None
+    client_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +65,7 @@ class Receiver:
         self._rotation = itertools.count()
 
     async def receive(
-        self, group: str, topic: str, request: ReceiveRequest, gone: asyncio.Future[None] | None = None
+        self, group: str, topic: str, request: Receive, gone: asyncio.Future[None] | None = None
     ) -> list[Received]:
         """Up to request.max_messages leased messages of the topic, from one broker or several.
 
@@ -174,13 +186,13 @@ def readable_brokers(route: TopicRoute) -> list[Target]:
     return targets
 
 
-def _receive_body(request: ReceiveRequest) -> dict[str, Any]:
+def _receive_body(request: Receive) -> dict[str, Any]:
     return {
         "max_messages": request.max_messages,
         "invisible_ms": request.invisible_seconds * 1000,
         "wait_ms": 0,
-        "filter_type": request.filter.type.value if request.filter else None,
-        "expression": request.filter.expression if request.filter else None,
+        "filter_type": request.filter_type,
+        "expression": request.expression,
         "client_id": request.client_id,
     }
 

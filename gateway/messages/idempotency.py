@@ -79,7 +79,7 @@ class Claim:
     """A write of where messages go failed (taken over, or Redis gone): the record may name puts already made."""
 
     async def record(self, targets: Mapping[str, str]) -> None:
-        """Note where messages go before they are put (gateway.sender.Pins)."""
+        """Note where messages go before they are put (gateway.messages.sender.Pins)."""
         assert self.keys is not None
         self.sent.update(targets)
         try:

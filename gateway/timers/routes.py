@@ -6,8 +6,8 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
-from gateway.api.messages import ask_every_broker, id_time
 from gateway.context import Context
+from gateway.edge.message_ids import ask_every_broker, id_time
 from libs.codec import iter_records
 from libs.delay import due_at
 from libs.errors import AlreadyDelivered, MessageNotFound, ServiceUnavailable

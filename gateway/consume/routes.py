@@ -1,6 +1,6 @@
 """`/v1/groups/{group}`: receive under a lease, ack, nack, change a lease's visibility.
 
-Receive goes to the brokers holding the topic (gateway.receiver). Ack, nack and
+Receive goes to the brokers holding the topic (gateway.consume.receiver). Ack, nack and
 visibility go to the broker named in each receipt handle: the gateway reads that
 name without checking the signature (the broker checks it), so a handle that is
 not even readable is refused here without calling anyone.
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Final
+from typing import Any, Final
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Request, Response
 
-from gateway.api.messages import message_fields
-from gateway.context import Context, GatewayContext
-from gateway.group_schemas import (
+from gateway.consume.receiver import Receive, Received
+from gateway.consume.schemas import (
     AckRequest,
     HandleResults,
     NackRequest,
@@ -25,14 +24,17 @@ from gateway.group_schemas import (
     VisibilityRequest,
     VisibilityResult,
 )
-from gateway.receiver import Received
+from gateway.context import Context, GatewayContext
+from gateway.edge.entries import failed_handle
+from gateway.edge.params import GroupName
+from gateway.edge.records import message_fields
 from libs import jsonutil
 from libs.codec import iter_records
 from libs.errors import BrokerUnavailable, InvalidReceiptHandle, InvalidRequest, PetrelError
 from libs.http.app import json_body, parse_json
 from libs.http.disconnect import client_gone
 from libs.message import Prop
-from libs.names import validate_group_name, validate_topic_name
+from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.receipt import ReceiptHandle
 
@@ -44,13 +46,6 @@ SettleCall = Callable[[str, str, list[str]], Awaitable[list[dict[str, Any]]]]
 """(broker, address, that broker's handles) -> one HandleResult dict per handle, in order."""
 
 
-async def _group(group: str) -> str:
-    return validate_group_name(group)
-
-
-GroupName = Annotated[str, Depends(_group)]
-
-
 @router.post(
     "/{group}/topics/{topic}/receive",
     operation_id="receiveMessages",
@@ -60,7 +55,7 @@ GroupName = Annotated[str, Depends(_group)]
 async def receive(ctx: Context, group: GroupName, topic: str, request: Request) -> Response:
     """Lease up to max_messages messages; with wait_seconds, wait for the first one to arrive."""
     validate_topic_name(topic)
-    spec = parse_json(ReceiveRequest, await request.body())
+    spec = _receive(parse_json(ReceiveRequest, await request.body()))
     if spec.wait_seconds <= 0:
         received = await ctx.receiver.receive(group, topic, spec)
     else:
@@ -118,6 +113,17 @@ async def change_visibility(ctx: Context, group: GroupName, request: Request) ->
     return VisibilityResult.model_validate(answer)
 
 
+def _receive(spec: ReceiveRequest) -> Receive:
+    return Receive(
+        max_messages=spec.max_messages,
+        wait_seconds=spec.wait_seconds,
+        invisible_seconds=spec.invisible_seconds,
+        filter_type=spec.filter.type.value if spec.filter else None,
+        expression=spec.filter.expression if spec.filter else None,
+        client_id=spec.client_id,
+    )
+
+
 def received_messages(received: list[Received]) -> list[dict[str, Any]]:
     """ReceivedMessage's fields; the topic is the one the message was sent to, also for a retry."""
     messages = []
@@ -140,11 +146,11 @@ async def settle(ctx: GatewayContext, handles: list[str], call: SettleCall) -> l
         try:
             owned.setdefault(ReceiptHandle.decode(text).broker, []).append(index)
         except InvalidReceiptHandle as exc:
-            results[index] = _failed(text, exc)
+            results[index] = failed_handle(text, exc)
     addresses = await ctx.masters.lookup(owned) if owned else {}
     for broker in owned.keys() - addresses.keys():
         for index in owned.pop(broker):
-            results[index] = _failed(handles[index], _unknown_broker(broker))
+            results[index] = failed_handle(handles[index], _unknown_broker(broker))
     calls = list(owned.items())
     answers = await asyncio.gather(
         *(call(broker, addresses[broker], [handles[i] for i in indexes]) for broker, indexes in calls),
@@ -158,17 +164,14 @@ async def settle(ctx: GatewayContext, handles: list[str], call: SettleCall) -> l
 
 def _entry(handle: str, broker: str, answer: list[dict[str, Any]] | BaseException, position: int) -> dict[str, Any]:
     if isinstance(answer, PetrelError):
-        return _failed(handle, answer)
+        return failed_handle(handle, answer)
     if isinstance(answer, BaseException):
         raise answer
     if len(answer) <= position:
-        return _failed(handle, BrokerUnavailable(f"broker {broker} answered no result for this handle", broker=broker))
+        return failed_handle(
+            handle, BrokerUnavailable(f"broker {broker} answered no result for this handle", broker=broker)
+        )
     return answer[position]
-
-
-def _failed(handle: str, exc: PetrelError) -> dict[str, Any]:
-    error = {"type": exc.problem_type(), "title": exc.title, "status": exc.status, "detail": exc.detail}
-    return {"receipt_handle": handle, "ok": False, "error": error}
 
 
 def _unknown_broker(broker: str) -> InvalidReceiptHandle:

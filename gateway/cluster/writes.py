@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gateway.routes import masters
+from gateway.cluster.route_cache import masters
 from libs.errors import BrokerUnavailable, NotFound, PetrelError, ServiceUnavailable, TopicNotFound
 from libs.routing import TopicRoute
 from libs.topic import Perm, TopicConfig

@@ -14,10 +14,11 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
-from gateway.cluster import ensure_topic, failure_of_all, on_each
+from gateway.cluster.route_cache import masters
+from gateway.cluster.writes import ensure_topic, failure_of_all, on_each
 from gateway.context import Context, GatewayContext
-from gateway.routes import masters
-from gateway.transaction_schemas import (
+from gateway.edge.outgoing import outgoing
+from gateway.transactions.schemas import (
     EndTransaction,
     EndTransactionResult,
     ProducerGroup,
@@ -108,7 +109,7 @@ async def send_transaction(ctx: Context, topic: str, request: Request) -> Respon
     system = {Prop.PRODUCER_GROUP: spec.producer_group, Prop.TRANSACTION_PREPARED: "true"}
     if spec.check_immunity_seconds is not None:
         system[CHECK_IMMUNITY] = str(spec.check_immunity_seconds)
-    prepared = ctx.sender.prepare(topic, spec.message(), system)
+    prepared = ctx.sender.prepare(topic, outgoing(spec), system)
     await ensure_topic(ctx, topic)
     try:
         sent = await ctx.sender.send_half(topic, prepared)
