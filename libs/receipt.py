@@ -97,8 +97,3 @@ def _unb64(text: str) -> bytes:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError) as exc:
         raise InvalidReceiptHandle("the receipt handle is malformed: it is not one that Petrel issued") from exc
-
-
-# For the gateway until it imports libs.broker_api (issue 11).
-from libs.broker_api.frames import Lease as Lease  # noqa: E402, PLC0414
-from libs.broker_api.frames import decode_leased as decode_leased  # noqa: E402, PLC0414

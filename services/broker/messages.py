@@ -21,9 +21,6 @@ from libs.broker_api.schemas import (
     QueueOffsets,
 )
 from libs.broker_api.wire import BINARY
-from libs.broker_api.wire import MAX_OFFSET as MAX_OFFSET  # noqa: PLC0414 - for the gateway until it moves
-from libs.broker_api.wire import MIN_OFFSET as MIN_OFFSET  # noqa: PLC0414
-from libs.broker_api.wire import NEXT_OFFSET as NEXT_OFFSET  # noqa: PLC0414
 from libs.codec import encode_record, peek_head
 from libs.delay import is_scheduled
 from libs.errors import InvalidRequest, QueueNotFound, TopicNotFound

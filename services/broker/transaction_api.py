@@ -20,7 +20,6 @@ from libs.broker_api.transactions import (
     TransactionList,
     TransactionState,
 )
-from libs.broker_api.wire import MAX_ENDS as MAX_ENDS  # noqa: PLC0414 - for the gateway until it moves
 from libs.errors import InvalidRequest, PetrelError
 from libs.http.app import json_body, parse_json
 from libs.problem import PROBLEM_RESPONSES

@@ -33,9 +33,7 @@ from dataclasses import dataclass, replace
 
 from libs import jsonutil
 from libs.broker_api.transactions import Outcome, TransactionState
-from libs.broker_api.wire import CHECK_IMMUNITY as CHECK_IMMUNITY  # noqa: PLC0414 - for the gateway until it moves
-from libs.broker_api.wire import FIRST_STORED as FIRST_STORED  # noqa: PLC0414
-from libs.broker_api.wire import OP_TAG
+from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED, OP_TAG
 from libs.codec import decode_record, encode_record, peek_head
 from libs.delay import is_scheduled
 from libs.errors import FlushTimeout, InvalidMessage, PetrelError, TransactionAlreadyEnded, TransactionNotFound
