@@ -17,7 +17,7 @@ from libs.http.asgi import AsgiTransport, running
 from libs.http.client import ClientOptions, InternalClient
 from libs.http.transport import AiohttpTransport
 from libs.settings import ServiceSettings
-from tests.libs.conftest import ServeApp
+from tests.support.serving import serving
 
 ADDRESS = "127.0.0.1:7001"
 
@@ -95,13 +95,13 @@ async def test_a_call_past_its_timeout_times_out_and_may_have_been_acted_on() ->
     assert caught.value.extensions["request_sent"] is True
 
 
-async def test_an_address_without_an_app_goes_to_the_fallback_transport(serve_app: ServeApp) -> None:
-    served = serve_app(peer([]))
+async def test_an_address_without_an_app_goes_to_the_fallback_transport() -> None:
     fallback = AiohttpTransport(connect_timeout=1.0, timeout=5.0, max_connections=4)
-    async with (
-        running(peer([])) as app,
-        InternalClient(transport=AsgiTransport({ADDRESS: app}, fallback=fallback)) as c,
-    ):
-        in_process = await c.json("POST", f"http://{ADDRESS}/echo", body=1)
-        over_tcp = await c.json("POST", f"{served}/echo", body=2)
+    with serving(peer([])) as served:
+        async with (
+            running(peer([])) as app,
+            InternalClient(transport=AsgiTransport({ADDRESS: app}, fallback=fallback)) as client,
+        ):
+            in_process = await client.json("POST", f"http://{ADDRESS}/echo", body=1)
+            over_tcp = await client.json("POST", f"{served.url}/echo", body=2)
     assert (in_process["body"], over_tcp["body"]) == (1, 2)
