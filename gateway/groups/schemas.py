@@ -10,9 +10,10 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.consume.schemas import CLIENT_ID_PATTERN, MAX_CLIENT_ID_LENGTH
+from gateway.consume.schemas import MAX_CLIENT_ID_LENGTH
 from gateway.messages.schemas import Message
 from libs.broker_api import groups as contract
+from libs.broker_api.consume import CLIENT_ID_PATTERN
 from libs.filters import FilterType
 
 
