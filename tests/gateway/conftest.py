@@ -13,7 +13,6 @@ brokers are served on loopback as before.
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -27,27 +26,10 @@ from libs.http.transport import AiohttpTransport, Transport
 from services.broker.app import create_app as broker_app
 from services.broker.settings import BrokerSettings
 from tests.conftest import broker_settings, in_process
+from tests.support.in_process import InProcessApp
 from tests.support.serving import ServedApp, start_app
 
-SERVED_MODULES = frozenset(
-    {"test_flush_timeout", "test_groups", "test_long_polls", "test_route_cache", "test_topics", "test_transactions"}
-)
-
-
-@dataclass(frozen=True)
-class InProcessApp:
-    """A broker running in this process, known by the address it registered."""
-
-    app: ASGIApp
-    port: int
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.address}"
+SERVED_MODULES = frozenset({"test_flush_timeout", "test_long_polls", "test_route_cache", "test_transactions"})
 
 
 @pytest.fixture
