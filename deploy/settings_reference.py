@@ -73,7 +73,7 @@ def render() -> str:
         lines += ["", f"## {service} (`{cls.__module__}.{cls.__name__}`)", "", _header()]
         for name, field in cls.model_fields.items():
             if name not in cls.shared_fields():
-                lines.append(_row(f"{prefix}{name.upper()}", field))
+                lines.append(_row(f"{prefix}{name.upper()}", field, description=_inherited(cls, name)))
     return "\n".join(lines) + "\n"
 
 
@@ -96,8 +96,18 @@ def _header(extra: str = "") -> str:
     return "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns)
 
 
-def _row(variable: str, field: FieldInfo, extra: str = "") -> str:
-    cells = [f"`{variable}`", _type(field), _default(field), *([extra] if extra else []), _description(field)]
+def _inherited(cls: type[ServiceSettings], name: str) -> str | None:
+    """A field a service redefines without a description (its `port`) keeps its base class's."""
+    for base in cls.__mro__:
+        fields = getattr(base, "model_fields", {})
+        if name in fields and fields[name].description:
+            return str(fields[name].description)
+    return None
+
+
+def _row(variable: str, field: FieldInfo, extra: str = "", description: str | None = None) -> str:
+    text = _description(field, description)
+    cells = [f"`{variable}`", _type(field), _default(field), *([extra] if extra else []), text]
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
@@ -136,9 +146,9 @@ def _default(field: FieldInfo) -> str:
     return f"`{value}`"
 
 
-def _description(field: FieldInfo) -> str:
+def _description(field: FieldInfo, description: str | None = None) -> str:
     bounds = [_bound(item) for item in field.metadata]
-    text = (field.description or "").strip()
+    text = (field.description or description or "").strip()
     limits = ", ".join(bound for bound in bounds if bound)
     return "; ".join(part for part in (text, limits) if part)
 
