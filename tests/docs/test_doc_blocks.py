@@ -59,3 +59,18 @@ def test_a_failing_block_is_named_with_its_output_and_later_blocks_do_not_run(tm
     assert failure.startswith("page.md, shell block 2 (line 5) exited 1")
     assert "x is 1" in failure
     assert "never" not in failure
+
+
+def test_an_http_error_fails_its_block_unless_a_comment_announces_it(tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "curl"  # answers 404 to everything, as curl -w would report it
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho '{\"status\": 404}'\necho '@@http 404@@' >&2\n")
+    fake.chmod(0o755)
+    page = tmp_path / "page.md"
+    page.write_text("```sh\ncurl localhost:8080/v1/topics/nope   # 404 topic-not-found\n```\n\n```sh\ncurl x\n```\n")
+    env = {"PATH": f"{fake.parent}:/usr/bin:/bin"}
+    result = run_page(shell_blocks(page, "page.md"), {}, tmp_path, env, 10)
+    assert [run.statuses for run in result.runs] == [["404"], ["404"]]
+    failure = result.failure()
+    assert failure is not None
+    assert failure.startswith("page.md, shell block 2 (line 5) answered HTTP 404 (not announced in a # comment)")
