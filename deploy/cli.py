@@ -1,4 +1,5 @@
-"""The `petrel` command: `up`, `openapi`, `bench`, `store check|dump|repair`, `checkback-receiver`."""
+"""The `petrel` command: `up`, `openapi`, `settings-reference`, `bench`, `store check|dump|repair`,
+`checkback-receiver`."""
 
 from __future__ import annotations
 
@@ -111,6 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     o = sub.add_parser("openapi", help="write the services' OpenAPI specs to openapi/")
     o.add_argument("--check", action="store_true", help="only check; exit 1 when a committed spec is stale")
     o.add_argument("--dir", type=Path, default=Path("openapi"))
+    sr = sub.add_parser("settings-reference", help="write docs/settings.md from the services' settings classes")
+    sr.add_argument("--check", action="store_true", help="only check; exit 1 when docs/settings.md is stale")
     r = sub.add_parser("checkback-receiver", help="an example transaction check-back receiver (prints and answers)")
     r.add_argument("--port", type=int, default=9000)
     r.add_argument("--secret", required=True, help="the producer group's signing_secret (whsec_...)")
@@ -145,6 +148,14 @@ def main(argv: list[str] | None = None) -> None:
             return
         written = write_specs(args.dir)
         print(f"wrote {', '.join(written)}" if written else "OpenAPI specs are up to date")
+        return
+    if args.command == "settings-reference":
+        from deploy import settings_reference
+
+        if args.check and settings_reference.is_stale():
+            sys.exit(f"{settings_reference.DEFAULT_PATH} is stale; run `.venv/bin/petrel settings-reference`")
+        if not args.check:
+            settings_reference.main()
         return
     if args.command == "store":
         sys.exit(_store(args))

@@ -34,16 +34,27 @@ AddressList = Annotated[list[str], NoDecode]
 class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PETREL_", extra="ignore")
 
-    host: str = "127.0.0.1"
-    port: int = 0
-    data_dir: Path = Path("data")
-    internal_token: SecretStr | None = None
-    nameservers: AddressList = ["127.0.0.1:9876"]
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    log_level: str = "info"
-    events_enabled: bool = True
-    otel_enabled: bool = False
-    """FastAPI's native OpenTelemetry hooks: off unless asked for (Petrel exports Prometheus metrics itself)."""
+    host: str = Field(default="127.0.0.1", description="the address the service listens on")
+    port: int = Field(default=0, description="the port the service listens on")
+    data_dir: Path = Field(default=Path("data"), description="stores, logs, events and run state go under it")
+    internal_token: SecretStr | None = Field(
+        default=None,
+        description="a secret every internal call carries (x-petrel-internal-token); set, calls without it are refused",
+    )
+    nameservers: AddressList = Field(default=["127.0.0.1:9876"], description="every nameserver's host:port")
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        description="the gateway's Idempotency-Key records; txcheck's Celery queues and locks",
+    )
+    log_level: str = Field(default="info", description="debug, info, warning or error")
+    events_enabled: bool = Field(
+        default=True, description="write lifecycle events under <data_dir>/export/events (the ETL's input)"
+    )
+    otel_enabled: bool = Field(
+        default=False,
+        description="FastAPI's native OpenTelemetry hooks: off unless asked for (Petrel exports Prometheus "
+        "metrics itself)",
+    )
 
     @field_validator("nameservers", mode="before")
     @classmethod

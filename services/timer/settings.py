@@ -20,10 +20,14 @@ class TimerSettings(ServiceSettings):
     scan_interval_ms: int = Field(default=100, ge=10, description="how often due messages are looked for")
     precision_ms: int = Field(default=100, description="the timer wheel's slot: 100, 200, 500 or 1000")
     window_days: float = Field(default=7.0, gt=0, description="time the wheel covers; later timers are rolled")
-    max_delay_days: float = Field(default=30.0, gt=0)
-    checkpoint_interval_ms: int = Field(default=1000, ge=10)
-    broker_refresh_seconds: float = Field(default=5.0, gt=0)
-    timer_log_segment_bytes: int = Field(default=56 * 1024 * 1024, ge=56 * 1024)
+    max_delay_days: float = Field(default=30.0, gt=0, description="how far ahead a message may be scheduled")
+    checkpoint_interval_ms: int = Field(default=1000, ge=10, description="how often the timer's progress is saved")
+    broker_refresh_seconds: float = Field(
+        default=5.0, gt=0, description="how often the brokers are listed from the nameservers"
+    )
+    timer_log_segment_bytes: int = Field(
+        default=56 * 1024 * 1024, ge=56 * 1024, description="bytes of one TimerLog segment file"
+    )
     delivery_max_attempts: int = Field(
         default=8, ge=1, le=255, description="refused deliveries of a message before it is dropped (delay_failed)"
     )
