@@ -19,8 +19,6 @@ from __future__ import annotations
 import enum
 import logging
 import mmap
-import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,24 +27,28 @@ from typing import Final
 from libs.codec import (
     BLANK_MAGIC,
     BLANK_MIN_SIZE,
-    CRC_START,
-    LENGTH_MAGIC,
+    FRAME_SIZE,
+    MAGIC_AT,
     MESSAGE_MAGIC,
     QUARANTINE_MAGIC,
+    U32,
     RecordHead,
+    computed_crc,
+    crc_matches,
     encode_blank,
     encode_quarantined,
+    peek_frame,
     peek_head,
+    peek_offsets,
+    peek_store_timestamp,
     record_size,
+    stored_crc,
 )
 from libs.errors import CorruptRecord, InvalidMessage, OffsetOutOfRange
 from libs.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
-STAMPED: Final = struct.Struct(">qq")  # queue_offset, physical_offset at byte 20
-STORE_TIMESTAMP: Final = struct.Struct(">q")  # at byte 68
-CRC: Final = struct.Struct(">I")
 ZERO_CHUNK: Final = bytes(1024 * 1024)
 
 
@@ -155,7 +157,7 @@ class CommitLog:
     def stored_at(self, offset: int) -> int:
         """The store timestamp (ms) stamped into the record at `offset`."""
         segment = self.segment_at(offset)
-        return int(STORE_TIMESTAMP.unpack_from(segment.map, offset - segment.start_offset + 68)[0])
+        return peek_store_timestamp(segment.map, offset - segment.start_offset)
 
     # ---- flushing ------------------------------------------------------------------------
 
@@ -185,8 +187,8 @@ class CommitLog:
                 yield ScannedRecord(offset, size, None, -1, 0)
                 offset = self.scanned_to = offset + size
                 continue
-            queue_offset, _ = STAMPED.unpack_from(segment.map, position + 20)
-            stored = STORE_TIMESTAMP.unpack_from(segment.map, position + 68)[0]
+            queue_offset, _ = peek_offsets(segment.map, position)
+            stored = peek_store_timestamp(segment.map, position)
             try:
                 head = peek_head(segment.map, position)
             except CorruptRecord:
@@ -251,9 +253,9 @@ class CommitLog:
 
 
 def _valid_record_at(segment: MappedFile, position: int) -> tuple[int, Found] | None:
-    if segment.size - position < LENGTH_MAGIC.size:
+    if segment.size - position < FRAME_SIZE:
         return None
-    total, magic = LENGTH_MAGIC.unpack_from(segment.map, position)
+    total, magic = peek_frame(segment.map, position)
     if magic == QUARANTINE_MAGIC:
         return (total, Found.QUARANTINED) if BLANK_MIN_SIZE <= total <= segment.size - position else None
     try:
@@ -262,9 +264,7 @@ def _valid_record_at(segment: MappedFile, position: int) -> tuple[int, Found] | 
         return None
     if blank:
         return (total, Found.BLANK) if position + total == segment.size else None
-    stored = CRC.unpack_from(segment.map, position + 8)[0]
-    actual = zlib.crc32(segment.view[position + CRC_START : position + total])
-    return (total, Found.MESSAGE) if actual == stored else None
+    return (total, Found.MESSAGE) if crc_matches(segment.map, position, total) else None
 
 
 def surely_ours(buf: mmap.mmap, start_offset: int, position: int) -> bool:
@@ -275,10 +275,9 @@ def surely_ours(buf: mmap.mmap, start_offset: int, position: int) -> bool:
         return False
     if blank:
         return position + total == len(buf)
-    stored = CRC.unpack_from(buf, position + 8)[0]
-    if zlib.crc32(memoryview(buf)[position + CRC_START : position + total]) != stored:
+    if not crc_matches(buf, position, total):
         return False
-    return bool(STAMPED.unpack_from(buf, position + 20)[1] == start_offset + position)
+    return peek_offsets(buf, position)[1] == start_offset + position
 
 
 def next_record_in(buf: mmap.mmap, start_offset: int, position: int) -> int | None:
@@ -288,30 +287,29 @@ def next_record_in(buf: mmap.mmap, start_offset: int, position: int) -> int | No
 
 
 def _first_with(buf: mmap.mmap, start_offset: int, position: int, magic: int) -> int | None:
-    needle = struct.pack(">I", magic)
-    at = buf.find(needle, position + 4)
+    needle = U32.pack(magic)
+    at = buf.find(needle, position + MAGIC_AT)
     while at >= 0:
-        if surely_ours(buf, start_offset, at - 4):
-            return at - 4
+        if surely_ours(buf, start_offset, at - MAGIC_AT):
+            return at - MAGIC_AT
         at = buf.find(needle, at + 1)
     return None
 
 
 def describe_damage(buf: mmap.mmap, start_offset: int, position: int) -> str:
     """What is wrong with the record at `position` (a segment's map), for an operator."""
-    if len(buf) - position < LENGTH_MAGIC.size:
+    if len(buf) - position < FRAME_SIZE:
         return f"only {len(buf) - position} bytes left at the segment's end, and no blank filler"
-    if LENGTH_MAGIC.unpack_from(buf, position) == (0, 0):
+    if peek_frame(buf, position) == (0, 0):
         return "zeros where a record should start"
     try:
         total, blank = record_size(buf, position)
         if blank:
             raise CorruptRecord(position, f"a blank filler of {total} bytes that does not reach the segment's end")
-        stored = CRC.unpack_from(buf, position + 8)[0]
-        actual = zlib.crc32(memoryview(buf)[position + CRC_START : position + total])
+        stored, actual = stored_crc(buf, position), computed_crc(buf, position, total)
         if actual != stored:
             raise CorruptRecord(position, f"CRC mismatch: stored 0x{stored:08x}, computed 0x{actual:08x}")
-        stamped = STAMPED.unpack_from(buf, position + 20)[1]
+        stamped = peek_offsets(buf, position)[1]
         if stamped != start_offset + position:
             raise CorruptRecord(position, f"the record says it is at offset {stamped}")
         peek_head(buf, position)
