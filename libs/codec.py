@@ -75,7 +75,8 @@ STAMP_OFFSETS: Final = struct.Struct(">qq")
 STAMP_STORE: Final = struct.Struct(">q20s")
 U16: Final = struct.Struct(">H")
 U32: Final = struct.Struct(">I")
-QUEUE_ID: Final = struct.Struct(">i")
+INT32: Final = struct.Struct(">i")
+INT64: Final = struct.Struct(">q")
 
 assert HEADER.size == 112, HEADER.size
 assert LENGTH_MAGIC.size == 8
@@ -318,8 +319,8 @@ def peek_head(buf: Readable, offset: int = 0) -> RecordHead:
     total, blank = record_size(buf, offset)
     if blank:
         raise CorruptRecord(offset, "expected a message record, found a blank filler")
-    queue_id = QUEUE_ID.unpack_from(buf, offset + QUEUE_ID_AT)[0]
-    body_len = QUEUE_ID.unpack_from(buf, offset + BODY_LENGTH_AT)[0]
+    queue_id = INT32.unpack_from(buf, offset + QUEUE_ID_AT)[0]
+    body_len = INT32.unpack_from(buf, offset + BODY_LENGTH_AT)[0]
     pos = offset + BODY_START + body_len
     end = offset + total
     if body_len < 0 or pos + U16.size > end:
@@ -344,7 +345,7 @@ def peek_topic(buf: Readable, offset: int = 0) -> bytes:
     total, blank = record_size(buf, offset)
     if blank:
         raise CorruptRecord(offset, "expected a message record, found a blank filler")
-    body_len = QUEUE_ID.unpack_from(buf, offset + BODY_LENGTH_AT)[0]
+    body_len = INT32.unpack_from(buf, offset + BODY_LENGTH_AT)[0]
     pos = offset + BODY_START + body_len
     if body_len < 0 or pos + U16.size > offset + total:
         raise CorruptRecord(offset, f"body length {body_len} overruns the record of {total} bytes")
@@ -356,7 +357,7 @@ def peek_topic(buf: Readable, offset: int = 0) -> bytes:
 
 def set_queue_id(buf: Writable, offset: int, queue_id: int) -> None:
     """Change the queue id of an encoded record (the CRC is refreshed by `stamp_record`)."""
-    QUEUE_ID.pack_into(buf, offset + QUEUE_ID_AT, queue_id)
+    INT32.pack_into(buf, offset + QUEUE_ID_AT, queue_id)
 
 
 def encode_batch(records: list[MessageRecord]) -> bytes:
@@ -374,9 +375,6 @@ def iter_records(buf: Readable) -> Iterator[MessageRecord]:
 
 
 # ---- one field of a record, read without decoding it (no checks: callers frame first) ----
-
-INT32: Final = struct.Struct(">i")
-INT64: Final = struct.Struct(">q")
 
 
 def peek_frame(buf: Readable, offset: int = 0) -> tuple[int, int]:
