@@ -24,6 +24,12 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--timer-port", type=int, default=d.timer_port)
     p.add_argument("--txcheck-port", type=int, default=d.txcheck_port)
     p.add_argument("--redis-url", default=None, help="use this Redis instead of finding or starting one")
+    p.add_argument(
+        "--delay-levels",
+        default=os.environ.get("PETREL_DELAY_LEVELS", d.delay_levels),
+        help="the delay-level table every process gets as PETREL_DELAY_LEVELS (default: that variable, "
+        f"else '{d.delay_levels}')",
+    )
 
 
 def _store_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -135,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
             broker_port=args.broker_port,
             timer_port=args.timer_port,
             txcheck_port=args.txcheck_port,
+            delay_levels=args.delay_levels,
         )
         sys.exit(up(options, args.redis_url))
     if args.command == "openapi":

@@ -30,7 +30,6 @@ from gateway.transactions import routes as transactions
 from gateway.transactions.producer_groups import ProducerGroups
 from gateway.transactions.schemas import EndTransaction, ProducerGroupUpdate, SendTransaction
 from gateway.transactions.transaction_ends import TransactionEnds
-from libs.delay import parse_delay_levels
 from libs.errors import PetrelError
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
@@ -72,7 +71,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                         routes,
                         brokers,
                         born_host=f"{settings.host}:{settings.port}",
-                        delay_levels=len(parse_delay_levels(settings.delay_levels)),
+                        delay_levels=len(settings.delay_levels),
                         max_delay_ms=int(settings.max_delay_days * 86_400_000),
                     ),
                     internal=client,

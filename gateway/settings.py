@@ -1,4 +1,4 @@
-"""Gateway settings (env prefix `PETREL_GATEWAY_`; the shared metadata database: `PETREL_DATABASE_URL`)."""
+"""Gateway settings (env prefix `PETREL_GATEWAY_`; shared: `PETREL_DATABASE_URL`, `PETREL_DELAY_LEVELS`)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,11 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from gateway.cluster.long_polls import DEFAULT_MAX_LONG_POLLS
-from libs.delay import DEFAULT_DELAY_LEVELS
-from libs.settings import SharedDatabaseSettings
+from libs.settings import DelayLevelSettings, SharedDatabaseSettings
 from libs.topic import DEFAULT_QUEUES
 
 
-class GatewaySettings(SharedDatabaseSettings):
+class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings):
     model_config = SettingsConfigDict(env_prefix="PETREL_GATEWAY_", extra="ignore")
 
     port: int = 8080
@@ -31,7 +30,6 @@ class GatewaySettings(SharedDatabaseSettings):
         default=DEFAULT_MAX_LONG_POLLS, ge=1, description="receives and pulls waiting at once; past it: 429"
     )
     timer_address: str = Field(default="127.0.0.1:10931", description="the timer service, for stats and cancels")
-    delay_levels: str = DEFAULT_DELAY_LEVELS
     max_delay_days: float = Field(default=30.0, gt=0, description="how far ahead a send may be scheduled")
     idempotency_lease_ms: int = Field(
         default=15_000,

@@ -1,19 +1,18 @@
-"""Broker settings (env prefix `PETREL_BROKER_`)."""
+"""Broker settings (env prefix `PETREL_BROKER_`; the delay-level table: `PETREL_DELAY_LEVELS`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from libs.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
-from libs.settings import ServiceSettings
+from libs.settings import DelayLevelSettings
 from libs.store.config import FlushMode, StoreConfig
 from libs.topic import DEFAULT_QUEUES, MAX_QUEUES
 
 
-class BrokerSettings(ServiceSettings):
+class BrokerSettings(DelayLevelSettings):
     model_config = SettingsConfigDict(env_prefix="PETREL_BROKER_", extra="ignore")
 
     port: int = 10911
@@ -75,17 +74,6 @@ class BrokerSettings(ServiceSettings):
     )
     transaction_check_max: int = Field(default=15, ge=1, description="check-backs before a half message is abandoned")
     lease_scan_ms: int = Field(default=100, ge=1, description="how often leases that ran out are ended")
-    delay_levels: str = Field(default=DEFAULT_DELAY_LEVELS, description="level 1 first, e.g. '1s 5s 10s 30s 1m'")
-
-    @field_validator("delay_levels")
-    @classmethod
-    def _valid_levels(cls, value: str) -> str:
-        parse_delay_levels(value)
-        return value
-
-    @property
-    def delay_level_ms(self) -> tuple[int, ...]:
-        return parse_delay_levels(self.delay_levels)
 
     @property
     def address(self) -> str:

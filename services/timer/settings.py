@@ -1,4 +1,4 @@
-"""Timer settings (env prefix `PETREL_TIMER_`)."""
+"""Timer settings (env prefix `PETREL_TIMER_`; the delay-level table: `PETREL_DELAY_LEVELS`)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,12 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from libs.delay import DEFAULT_DELAY_LEVELS
-from libs.settings import ServiceSettings
+from libs.settings import DelayLevelSettings
 
 DAY_MS = 86_400_000
 
 
-class TimerSettings(ServiceSettings):
+class TimerSettings(DelayLevelSettings):
     model_config = SettingsConfigDict(env_prefix="PETREL_TIMER_", extra="ignore")
 
     port: int = 10931
@@ -34,7 +33,6 @@ class TimerSettings(ServiceSettings):
     retention_check_ms: int = Field(
         default=10_000, ge=10, description="how often brokers hear what the timer needs, and old messages are rolled"
     )
-    delay_levels: str = DEFAULT_DELAY_LEVELS
 
     @property
     def store_dir(self) -> Path:
