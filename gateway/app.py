@@ -31,7 +31,6 @@ from gateway.transactions.schemas import EndTransaction, ProducerGroupUpdate, Se
 from gateway.transactions.transaction_ends import TransactionEnds
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.nameservers import NameserverClient
-from libs.delay import parse_delay_levels
 from libs.errors import PetrelError
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
@@ -74,7 +73,7 @@ def create_app(settings: GatewaySettings, *, transport: Transport | None = None)
                         routes,
                         brokers,
                         born_host=f"{settings.host}:{settings.port}",
-                        delay_levels=len(parse_delay_levels(settings.delay_levels)),
+                        delay_levels=len(settings.delay_levels),
                         max_delay_ms=int(settings.max_delay_days * 86_400_000),
                     ),
                     internal=client,

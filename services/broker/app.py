@@ -206,7 +206,7 @@ async def _open_metadata(settings: BrokerSettings) -> tuple[Engine, TopicTable, 
     engine = open_engine(settings.metadata_url)
     topics = TopicTable(TopicStore(engine))
     await topics.load()
-    await ensure_system_topics(topics, len(settings.delay_level_ms))
+    await ensure_system_topics(topics, len(settings.delay_levels))
     offsets = ConsumerOffsets(OffsetStore(engine), settings.offset_persist_interval_seconds)
     await offsets.load()
     groups = GroupTable(GroupStore(engine))
@@ -232,7 +232,7 @@ def _consumers(
         waiters=waiters,
         events=events,
         receipt_key=receipt_key(settings.store_dir),
-        delay_levels=settings.delay_level_ms,
+        delay_levels=settings.delay_levels,
         client_idle_ms=int(settings.broadcast_client_idle_seconds * 1000),
     )
     return pop, Settlement(pop)

@@ -54,7 +54,7 @@ async def put_messages(ctx: Context, request: Request) -> Response:
     if held.half:
         body = ctx.transactions.to_half_batch(body)
     if held.scheduled:
-        body, scheduled = schedule_batch(body, ctx.settings.delay_level_ms)
+        body, scheduled = schedule_batch(body, ctx.settings.delay_levels)
         outcome = await ctx.store.put_reporting(body, dedupe=True)
         _emit_scheduled(request, body, outcome, scheduled)
     else:

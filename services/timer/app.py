@@ -13,7 +13,6 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.nameservers import NameserverClient
-from libs.delay import parse_delay_levels
 from libs.http.app import service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.http.transport import Transport
@@ -45,7 +44,7 @@ async def get_stats(scheduler: Scheduler, request: Request) -> TimerStats:
     for (_, queue_id), count in counters.level_pending.items():
         pending[queue_id] = pending.get(queue_id, 0) + count
     wheel = scheduler.store.stats(max_scan=10_000)
-    levels = len(parse_delay_levels(settings.delay_levels))
+    levels = len(settings.delay_levels)
     sample = sorted(counters.lateness_ms)
     next_due = [d for d in scheduler.next_due_times() if d is not None]
     if wheel.next_slot_ms is not None:

@@ -171,8 +171,8 @@ async def nack(ctx: Context, group: str, request: Request) -> Response:
     body = parse_json(NackBody, await request.body())
     if body.delay_ms is not None and body.delay_level is not None:
         raise InvalidRequest("give delay_ms or delay_level, not both")
-    if body.delay_level is not None and body.delay_level > len(ctx.settings.delay_level_ms):
-        raise InvalidRequest(f"delay_level must be between 1 and {len(ctx.settings.delay_level_ms)}")
+    if body.delay_level is not None and body.delay_level > len(ctx.settings.delay_levels):
+        raise InvalidRequest(f"delay_level must be between 1 and {len(ctx.settings.delay_levels)}")
     results: list[dict[str, object]] = []
     for handle in body.receipt_handles:
         try:
