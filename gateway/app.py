@@ -10,7 +10,6 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from prometheus_client import Gauge
 
-from gateway.brokers import BrokerClient
 from gateway.cluster.long_polls import LongPollGate
 from gateway.cluster.route_cache import MasterDirectory, RouteCache
 from gateway.consume import routes as consume
@@ -30,10 +29,12 @@ from gateway.transactions import routes as transactions
 from gateway.transactions.producer_groups import ProducerGroups
 from gateway.transactions.schemas import EndTransaction, ProducerGroupUpdate, SendTransaction
 from gateway.transactions.transaction_ends import TransactionEnds
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.nameservers import NameserverClient
 from libs.errors import PetrelError
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
-from libs.nameserver_client import NameserverClient
+from libs.http.transport import Transport
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 
 DESCRIPTION = """\
@@ -44,7 +45,7 @@ per kind of error (`https://petrel.dev/problems/<slug>`).
 """
 
 
-def create_app(settings: GatewaySettings) -> FastAPI:
+def create_app(settings: GatewaySettings, *, transport: Transport | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
@@ -52,7 +53,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         redis = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=1, socket_timeout=2)
         metadata = await asyncio.to_thread(open_metadata_engine, settings.metadata_url)
         try:
-            async with InternalClient(options) as client:
+            # transport: how it calls nameservers and brokers, TCP unless given (tests give an in-process one)
+            async with InternalClient(options, transport) as client:
                 nameservers = NameserverClient(client, settings.nameservers)
                 routes = RouteCache(nameservers, settings.route_refresh_seconds)
                 long_polls = LongPollGate(settings.max_long_polls)

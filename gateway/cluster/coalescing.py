@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from libs.broker_api.schemas import PutAnswer, PutEntry
 from libs.errors import FlushTimeout, PetrelError, PutQueueFull
-from services.broker.schemas import PutAnswer, PutEntry
 
 PutCall = Callable[[bytes], Awaitable[PutAnswer]]
 """Sends records (binary codec, end to end) to the broker; answers its PutAnswer."""

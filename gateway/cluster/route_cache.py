@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from libs.nameserver_client import NameserverClient
-from libs.routing import MASTER_ID, ClusterListing, TopicRoute
+from libs.broker_api.nameservers import NameserverClient
+from libs.routing import TopicRoute
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,18 +91,6 @@ class MasterDirectory:
         wanted = set(names)
         age = self.clock() - self._fetched_at
         if age >= self.refresh_seconds or (age >= self.miss_seconds and not wanted <= self._masters.keys()):
-            self._masters = dict(masters(await self.nameservers.clusters()))
+            self._masters = dict(await self.nameservers.masters())
             self._fetched_at = self.clock()
         return {name: self._masters[name] for name in wanted if name in self._masters}
-
-
-def masters(listing: ClusterListing, cluster: str | None = None) -> list[tuple[str, str]]:
-    """(broker name, master address) of every broker, or of one cluster's."""
-    return [
-        (b.broker_name, i.address)
-        for c in listing.clusters
-        if cluster is None or c.name == cluster
-        for b in c.brokers
-        for i in b.instances
-        if i.broker_id == MASTER_ID
-    ]

@@ -6,11 +6,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gateway.cluster.route_cache import masters
+from libs.broker_api.schemas import BrokerTopic
 from libs.errors import BrokerUnavailable, NotFound, PetrelError, ServiceUnavailable, TopicNotFound
 from libs.routing import TopicRoute
 from libs.topic import Perm, TopicConfig
-from services.broker.schemas import BrokerTopic
 
 if TYPE_CHECKING:  # the context holds the Receiver, which uses this module
     from gateway.context import GatewayContext
@@ -28,7 +27,7 @@ def master_address(route: TopicRoute, broker_name: str) -> str:
 
 async def cluster_masters(ctx: GatewayContext) -> list[tuple[str, str]]:
     """(broker name, master address) of every broker of the gateway's cluster; 503 when there is none."""
-    targets = masters(await ctx.nameservers.clusters(), ctx.settings.cluster)
+    targets = await ctx.nameservers.masters(ctx.settings.cluster)
     if not targets:
         raise ServiceUnavailable(f"no broker of cluster {ctx.settings.cluster!r} is registered with the nameservers")
     return targets

@@ -18,12 +18,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gateway.brokers import BrokerClient
 from gateway.cluster.route_cache import RouteCache
 from gateway.cluster.writes import cancel_all, failure_of_all
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.frames import Lease
 from libs.errors import NotFound, PetrelError, ServiceUnavailable, TopicNotFound
 from libs.http.disconnect import unless_gone
-from libs.receipt import Lease
 from libs.routing import TopicRoute
 from libs.topic import Perm
 

@@ -7,15 +7,13 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.messages.schemas import EntryError, Message
+from libs.broker_api.consume import CLIENT_ID_PATTERN, MAX_HANDLES, MAX_INVISIBLE_MS, MAX_RECEIVE, MAX_WAIT_MS
 from libs.filters import MAX_EXPRESSION_LENGTH, FilterType
 
-MAX_RECEIVE = 32
-MAX_WAIT_SECONDS = 30
-MAX_INVISIBLE_SECONDS = 43_200
-MAX_HANDLES = 256
+MAX_WAIT_SECONDS = MAX_WAIT_MS // 1000
+MAX_INVISIBLE_SECONDS = MAX_INVISIBLE_MS // 1000
 MAX_REASON_LENGTH = 1024
 MAX_CLIENT_ID_LENGTH = 128
-CLIENT_ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
 
 
 class MessageFilter(BaseModel):

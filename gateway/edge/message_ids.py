@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gateway.cluster.route_cache import masters
 from gateway.context import GatewayContext
 from libs.errors import MessageNotFound
 
@@ -19,6 +18,6 @@ def id_time(message_id: str) -> int:
 
 async def ask_every_broker(ctx: GatewayContext, call: Any) -> list[tuple[str, str, bytes]]:
     """(broker, address, answer) of every master that answered `call(name, address)` with bytes."""
-    targets = masters(await ctx.nameservers.clusters())
+    targets = await ctx.nameservers.masters()
     answers = await asyncio.gather(*(call(n, a) for n, a in targets), return_exceptions=True)
     return [(n, a, r) for (n, a), r in zip(targets, answers, strict=True) if isinstance(r, bytes)]

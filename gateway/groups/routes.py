@@ -38,6 +38,8 @@ from gateway.groups.schemas import (
     RedriveResult,
     ResetQueueOffset,
 )
+from libs.broker_api.consume import RedriveBody
+from libs.broker_api.groups import GroupConfigAnswer
 from libs.codec import iter_records
 from libs.errors import InvalidRequest, NotFound, PetrelError
 from libs.http.app import json_body, parse_json
@@ -65,8 +67,8 @@ async def put_group(ctx: Context, group: GroupName, request: Request, response: 
     )
     if failed:
         raise write_failed(f"group {group!r}", failed)
-    response.status_code = 201 if any(created for _, (_, created) in stored) else 200
-    return stored[0][1][0]
+    response.status_code = 201 if any(answer.created for _, answer in stored) else 200
+    return _public(stored[0][1])
 
 
 @router.get("", operation_id="listGroups", response_model=GroupList)
@@ -78,14 +80,14 @@ async def list_groups(ctx: Context) -> GroupList:
     groups: dict[str, Group] = {}
     for _, listed in answers:
         for group in listed:
-            groups.setdefault(group.name, group)
+            groups.setdefault(group.name, _public(group))
     return GroupList(groups=[groups[name] for name in sorted(groups)], unavailable=_unavailable(failed))
 
 
 @router.get("/{group}", operation_id="getGroup", response_model=Group)
 async def get_group(ctx: Context, group: GroupName) -> Group:
     """The group's configuration and subscriptions."""
-    return await first_master_answer(ctx, lambda name, address: ctx.brokers.get_group(name, address, group))
+    return _public(await first_master_answer(ctx, lambda name, address: ctx.brokers.get_group(name, address, group)))
 
 
 @router.delete("/{group}", operation_id="deleteGroup", status_code=204)
@@ -182,7 +184,8 @@ async def redrive(ctx: Context, group: GroupName, request: Request) -> RedriveRe
         if budget <= 0:
             break
         try:
-            answer = await ctx.brokers.redrive(name, address, group, spec.model_copy(update={"max_messages": budget}))
+            body = RedriveBody(message_ids=spec.message_ids, max_messages=budget, per_second=spec.per_second)
+            answer = await ctx.brokers.redrive(name, address, group, body)
         except PetrelError as exc:
             if exc.status < 500 and not isinstance(exc, NotFound):
                 raise
@@ -222,3 +225,8 @@ def _reset_time(spec: OffsetResetRequest) -> int | None:
     if moment < 0:
         raise InvalidRequest(f"timestamp {spec.timestamp!r} is before 1970")
     return moment
+
+
+def _public(answer: GroupConfigAnswer) -> Group:
+    """A broker's answer as the public `Group` (the same fields, and the subscriptions)."""
+    return Group.model_validate(answer.model_dump())

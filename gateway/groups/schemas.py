@@ -1,78 +1,24 @@
 """Public `/v1` schemas of consumer groups: configuration, lag, offsets, dead letters.
 
-A group's configuration has the same field names here and on the broker's internal
-API, so a broker's answer validates straight into `Group`.
+A group's configuration is defined once, in `libs.broker_api.groups` (its fields,
+bounds, defaults and their documentation); `GroupUpdate` and `Group` derive from it.
 """
 
 from __future__ import annotations
 
-import enum
 from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.consume.schemas import CLIENT_ID_PATTERN, MAX_CLIENT_ID_LENGTH
+from gateway.consume.schemas import MAX_CLIENT_ID_LENGTH
 from gateway.messages.schemas import Message
+from libs.broker_api import groups as contract
+from libs.broker_api.consume import CLIENT_ID_PATTERN
 from libs.filters import FilterType
 
 
-class RetryPolicyType(enum.StrEnum):
-    LEVELS = "levels"
-    EXPONENTIAL = "exponential"
-
-
-class ConsumeFrom(enum.StrEnum):
-    FIRST = "first"
-    LAST = "last"
-
-
-class RetryPolicy(BaseModel):
-    """How long a failed message waits before its next attempt."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: RetryPolicyType = Field(
-        default=RetryPolicyType.LEVELS,
-        description="levels: the delay levels 3, 4, 5 ... (10 s, 30 s, 1 m ... 2 h), as RocketMQ; "
-        "exponential: initial_ms, doubled on each attempt, at most max_ms",
-    )
-    initial_ms: int = Field(
-        default=1000, ge=1, le=86_400_000, description="exponential: the wait before the second attempt"
-    )
-    max_ms: int = Field(
-        default=7_200_000, ge=1, le=30 * 86_400_000, description="exponential: the longest wait between attempts"
-    )
-
-    @model_validator(mode="after")
-    def _max_not_below_initial(self) -> Self:
-        if self.max_ms < self.initial_ms:
-            raise ValueError(f"max_ms ({self.max_ms}) is below initial_ms ({self.initial_ms})")
-        return self
-
-
-class _GroupFields(BaseModel):
-    max_retries: int = Field(
-        default=16, ge=0, le=10_000, description="failed attempts before a message goes to the group's DLQ"
-    )
-    fifo: bool = Field(
-        default=False, description="deliver the messages of one message_group strictly in order, one at a time"
-    )
-    broadcast: bool = Field(
-        default=False, description="every client_id gets every message, with its own offsets (no retries)"
-    )
-    retry_policy: RetryPolicy = Field(default_factory=RetryPolicy, description="the wait before each retry")
-    fifo_suspend_ms: int = Field(
-        default=1000, ge=0, le=3_600_000, description="FIFO: how long a failed message waits before it is retried"
-    )
-    consume_from: ConsumeFrom = Field(
-        default=ConsumeFrom.FIRST, description="where a new group starts in each queue: the first or the last message"
-    )
-
-
-class GroupUpdate(_GroupFields):
+class GroupUpdate(contract.GroupUpdate):
     """What `PUT /v1/groups/{group}` sets; every field is optional (its default applies)."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class Subscription(BaseModel):
@@ -81,10 +27,12 @@ class Subscription(BaseModel):
     expression: str = Field(description="the filter expression; * for every message")
 
 
-class Group(_GroupFields):
+class Group(contract.GroupConfig):
     """A consumer group's configuration and what it subscribes to."""
 
-    name: str = Field(description="the group's name")
+    model_config = ConfigDict(extra="ignore")
+    """A broker's answer validates straight into it (its `created` is left out)."""
+
     subscriptions: list[Subscription] = Field(default_factory=list, description="the topics it consumes, as filtered")
 
 

@@ -28,10 +28,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
-from gateway.brokers import BrokerClient
 from gateway.cluster.coalescing import PutCoalescer, stored_entry
 from gateway.cluster.route_cache import RouteCache
 from gateway.messages.producer import BrokerAvoidance, QueueSelector, QueueTarget, writable_queues
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.schemas import PutEntry
 from libs.codec import MAX_BODY_SIZE, encode_record, set_queue_id
 from libs.errors import (
     BrokerUnavailable,
@@ -45,7 +46,6 @@ from libs.message import KEY_SEPARATOR, SYSTEM_PROPERTIES, MessageIdFactory, Mes
 from libs.names import TRANS_HALF_TOPIC
 from libs.routing import TopicRoute
 from libs.timeparse import parse_time_ms
-from services.broker.schemas import PutEntry
 
 SEND_RETRIES = 2
 

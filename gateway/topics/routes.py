@@ -10,12 +10,12 @@ from fastapi import APIRouter, Body, Depends, Query, Response
 from gateway.cluster.writes import create_topic, first_detail, master_address
 from gateway.context import Context, GatewayContext
 from gateway.topics.schemas import Topic, TopicList, TopicOnBroker, TopicQueue, TopicSpec, TopicSummary
+from libs.broker_api.schemas import BrokerTopic
 from libs.errors import BrokerUnavailable, ServiceUnavailable, TopicNotFound
 from libs.names import is_system_topic, validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.routing import TopicRoute
 from libs.topic import Perm, TopicConfig
-from services.broker.schemas import BrokerTopic
 
 router = APIRouter(prefix="/v1/topics", tags=["topics"], responses=PROBLEM_RESPONSES)
 

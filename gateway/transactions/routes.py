@@ -14,7 +14,6 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
-from gateway.cluster.route_cache import masters
 from gateway.cluster.writes import ensure_topic, failure_of_all, on_each
 from gateway.context import Context, GatewayContext
 from gateway.edge.outgoing import outgoing
@@ -34,12 +33,12 @@ from gateway.transactions.schemas import (
     TransactionState,
 )
 from libs import jsonutil, producer_groups
+from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED
 from libs.errors import FlushTimeout, InvalidMessage, NotFound, ServiceUnavailable, TransactionNotFound
 from libs.http.app import json_body, parse_json
 from libs.message import Prop
 from libs.names import validate_group_name, validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
-from services.broker.transactions import CHECK_IMMUNITY, FIRST_STORED
 
 router = APIRouter(prefix="/v1", tags=["transactions"], responses=PROBLEM_RESPONSES)
 
@@ -163,7 +162,7 @@ async def list_transactions(
     max: Annotated[int, Query(ge=1, le=1000, description="at most this many from each broker")] = 100,
 ) -> TransactionList:
     """Transactions in a state, from every broker: abandoned ones wait for an operator's commit or rollback."""
-    targets = masters(await ctx.nameservers.clusters())
+    targets = await ctx.nameservers.masters()
     if not targets:
         raise ServiceUnavailable("no broker is registered with the nameservers")
     wanted = TransactionState[state.name].value  # the broker spells states as its answers do: ABANDONED

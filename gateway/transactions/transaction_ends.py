@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.brokers import BrokerClient
 from gateway.cluster.coalescing import CallCoalescer
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.wire import MAX_ENDS
 from libs.errors import PetrelError
-from services.broker.transaction_api import MAX_ENDS
 
 EndOrder = dict[str, str]
 """{"message_id", "outcome" (COMMIT or ROLLBACK), "by"}: one entry of the broker's batch end."""

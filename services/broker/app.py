@@ -17,9 +17,13 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy import Engine
 
+from libs.broker_api.consume import HandleList, NackBody, ReceiveBody
+from libs.broker_api.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
+from libs.broker_api.transactions import EndBatch, EndRequest
 from libs.events.writer import EventWriter
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
+from libs.http.transport import Transport
 from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.store.mapped_file import write_atomically
@@ -31,7 +35,6 @@ from services.broker.consume.dead_letters import DeadLetters
 from services.broker.consume.groups import GroupStore, GroupTable
 from services.broker.consume.pop import PopService
 from services.broker.consume.redriven import RedrivenMarks
-from services.broker.consume.schemas import HandleList, NackBody, ReceiveBody
 from services.broker.consume.settle import Settlement
 from services.broker.context import BrokerContext, Context, broker_context
 from services.broker.long_polling import PullWaiters
@@ -40,7 +43,6 @@ from services.broker.metadata import OffsetStore, RedrivenStore, TopicStore, ope
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
 from services.broker.schedule import ScheduleQueuesAtStart, guard_scheduled
-from services.broker.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable, ensure_system_topics
 from services.broker.transactions import Transactions
@@ -101,7 +103,8 @@ async def delete_topic(ctx: Context, topic: TopicName) -> Response:
     return Response(status_code=204)
 
 
-def create_app(settings: BrokerSettings) -> FastAPI:
+def create_app(settings: BrokerSettings, *, transport: Transport | None = None) -> FastAPI:
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         engine, topics, offsets, groups = await _open_metadata(settings)
@@ -130,7 +133,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
         try:
-            async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1)) as client:
+            # transport: how it calls the nameservers, TCP unless given (tests give an in-process one)
+            async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1), transport) as client:
                 registrar = NameserverRegistrar(settings, topics, client)
                 topics.on_change(registrar.topic_changed)
                 await registrar.register_all()
@@ -178,7 +182,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.include_router(timers.router)
     app.include_router(consume_api.router)
     app.include_router(transaction_api.router)
-    register_schemas(app, [ReceiveBody, HandleList, NackBody, transaction_api.EndRequest, transaction_api.EndBatch])
+    register_schemas(app, [ReceiveBody, HandleList, NackBody, EndRequest, EndBatch])
     return app
 
 

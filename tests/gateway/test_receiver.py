@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from gateway.brokers import BrokerClient
 from gateway.cluster.route_cache import RouteCache
 from gateway.consume.receiver import Receive, Receiver
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.frames import Lease
 from libs.errors import BrokerUnavailable, GroupNotFound, InvalidFilter, PetrelError
 from libs.http.client import InternalClient
-from libs.receipt import Lease
 from libs.routing import BrokerData, QueueData, TopicRoute
 from libs.topic import MessageType, Perm
 

@@ -11,9 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
+from libs.broker_api.frames import decode_leased
 from libs.codec import encode_record, iter_records
 from libs.message import MessageRecord, Prop
-from libs.receipt import ReceiptHandle, decode_leased
+from libs.receipt import ReceiptHandle
 from services.broker.app import create_app
 from tests.conftest import broker_settings, in_process
 from tests.support.serving import ServedApp

@@ -13,10 +13,11 @@ import pytest
 import redis
 
 from libs.codec import encode_record, iter_records
+from libs.http.client import ClientOptions
 from libs.message import MessageRecord, Prop
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 from services.broker.app import create_app as broker_app
-from services.txcheck.broker_api import Broker
+from services.txcheck.brokers import Broker, Brokers, open_brokers
 from tests.conftest import broker_settings
 from tests.support.serving import ServedApp, serving
 
@@ -116,3 +117,10 @@ def producer_groups(tmp_path: Path) -> Iterator[tuple[str, ProducerGroupStore]]:
     engine = open_metadata_engine(url)
     yield url, ProducerGroupStore(engine)
     engine.dispose()
+
+
+@pytest.fixture
+def brokers(nameserver: ServedApp) -> Iterator[Brokers]:
+    """txcheck's calls to the nameserver and brokers, as its runtime opens them."""
+    with open_brokers([nameserver.address], ClientOptions(timeout=5, retry_backoff=0.001)) as opened:
+        yield opened

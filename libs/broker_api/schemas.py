@@ -1,4 +1,4 @@
-"""The broker's internal HTTP schemas (topic admin)."""
+"""The JSON bodies of the broker's internal API: topics, puts, offsets, and the timer service's calls."""
 
 from __future__ import annotations
 
@@ -177,3 +177,11 @@ class TopicOffsets(BaseModel):
     queues: list[QueueOffsetsOf]
     incarnation: str
     """An id of this broker's start: a new one after every restart."""
+
+    def ranges(self) -> dict[int, tuple[int, int]]:
+        """Queue id -> (min offset, max offset)."""
+        return {q.queue_id: (q.min_offset, q.max_offset) for q in self.queues}
+
+    def ends_at_start(self) -> dict[int, int]:
+        """Queue id -> its end when the broker started (schedule queues only)."""
+        return {q.queue_id: q.max_offset_at_start for q in self.queues if q.max_offset_at_start is not None}

@@ -1,89 +1,16 @@
-"""The broker's internal consumer-group API models (the gateway mirrors them in public form)."""
+"""The JSON bodies of a broker's consume API: receive, ready, ack, nack, visibility, lag, offsets, dead letters."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from libs.filters import FilterType
-from services.broker.consume.groups import (
-    DEFAULT_MAX_RETRIES,
-    ConsumeFrom,
-    GroupConfig,
-    RetryPolicy,
-    RetryPolicyType,
-    Subscription,
-)
 
 MAX_RECEIVE = 32
 MAX_WAIT_MS = 30_000
 MAX_INVISIBLE_MS = 12 * 3_600_000
 MAX_HANDLES = 256
 CLIENT_ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
-
-
-class RetryPolicyModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    type: RetryPolicyType = RetryPolicyType.LEVELS
-    initial_ms: int = Field(default=1_000, ge=1, le=86_400_000)
-    max_ms: int = Field(default=7_200_000, ge=1, le=30 * 86_400_000)
-
-
-class GroupUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0, le=10_000)
-    fifo: bool = False
-    broadcast: bool = False
-    retry_policy: RetryPolicyModel = Field(default_factory=RetryPolicyModel)
-    fifo_suspend_ms: int = Field(default=1_000, ge=0, le=3_600_000)
-    consume_from: ConsumeFrom = ConsumeFrom.FIRST
-
-    def to_config(self, name: str) -> GroupConfig:
-        policy = self.retry_policy
-        return GroupConfig(
-            name,
-            self.max_retries,
-            self.fifo,
-            self.broadcast,
-            RetryPolicy(policy.type, policy.initial_ms, policy.max_ms),
-            self.fifo_suspend_ms,
-            self.consume_from,
-        )
-
-
-class SubscriptionModel(BaseModel):
-    topic: str
-    filter_type: FilterType
-    expression: str
-
-
-class GroupConfigAnswer(GroupUpdate):
-    name: str
-    subscriptions: list[SubscriptionModel]
-    created: bool = False
-
-    @classmethod
-    def of(cls, config: GroupConfig, subscriptions: list[Subscription], created: bool = False) -> GroupConfigAnswer:
-        policy = config.retry_policy
-        return cls(
-            name=config.name,
-            max_retries=config.max_retries,
-            fifo=config.fifo,
-            broadcast=config.broadcast,
-            retry_policy=RetryPolicyModel(type=policy.type, initial_ms=policy.initial_ms, max_ms=policy.max_ms),
-            fifo_suspend_ms=config.fifo_suspend_ms,
-            consume_from=config.consume_from,
-            subscriptions=[
-                SubscriptionModel(topic=s.topic, filter_type=s.filter_type, expression=s.expression)
-                for s in subscriptions
-            ],
-            created=created,
-        )
-
-
-class GroupConfigList(BaseModel):
-    groups: list[GroupConfigAnswer]
 
 
 class ReceiveBody(BaseModel):

@@ -1,4 +1,8 @@
-"""NameserverClient: asks the configured nameservers, one after another, until one answers."""
+"""NameserverClient: asks the configured nameservers, one after another, until one answers; who the masters are.
+
+It starts with a nameserver picked at random (so that clients spread over them) and
+keeps the last one that answered; NameserverUnavailable when none did.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import random
 
 from libs.errors import NameserverUnavailable, ServiceUnavailable
 from libs.http.client import InternalClient
-from libs.routing import ClusterListing, TopicRoute, TopicRouteList
+from libs.routing import MASTER_ID, ClusterListing, TopicRoute, TopicRouteList
 
 log = logging.getLogger(__name__)
 
@@ -44,3 +48,19 @@ class NameserverClient:
 
     async def clusters(self) -> ClusterListing:
         return ClusterListing.model_validate(await self._get("/internal/clusters"))
+
+    async def masters(self, cluster: str | None = None) -> list[tuple[str, str]]:
+        """(broker name, master address) of every live broker, or of one cluster's."""
+        return masters(await self.clusters(), cluster)
+
+
+def masters(listing: ClusterListing, cluster: str | None = None) -> list[tuple[str, str]]:
+    """(broker name, master address) of every broker of the listing, or of one cluster's."""
+    return [
+        (b.broker_name, i.address)
+        for c in listing.clusters
+        if cluster is None or c.name == cluster
+        for b in c.brokers
+        for i in b.instances
+        if i.broker_id == MASTER_ID
+    ]
