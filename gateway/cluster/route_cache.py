@@ -85,12 +85,19 @@ class MasterDirectory:
         self.clock = clock
         self._masters: dict[str, str] = {}
         self._fetched_at = -math.inf
+        self._fetching = asyncio.Lock()
+        """Lookups that miss at once share one listing (a burst of commits or acks, one call)."""
 
     async def lookup(self, names: Iterable[str]) -> dict[str, str]:
         """The master address of each named broker that is registered (the unknown ones are left out)."""
         wanted = set(names)
-        age = self.clock() - self._fetched_at
-        if age >= self.refresh_seconds or (age >= self.miss_seconds and not wanted <= self._masters.keys()):
-            self._masters = dict(await self.nameservers.masters())
-            self._fetched_at = self.clock()
+        if self._stale(wanted):
+            async with self._fetching:
+                if self._stale(wanted):  # not fetched by the lookup this one waited behind
+                    self._masters = dict(await self.nameservers.masters())
+                    self._fetched_at = self.clock()
         return {name: self._masters[name] for name in wanted if name in self._masters}
+
+    def _stale(self, wanted: set[str]) -> bool:
+        age = self.clock() - self._fetched_at
+        return age >= self.refresh_seconds or (age >= self.miss_seconds and not wanted <= self._masters.keys())

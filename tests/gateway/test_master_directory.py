@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from gateway.cluster.route_cache import MasterDirectory
 from libs.broker_api.nameservers import NameserverClient
 from libs.http.client import InternalClient
@@ -14,9 +16,14 @@ class FakeNameservers(NameserverClient):
         super().__init__(InternalClient(), ["127.0.0.1:1"])
         self.brokers = {"broker-a": "127.0.0.1:10911"}
         self.fetches = 0
+        self.answering = asyncio.Event()
+        self.answering.set()
+        self.asked = asyncio.Event()
 
     async def clusters(self) -> ClusterListing:
         self.fetches += 1
+        self.asked.set()
+        await self.answering.wait()
         brokers = [
             ClusterBroker(
                 broker_name=name,
@@ -60,3 +67,16 @@ async def test_an_unknown_name_refetches_at_most_once_a_second() -> None:
     clock.now = 1.5
     assert await directory.lookup(["forged"]) == {}
     assert nameservers.fetches == 2
+
+
+async def test_lookups_that_miss_at_once_share_one_listing() -> None:
+    nameservers = FakeNameservers()
+    directory = MasterDirectory(nameservers, refresh_seconds=30, clock=FakeClock(0.0))
+    nameservers.answering.clear()
+
+    lookups = [asyncio.ensure_future(directory.lookup(["broker-a"])) for _ in range(13)]
+    await nameservers.asked.wait()
+    nameservers.answering.set()
+
+    assert await asyncio.gather(*lookups) == [{"broker-a": "127.0.0.1:10911"}] * 13
+    assert nameservers.fetches == 1, "each concurrent lookup asked the nameservers for the whole listing"
