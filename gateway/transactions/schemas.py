@@ -12,6 +12,7 @@ import enum
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.messages.schemas import MessageContent
+from libs.broker_api.transactions import TransactionState
 
 MAX_CHECK_IMMUNITY_SECONDS = 86_400
 
@@ -97,13 +98,6 @@ class EndTransactionResult(BaseModel):
     topic: str = Field(description="the message's topic")
     queue_id: int = Field(description="the queue of the committed message")
     queue_offset: int | None = Field(description="where the committed message is in its queue; null for a rollback")
-
-
-class TransactionState(enum.StrEnum):
-    OPEN = "OPEN"
-    ABANDONED = "ABANDONED"
-    COMMITTED = "COMMITTED"
-    ROLLED_BACK = "ROLLED_BACK"
 
 
 class TransactionFilter(enum.StrEnum):
