@@ -30,9 +30,9 @@ from gateway.transactions.schemas import (
     TransactionFilter,
     TransactionList,
     TransactionOutcome,
-    TransactionState,
 )
 from libs import jsonutil, producer_groups
+from libs.broker_api.transactions import TransactionState
 from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED
 from libs.errors import FlushTimeout, InvalidMessage, NotFound, ServiceUnavailable, TransactionNotFound
 from libs.http.app import json_body, parse_json
