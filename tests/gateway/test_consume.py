@@ -12,42 +12,10 @@ import pytest
 
 from libs import jsonutil
 from libs.receipt import ReceiptHandle
-from tests.gateway.test_topics import problem_type, register_silent_broker
+from tests.support.gateway_calls import ack, nack, problem_type, receive, received, register_silent_broker, send_many
 from tests.support.serving import ServedApp
 
 TEXT = {"body": "order 1 paid", "tag": "paid", "keys": ["order-1"], "properties": {"amount": "42"}}
-
-
-async def send_many(gateway: httpx.AsyncClient, topic: str, count: int, **fields: Any) -> list[str]:
-    """Send `count` messages (bodies m0, m1, ...); their ids, in order."""
-    ids = []
-    for index in range(count):
-        sent = await gateway.post(f"/v1/topics/{topic}/messages", json={"body": f"m{index}", **fields})
-        assert sent.status_code == 201, sent.text
-        ids.append(sent.json()["message_id"])
-    return ids
-
-
-async def receive(gateway: httpx.AsyncClient, group: str, topic: str, **body: Any) -> httpx.Response:
-    return await gateway.post(f"/v1/groups/{group}/topics/{topic}/receive", json=body)
-
-
-async def received(gateway: httpx.AsyncClient, group: str, topic: str, **body: Any) -> list[dict[str, Any]]:
-    answer = await receive(gateway, group, topic, **body)
-    assert answer.status_code == 200, answer.text
-    return list(answer.json()["messages"])
-
-
-async def ack(gateway: httpx.AsyncClient, group: str, handles: list[str]) -> httpx.Response:
-    answer = await gateway.post(f"/v1/groups/{group}/ack", json={"receipt_handles": handles})
-    assert answer.status_code == 200, answer.text
-    return answer
-
-
-async def nack(gateway: httpx.AsyncClient, group: str, handles: list[str], **fields: Any) -> httpx.Response:
-    answer = await gateway.post(f"/v1/groups/{group}/nack", json={"receipt_handles": handles, **fields})
-    assert answer.status_code == 200, answer.text
-    return answer
 
 
 def errors(answer: httpx.Response) -> list[str | None]:

@@ -10,9 +10,8 @@ import pytest
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from tests.conftest import in_process
-from tests.gateway.test_consume import received
-from tests.gateway.test_topics import problem_type
+from tests.support.apps import in_process
+from tests.support.gateway_calls import problem_type, received
 from tests.support.serving import ServedApp
 from tests.support.waiting import eventually
 

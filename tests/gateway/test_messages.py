@@ -2,7 +2,6 @@ import asyncio
 import base64
 import time
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -10,21 +9,11 @@ import pytest
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from tests.conftest import in_process
-from tests.gateway.test_topics import problem_type, register_silent_broker
+from tests.support.apps import in_process
+from tests.support.gateway_calls import problem_type, pull, register_silent_broker, send
 from tests.support.serving import ServedApp
 
 TEXT = {"body": "hello", "tag": "TagA", "keys": ["order-1"], "properties": {"region": "eu", "amount": "42"}}
-
-
-async def send(gateway: httpx.AsyncClient, topic: str, message: Mapping[str, Any], **headers: str) -> httpx.Response:
-    return await gateway.post(f"/v1/topics/{topic}/messages", json=message, headers=headers)
-
-
-async def pull(gateway: httpx.AsyncClient, topic: str, queue: int, broker: str, **params: Any) -> Any:
-    answer = await gateway.get(f"/v1/topics/{topic}/queues/{queue}/messages", params={"broker": broker, **params})
-    assert answer.status_code == 200, answer.text
-    return answer.json()
 
 
 async def test_a_sent_message_is_pulled_back_whole(gateway: httpx.AsyncClient) -> None:

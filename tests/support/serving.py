@@ -14,13 +14,16 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import uvicorn
 from starlette.types import ASGIApp
 
 STARTUP_TIMEOUT = 5.0
+
+ServeApp = Callable[[ASGIApp], str]
+"""Starts an ASGI app under uvicorn on loopback; answers its base URL (the `serve_app` fixture)."""
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ from libs.errors import StoreFull
 from libs.store.checkpoint import Checkpoint
 from libs.store.config import FlushMode
 from libs.store.tools.check import check_store
-from tests.libs.store.conftest import Stores, pull_all, record, stored
+from tests.support.store import Stores, pull_all, record, stored
 
 BODY = bytes(1500)
 

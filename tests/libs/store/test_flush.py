@@ -13,7 +13,7 @@ from libs.errors import FlushTimeout, StoreReadOnly
 from libs.store.checkpoint import Checkpoint
 from libs.store.config import FlushMode
 from libs.store.message_store import MessageStore
-from tests.libs.store.conftest import Stores, pull_all, record, stored
+from tests.support.store import Stores, pull_all, record, stored
 
 
 def flush_done(store: MessageStore) -> asyncio.Event:

@@ -14,8 +14,8 @@ from libs.errors import OffsetOutOfRange
 from libs.store.checkpoint import Checkpoint
 from libs.store.config import FlushMode
 from libs.store.message_store import MessageStore
-from tests.libs.store.conftest import EVER, Stores, pull_all, record, stored, write_at
 from tests.support.clock import FakeClock
+from tests.support.store import EVER, Stores, pull_all, record, stored, write_at
 
 REPO = Path(__file__).resolve().parents[3]
 

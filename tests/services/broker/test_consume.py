@@ -6,19 +6,17 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
 
-from libs.codec import encode_record, iter_records
-from libs.message import MessageRecord, Prop
-from libs.receipt import ReceiptHandle, decode_leased
+from libs.codec import iter_records
+from libs.message import Prop
+from libs.receipt import ReceiptHandle
 from services.broker.app import create_app
-from tests.conftest import broker_settings, in_process
+from tests.support.apps import broker_settings, in_process
+from tests.support.broker_calls import bodies, make_group, put, receive, settle
 from tests.support.serving import ServedApp
-
-Received = list[tuple[str, int, MessageRecord]]
 
 
 @pytest.fixture
@@ -27,54 +25,6 @@ async def broker(nameserver: ServedApp) -> AsyncIterator[httpx.AsyncClient]:
     async for client in in_process(create_app(settings)):
         await client.put("/internal/topics/orders", json={"read_queues": 2, "write_queues": 2})
         yield client
-
-
-async def put(broker: httpx.AsyncClient, *bodies: str, queue_id: int = 0, tag: str = "paid") -> list[str]:
-    records = [
-        encode_record(
-            MessageRecord(
-                topic="orders",
-                body=body.encode(),
-                queue_id=queue_id,
-                properties={Prop.UNIQ_KEY: f"ID-{body}", Prop.TAGS: tag},
-            )
-        )
-        for body in bodies
-    ]
-    answer = await broker.post("/internal/messages", content=b"".join(records))
-    assert answer.status_code == 200, answer.text
-    return [f"ID-{body}" for body in bodies]
-
-
-async def make_group(broker: httpx.AsyncClient, group: str = "billing", **config: Any) -> None:
-    answer = await broker.put(f"/internal/groups/{group}", json=config)
-    assert answer.status_code == 200, answer.text
-
-
-async def receive(broker: httpx.AsyncClient, group: str = "billing", **body: Any) -> Received:
-    answer = await broker.post(
-        f"/internal/groups/{group}/topics/orders/receive",
-        json={"max_messages": 32, "invisible_ms": 30_000} | body,
-    )
-    assert answer.status_code == 200, answer.text
-    leases, records = decode_leased(answer.content)
-    return [
-        (lease.receipt_handle, lease.delivery_attempt, record)
-        for lease, record in zip(leases, iter_records(records), strict=True)
-    ]
-
-
-async def settle(
-    broker: httpx.AsyncClient, verb: str, *handles: str, group: str = "billing", **extra: Any
-) -> list[dict[str, Any]]:
-    answer = await broker.post(f"/internal/groups/{group}/{verb}", json={"receipt_handles": list(handles)} | extra)
-    assert answer.status_code == 200, answer.text
-    results: list[dict[str, Any]] = answer.json()["results"]
-    return results
-
-
-def bodies(received: Received) -> list[str]:
-    return sorted(r.body.decode() for _, _, r in received)
 
 
 async def test_received_messages_are_invisible_until_acked_then_gone(broker: httpx.AsyncClient) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from libs.message import Prop
-from tests.services.timer.conftest import Broker, Timer
 from tests.support.serving import ServedApp
+from tests.support.timer_service import Broker, Timer
 from tests.support.waiting import eventually
 
 

@@ -23,9 +23,9 @@ from services.txcheck.broker_api import BrokerApi
 from services.txcheck.checkback import CheckBack
 from services.txcheck.runtime import RecentProducerGroups
 from services.txcheck.scan import CheckOrder
-from tests.services.txcheck.conftest import TxBroker
 from tests.support.clock import FakeClock
 from tests.support.serving import ServedApp, free_port, serving
+from tests.support.txcheck import TxBroker
 
 
 @dataclass

@@ -17,9 +17,9 @@ from services.broker.transactions import CHECK_IMMUNITY, FIRST_STORED
 from services.txcheck.broker_api import Broker, BrokerApi
 from services.txcheck.ended import EndedTransactions
 from services.txcheck.scan import SYSTEM_GROUP, CheckOrder, HalfScanner, ScanOptions, due_at, ended_ops
-from tests.services.txcheck.conftest import TxBroker
 from tests.support.clock import FakeClock
 from tests.support.serving import ServedApp, free_port
+from tests.support.txcheck import TxBroker
 
 TIMEOUT_MS = 6000
 IMMUNE = {CHECK_IMMUNITY: "0"}

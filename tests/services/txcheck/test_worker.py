@@ -18,9 +18,8 @@ from libs.producer_groups import ProducerGroupStore
 from services.broker.transactions import CHECK_IMMUNITY
 from services.txcheck.celery_app import CHECK_TASK, SCAN_TASK, create_celery
 from services.txcheck.settings import TxcheckSettings
-from tests.services.txcheck.conftest import REDIS_URL, TxBroker
-from tests.services.txcheck.processes import TxcheckProcess
 from tests.support.serving import ServedApp, free_port, serving
+from tests.support.txcheck import REDIS_URL, TxBroker, TxcheckProcess
 
 IMMUNE = {CHECK_IMMUNITY: "0"}
 
