@@ -59,7 +59,7 @@ async def test_messages_arrive_when_due_in_due_order_and_a_cancelled_one_never(g
         return len(await delivered(gateway)) == 4
 
     await eventually(all_three, "the three scheduled messages delivered", timeout=10)
-    await asyncio.sleep(0.5)  # past the cancelled one's time, too
+    # The cancelled one was due (2 s) before the last one delivered (2.5 s): delivered in due order, it would be here.
     messages = await delivered(gateway)
     assert [m["body"] for m in messages] == ["now", "level 1 (1 s)", "after 1.8 s", "at 2.5 s"]
     assert [m["message_id"] for m in messages] == [
@@ -93,7 +93,11 @@ async def test_kill_9_of_the_timer_loses_no_scheduled_message(gateway: httpx.Asy
     sent += [await send(gateway, f"l{i}", delay_level=2) for i in range(20)]  # level 2: 5 s
     supervisor: Supervisor = gateway.supervisor  # type: ignore[attr-defined]
     timer = next(c for c in supervisor.children if c.spec.name == "timer")
-    await asyncio.sleep(1.2)  # some delivered, most pending
+
+    async def some_delivered() -> bool:
+        return len(await delivered_all(gateway)) >= 5
+
+    await eventually(some_delivered, "the first scheduled messages delivered", timeout=10)  # most still pending
     timer.process.kill()
     timer.process.wait()
     supervisor.children.remove(timer)

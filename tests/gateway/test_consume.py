@@ -12,8 +12,18 @@ import pytest
 
 from libs import jsonutil
 from libs.receipt import ReceiptHandle
-from tests.support.gateway_calls import ack, nack, problem_type, receive, received, register_silent_broker, send_many
+from tests.support.gateway_calls import (
+    ack,
+    long_polls_waiting,
+    nack,
+    problem_type,
+    receive,
+    received,
+    register_silent_broker,
+    send_many,
+)
 from tests.support.serving import ServedApp
+from tests.support.waiting import eventually
 
 TEXT = {"body": "order 1 paid", "tag": "paid", "keys": ["order-1"], "properties": {"amount": "42"}}
 
@@ -147,7 +157,7 @@ async def test_long_polling_answers_when_a_message_arrives_on_any_broker(gateway
         return messages, time.monotonic() - started
 
     waiting = asyncio.create_task(received_after_send())
-    await asyncio.sleep(0.3)
+    await eventually(lambda: _a_poll_waiting(gateway), "the receive waits in the gateway")
     assert not waiting.done(), "an empty receive with wait_seconds answered before anything arrived"
     (message_id,) = await send_many(gateway, "waiting", 1)
     messages, elapsed = await asyncio.wait_for(waiting, 5)
@@ -329,3 +339,7 @@ async def test_a_silent_broker_does_not_stop_receive_or_ack(gateway: httpx.Async
     answer = await ack(gateway, "workers", [forged("broker-c"), messages[0]["receipt_handle"]])
     assert errors(answer) == ["broker-unavailable", None]
     assert answer.json()["results"][0]["error"]["status"] == 503
+
+
+async def _a_poll_waiting(gateway: httpx.AsyncClient) -> bool:
+    return await long_polls_waiting(gateway) >= 1

@@ -72,3 +72,10 @@ async def nack(gateway: httpx.AsyncClient, group: str, handles: list[str], **fie
     answer = await gateway.post(f"/v1/groups/{group}/nack", json={"receipt_handles": handles, **fields})
     assert answer.status_code == 200, answer.text
     return answer
+
+
+async def long_polls_waiting(gateway: httpx.AsyncClient) -> int:
+    """How many receives and pulls the gateway holds waiting for a message (its gauge)."""
+    text = (await gateway.get("/metrics")).text
+    (line,) = [line for line in text.splitlines() if line.startswith("petrel_gateway_long_polls_waiting ")]
+    return int(float(line.split()[1]))

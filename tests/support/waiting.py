@@ -1,9 +1,13 @@
-"""Waiting for a state another process or thread reaches, with a bound."""
+"""Waiting for a state another process or thread reaches, with a bound: the suite's only polling loops."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
+
+POLL = 0.02
+"""Seconds between two looks at the state."""
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 5.0) -> None:
@@ -14,6 +18,18 @@ async def eventually(check: Callable[[], Awaitable[bool]], what: str, timeout: f
     try:
         async with asyncio.timeout(timeout):
             while not await check():  # noqa: ASYNC110 - the state lives in another thread or process
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(POLL)
     except TimeoutError:
         raise AssertionError(f"not within {timeout} s: {what}") from None
+
+
+def wait_until(
+    check: Callable[[], bool], what: str, timeout: float = 5.0, context: Callable[[], str] | None = None
+) -> None:
+    """`eventually` for synchronous tests; `context()` adds what helps to see why (a process's log, say)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            detail = f"\n{context()}" if context is not None else ""
+            raise AssertionError(f"not within {timeout} s: {what}{detail}")
+        time.sleep(POLL)

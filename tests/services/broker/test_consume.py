@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
+import time
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
 from libs.codec import iter_records
-from libs.message import Prop
+from libs.message import MessageRecord, Prop
 from libs.receipt import ReceiptHandle
 from services.broker.app import create_app
 from tests.support.apps import broker_settings, in_process
-from tests.support.broker_calls import bodies, make_group, put, receive, settle
+from tests.support.broker_calls import bodies, gauge, make_group, put, receive, settle
+from tests.support.clock import FakeClock
 from tests.support.serving import ServedApp
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -78,19 +82,35 @@ async def test_a_nack_brings_the_message_back_through_the_retry_queue(broker: ht
     assert late["error"]["status"] == 409
 
 
-async def test_an_expired_lease_is_a_failed_attempt_retried_after_the_backoff(broker: httpx.AsyncClient) -> None:
+async def test_an_expired_lease_is_a_failed_attempt_retried_after_the_backoff(nameserver: ServedApp) -> None:
     # levels "1s 1s 50ms ...": the first retry uses level 3, 50 ms here; the timer service would
     # deliver it from SCHEDULE_TOPIC_XXXX: without one, it waits there.
-    await make_group(broker)
-    await put(broker, "a")
-    ((handle, _, _),) = await receive(broker, invisible_ms=50)
-    await asyncio.sleep(0.2)
-    (result,) = await settle(broker, "ack", handle)
-    assert result["error"]["type"].endswith("/lease-expired")
-    scheduled = await broker.get("/internal/topics/SCHEDULE_TOPIC_XXXX/queues/2/messages", params={"offset": 0})
-    (copy,) = iter_records(scheduled.content)
-    assert copy.properties[Prop.REAL_TOPIC] == "%RETRY%billing"
-    assert copy.reconsume_times == 1
+    clock = FakeClock(time.time())
+    settings = broker_settings(nameserver, lease_scan_ms=10, delay_levels="1s 1s 50ms 50ms 50ms")
+    async for broker in in_process(create_app(settings, clock)):
+        await broker.put("/internal/topics/orders", json={"read_queues": 2, "write_queues": 2})
+        await make_group(broker)
+        await put(broker, "a")
+        ((handle, _, _),) = await receive(broker, invisible_ms=50)
+        clock.advance(0.2)
+        (result,) = await settle(broker, "ack", handle)
+        assert result["error"]["type"].endswith("/lease-expired"), result
+        await eventually(
+            functools.partial(_retry_scheduled, broker), "the expired lease's retry copy in SCHEDULE_TOPIC_XXXX"
+        )
+        (copy,) = await scheduled_retries(broker)
+        assert copy.properties[Prop.REAL_TOPIC] == "%RETRY%billing"
+        assert copy.reconsume_times == 1
+
+
+async def scheduled_retries(broker: httpx.AsyncClient) -> list[MessageRecord]:
+    """Copies waiting in the schedule queue of delay level 3 (50 ms here)."""
+    answer = await broker.get("/internal/topics/SCHEDULE_TOPIC_XXXX/queues/2/messages", params={"offset": 0})
+    return list(iter_records(answer.content)) if answer.status_code == 200 else []
+
+
+async def _retry_scheduled(broker: httpx.AsyncClient) -> bool:
+    return bool(await scheduled_retries(broker))
 
 
 async def test_after_max_retries_the_message_is_dead_lettered_with_its_reason(broker: httpx.AsyncClient) -> None:
@@ -151,11 +171,15 @@ async def test_broadcast_gives_every_client_every_message(broker: httpx.AsyncCli
 async def test_a_waiting_receive_is_woken_by_a_send(broker: httpx.AsyncClient) -> None:
     await make_group(broker)
     waiting = asyncio.create_task(receive(broker, wait_ms=5_000))
-    await asyncio.sleep(0.1)
-    assert not waiting.done()
+    await eventually(lambda: _polls_waiting(broker, 1), "the receive waits in the broker")
+    assert not waiting.done(), "a receive with wait_ms answered before anything arrived"
     await put(broker, "late", queue_id=1)
     received = await asyncio.wait_for(waiting, 2)
     assert bodies(received) == ["late"]
+
+
+async def _polls_waiting(broker: httpx.AsyncClient, count: int) -> bool:
+    return await gauge(broker, "petrel_broker_long_polls_waiting") == count
 
 
 async def test_reset_rewinds_to_a_time_or_an_offset(broker: httpx.AsyncClient) -> None:
