@@ -54,6 +54,18 @@ class Broker:
         assert answer.status_code in (200, 201), answer.text
         return dict(answer.json()["stored"][0])
 
+    def send_all(self, topic: str, bodies: list[str]) -> None:
+        """Plain messages in one put (a batch no bigger than a segment)."""
+        raw = b"".join(
+            encode_record(
+                MessageRecord(topic=topic, body=b.encode(), queue_id=0, properties={Prop.UNIQ_KEY: f"ID-{b}"})
+            )
+            for b in bodies
+        )
+        answer = httpx.post(f"{self.url}/internal/messages", content=raw)
+        assert answer.status_code in (200, 201), answer.text
+        assert len(answer.json()["stored"]) == len(bodies), answer.text
+
     def create(self, topic: str) -> None:
         answer = httpx.put(f"{self.url}/internal/topics/{topic}", json={"read_queues": 1, "write_queues": 1})
         assert answer.status_code in (200, 201), answer.text

@@ -47,8 +47,8 @@ async def test_a_sync_flush_put_returns_once_its_bytes_are_synced(stores: Stores
     store.commitlog.sync = recording_sync  # type: ignore[method-assign]
     [result] = stored(await store.put(record("T", 0, b"durable")))
     end = result.physical_offset + result.size
-    assert synced
-    assert synced[-1] >= end
+    assert synced, "a SYNC_FLUSH put was answered without a sync"
+    assert synced[-1] >= end, f"the last sync reached {synced[-1]}, the put ends at {end}"
     assert store.commitlog.flushed_offset >= end
 
 

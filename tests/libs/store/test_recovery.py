@@ -103,7 +103,7 @@ async def checkpoint_now(store: MessageStore, clock: FakeClock) -> Checkpoint:
     clock.advance(store.config.checkpoint_interval_ms / 1000)
     await store.flusher.flush()
     written = Checkpoint.read(store.config.checkpoint_path)
-    assert written is not None
+    assert written is not None, "the flush wrote no checkpoint"
     assert written.dispatch_offset == store.commitlog.write_offset
     return written
 
