@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.cluster import local_cluster
+from tests.support.cluster import LocalCluster, local_cluster
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -88,7 +90,11 @@ async def test_broker_kill_9_mid_lease_loses_nothing(tmp_path: Path) -> None:
         leased = await receive(client, "billing", "orders", invisible_seconds=60)
         acked = leased[:10]
         await settle(client, "ack", "billing", [m["receipt_handle"] for m in acked])
-        await asyncio.sleep(0.5)  # the acks' offsets are persisted
+
+        async def acks_persisted() -> bool:
+            return persisted_offsets(cluster, "billing", "orders") > 0
+
+        await eventually(acks_persisted, "the acks' consume offsets persisted by broker-a", timeout=5)
 
         await cluster.kill_and_restart("broker-a", client, "orders")
 
@@ -104,3 +110,14 @@ async def test_broker_kill_9_mid_lease_loses_nothing(tmp_path: Path) -> None:
         assert unacked <= seen.keys(), f"{len(unacked - seen.keys())} messages never came back after kill -9"
         stale = await client.post("/v1/groups/billing/ack", json={"receipt_handles": [leased[-1]["receipt_handle"]]})
         assert stale.json()["results"][0]["error"]["status"] == 409
+
+
+def persisted_offsets(cluster: LocalCluster, group: str, topic: str) -> int:
+    """The sum of the group's consume offsets on the topic, as broker-a's metadata database holds them."""
+    path = cluster.data_dir / "brokers" / "broker-a" / "metadata.db"
+    if not path.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        query = 'SELECT COALESCE(SUM("offset"), 0) FROM consumer_offsets WHERE "group" = ? AND topic = ?'
+        (total,) = db.execute(query, (group, topic)).fetchone()
+    return int(total)
