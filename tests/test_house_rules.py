@@ -1,7 +1,8 @@
 """The test suite's own rules, checked so they cannot rot.
 
-A test module imports no other test module (shared helpers live in `tests/support`),
-and no test file outside `tests/support` defines its own clock (use `FakeClock`).
+A test module imports no other test module (shared helpers live in `tests/support`);
+no test file outside `tests/support` defines its own clock (use `FakeClock`) or waits
+on the wall clock with a sleep (await an event, or poll with `tests.support.waiting`).
 """
 
 from __future__ import annotations
@@ -74,3 +75,34 @@ def test_no_test_file_defines_a_clock() -> None:
         if isinstance(node, ast.ClassDef) and node.name.endswith("Clock")
     ]
     assert clocks == [], f"test files define their own clock (use tests.support.clock.FakeClock): {clocks}"
+
+
+SLOW_PEERS: dict[str, str] = {
+    "e2e/test_transactions.py": "a producer that answers slowly, so checks are in flight when txcheck is killed",
+}
+"""Files whose sleep is the behaviour under test (a peer that takes its time), not a wait."""
+
+
+def sleeps(tree: ast.Module) -> Iterator[int]:
+    """Lines calling time.sleep or asyncio.sleep with anything but 0 (a yield to the loop)."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "sleep"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in {"time", "asyncio"}
+            and not (node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == 0)
+        ):
+            yield node.lineno
+
+
+def test_no_test_waits_on_the_wall_clock() -> None:
+    found = {
+        path.relative_to(TESTS).as_posix(): lines
+        for path in suite_files()
+        if (lines := list(sleeps(ast.parse(path.read_text(), str(path)))))
+    }
+    offenders = {f: lines for f, lines in found.items() if f not in SLOW_PEERS}
+    assert offenders == {}, f"tests sleep (await an event, or use tests.support.waiting): {offenders}"
+    assert set(SLOW_PEERS) <= set(found), f"no longer sleeping, delete from SLOW_PEERS: {set(SLOW_PEERS) - set(found)}"
