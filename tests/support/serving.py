@@ -56,6 +56,20 @@ class _PromptServer(uvicorn.Server):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), 1.0)
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's, less its 0.1 s pause for open connections when there are none."""
+        if self.server_state.connections or self.server_state.tasks:
+            await super().shutdown(sockets)
+            return
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for server in self.servers:
+            await server.wait_closed()
+        if not self.force_exit:
+            await self.lifespan.shutdown()
+
     def stop_soon(self) -> None:
         """From any thread: stop serving now."""
         self.should_exit = True
