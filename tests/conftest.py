@@ -13,6 +13,8 @@ from services.nameserver.settings import NameserverSettings
 from tests.support.apps import broker_settings, in_process
 from tests.support.serving import ServedApp, serving
 
+__all__ = ["broker_settings", "in_process"]  # until tests/gateway/conftest.py imports them from tests.support.apps
+
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -29,9 +31,6 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def nameserver() -> Iterator[ServedApp]:
     with serving(nameserver_app(NameserverSettings(port=0))) as served:
         yield served
-
-
-__all__ = ["broker_settings", "in_process"]  # until tests/gateway/conftest.py imports them from tests.support.apps
 
 
 @pytest.fixture
