@@ -11,21 +11,10 @@ from __future__ import annotations
 import mmap
 import os
 import time
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from libs.codec import (
-    LENGTH_MAGIC,
-    QUEUE_ID,
-    STAMP_OFFSETS,
-    STAMP_OFFSETS_START,
-    STAMP_STORE,
-    STAMP_STORE_START,
-    U32,
-    encode_record,
-    pack_host,
-)
+from libs.codec import encode_record, peek_frame, peek_queue_id, stamp_record
 from libs.message import MessageIdFactory, MessageRecord, Prop
 
 BODY = b"x" * 1024
@@ -77,25 +66,27 @@ def pack_into_map(batches: Sequence[bytes], directory: Path) -> float:
 
 
 def _pack_loop(batches: Sequence[bytes], target: mmap.mmap) -> tuple[int, float]:
-    view = memoryview(target)
-    host = pack_host(STORE_HOST)
     queue_offsets: dict[int, int] = {}
     position = count = 0
     started = time.perf_counter()
     for batch in batches:
         offset = 0
         while offset < len(batch):
-            size = LENGTH_MAGIC.unpack_from(batch, offset)[0]
-            queue_id = QUEUE_ID.unpack_from(batch, offset + 12)[0]
+            size = peek_frame(batch, offset)[0]
+            queue_id = peek_queue_id(batch, offset)
             queue_offset = queue_offsets.get(queue_id, 0)
             queue_offsets[queue_id] = queue_offset + 1
             target[position : position + size] = batch[offset : offset + size]
-            STAMP_OFFSETS.pack_into(target, position + STAMP_OFFSETS_START, queue_offset, position)
-            STAMP_STORE.pack_into(target, position + STAMP_STORE_START, int(time.time() * 1000), host)
-            U32.pack_into(target, position + 8, zlib.crc32(view[position + 12 : position + size]))
+            stamp_record(
+                target,
+                position,
+                queue_offset=queue_offset,
+                physical_offset=position,
+                store_timestamp=int(time.time() * 1000),
+                store_host=STORE_HOST,
+            )
             position += size
             offset += size
             count += 1
     seconds = time.perf_counter() - started
-    view.release()
     return count, seconds

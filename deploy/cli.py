@@ -1,4 +1,5 @@
-"""The `petrel` command: `up`, `openapi`, `bench`, `store check|dump|repair`, `checkback-receiver`."""
+"""The `petrel` command: `up`, `openapi`, `settings-reference`, `bench`, `store check|dump|repair`,
+`checkback-receiver`."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--timer-port", type=int, default=d.timer_port)
     p.add_argument("--txcheck-port", type=int, default=d.txcheck_port)
     p.add_argument("--redis-url", default=None, help="use this Redis instead of finding or starting one")
+    p.add_argument(
+        "--delay-levels",
+        default=os.environ.get("PETREL_DELAY_LEVELS", d.delay_levels),
+        help="the delay-level table every process gets as PETREL_DELAY_LEVELS (default: that variable, "
+        f"else '{d.delay_levels}')",
+    )
 
 
 def _store_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -111,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     o = sub.add_parser("openapi", help="write the services' OpenAPI specs to openapi/")
     o.add_argument("--check", action="store_true", help="only check; exit 1 when a committed spec is stale")
     o.add_argument("--dir", type=Path, default=Path("openapi"))
+    sr = sub.add_parser("settings-reference", help="write docs/settings.md from the services' settings classes")
+    sr.add_argument("--check", action="store_true", help="only check; exit 1 when docs/settings.md is stale")
     r = sub.add_parser("checkback-receiver", help="an example transaction check-back receiver (prints and answers)")
     r.add_argument("--port", type=int, default=9000)
     r.add_argument("--secret", required=True, help="the producer group's signing_secret (whsec_...)")
@@ -132,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
             broker_port=args.broker_port,
             timer_port=args.timer_port,
             txcheck_port=args.txcheck_port,
+            delay_levels=args.delay_levels,
         )
         sys.exit(up(options, args.redis_url))
     if args.command == "openapi":
@@ -145,6 +155,14 @@ def main(argv: list[str] | None = None) -> None:
             return
         written = write_specs(args.dir)
         print(f"wrote {', '.join(written)}" if written else "OpenAPI specs are up to date")
+        return
+    if args.command == "settings-reference":
+        from deploy import settings_reference
+
+        if args.check and settings_reference.is_stale():
+            sys.exit(f"{settings_reference.DEFAULT_PATH} is stale; run `.venv/bin/petrel settings-reference`")
+        if not args.check:
+            settings_reference.main()
         return
     if args.command == "store":
         sys.exit(_store(args))

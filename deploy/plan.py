@@ -2,6 +2,8 @@
 
 Each child is `python -m <module>` configured only through `PETREL_*`
 environment variables, exactly as one would run it by hand or in a container.
+The cluster-wide settings (data dir, nameservers, Redis, the delay-level table)
+go to every process alike.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import hashlib
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from libs.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +28,8 @@ class UpOptions:
     timer_port: int = 10931
     txcheck_port: int = 10941
     startup_timeout: float = 60.0
+    delay_levels: str = DEFAULT_DELAY_LEVELS
+    """PETREL_DELAY_LEVELS of every process: the gateway, the brokers and the timer must agree on it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +63,13 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
     """In start order: nameservers, brokers, timer, txcheck (health, Celery worker, beat), gateway."""
     if options.brokers < 1 or options.nameservers < 1:
         raise ValueError("a cluster needs at least one nameserver and one broker")
+    parse_delay_levels(options.delay_levels)  # refused here, before any process starts, rather than by each
     nameservers = [f"127.0.0.1:{options.nameserver_port + i}" for i in range(options.nameservers)]
     shared = {
         "PETREL_DATA_DIR": str(options.data_dir),
         "PETREL_NAMESERVERS": ",".join(nameservers),
         "PETREL_REDIS_URL": redis_url,
+        "PETREL_DELAY_LEVELS": options.delay_levels,
     }
     specs = [
         ProcessSpec(

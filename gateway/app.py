@@ -10,33 +10,31 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from prometheus_client import Gauge
 
-from gateway.api import consume, groups, messages, timers, topics, transactions
-from gateway.brokers import BrokerClient
+from gateway.cluster.long_polls import LongPollGate
+from gateway.cluster.route_cache import MasterDirectory, RouteCache
+from gateway.consume import routes as consume
+from gateway.consume.receiver import Receiver
+from gateway.consume.schemas import AckRequest, NackRequest, ReceiveRequest, VisibilityRequest
 from gateway.context import GatewayContext, gateway_context
-from gateway.group_schemas import (
-    AckRequest,
-    GroupUpdate,
-    NackRequest,
-    OffsetResetRequest,
-    ReceiveRequest,
-    RedriveRequest,
-    VisibilityRequest,
-)
-from gateway.idempotency import IdempotencyKeys
-from gateway.long_polls import LongPollGate
-from gateway.message_schemas import SendBatch, SendMessage
-from gateway.producer_groups import ProducerGroups
-from gateway.receiver import Receiver
-from gateway.routes import MasterDirectory, RouteCache
-from gateway.sender import Sender
+from gateway.groups import routes as groups
+from gateway.groups.schemas import GroupUpdate, OffsetResetRequest, RedriveRequest
+from gateway.messages import routes as messages
+from gateway.messages.idempotency import IdempotencyKeys
+from gateway.messages.schemas import SendBatch, SendMessage
+from gateway.messages.sender import Sender
 from gateway.settings import GatewaySettings
-from gateway.transaction_ends import TransactionEnds
-from gateway.transaction_schemas import EndTransaction, ProducerGroupUpdate, SendTransaction
-from libs.delay import parse_delay_levels
+from gateway.timers import routes as timers
+from gateway.topics import routes as topics
+from gateway.transactions import routes as transactions
+from gateway.transactions.producer_groups import ProducerGroups
+from gateway.transactions.schemas import EndTransaction, ProducerGroupUpdate, SendTransaction
+from gateway.transactions.transaction_ends import TransactionEnds
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.nameservers import NameserverClient
 from libs.errors import PetrelError
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
-from libs.nameserver_client import NameserverClient
+from libs.http.transport import Transport
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 
 DESCRIPTION = """\
@@ -47,7 +45,7 @@ per kind of error (`https://petrel.dev/problems/<slug>`).
 """
 
 
-def create_app(settings: GatewaySettings) -> FastAPI:
+def create_app(settings: GatewaySettings, *, transport: Transport | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
@@ -55,7 +53,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         redis = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=1, socket_timeout=2)
         metadata = await asyncio.to_thread(open_metadata_engine, settings.metadata_url)
         try:
-            async with InternalClient(options) as client:
+            # transport: how it calls nameservers and brokers, TCP unless given (tests give an in-process one)
+            async with InternalClient(options, transport) as client:
                 nameservers = NameserverClient(client, settings.nameservers)
                 routes = RouteCache(nameservers, settings.route_refresh_seconds)
                 long_polls = LongPollGate(settings.max_long_polls)
@@ -74,7 +73,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                         routes,
                         brokers,
                         born_host=f"{settings.host}:{settings.port}",
-                        delay_levels=len(parse_delay_levels(settings.delay_levels)),
+                        delay_levels=len(settings.delay_levels),
                         max_delay_ms=int(settings.max_delay_days * 86_400_000),
                     ),
                     internal=client,

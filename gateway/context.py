@@ -7,16 +7,16 @@ from typing import Annotated, cast
 
 from fastapi import Depends, Request
 
-from gateway.brokers import BrokerClient
-from gateway.idempotency import IdempotencyKeys
-from gateway.producer_groups import ProducerGroups
-from gateway.receiver import Receiver
-from gateway.routes import MasterDirectory, RouteCache
-from gateway.sender import Sender
+from gateway.cluster.route_cache import MasterDirectory, RouteCache
+from gateway.consume.receiver import Receiver
+from gateway.messages.idempotency import IdempotencyKeys
+from gateway.messages.sender import Sender
 from gateway.settings import GatewaySettings
-from gateway.transaction_ends import TransactionEnds
+from gateway.transactions.producer_groups import ProducerGroups
+from gateway.transactions.transaction_ends import TransactionEnds
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.nameservers import NameserverClient
 from libs.http.client import InternalClient
-from libs.nameserver_client import NameserverClient
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,32 +1,36 @@
-"""Gateway settings (env prefix `PETREL_GATEWAY_`; the shared metadata database: `PETREL_DATABASE_URL`)."""
+"""Gateway settings (env prefix `PETREL_GATEWAY_`; shared: `PETREL_DATABASE_URL`, `PETREL_DELAY_LEVELS`)."""
 
 from __future__ import annotations
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from gateway.long_polls import DEFAULT_MAX_LONG_POLLS
-from libs.delay import DEFAULT_DELAY_LEVELS
-from libs.settings import SharedDatabaseSettings
+from gateway.cluster.long_polls import DEFAULT_MAX_LONG_POLLS
+from libs.settings import DelayLevelSettings, SharedDatabaseSettings
 from libs.topic import DEFAULT_QUEUES
 
 
-class GatewaySettings(SharedDatabaseSettings):
+class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings):
     model_config = SettingsConfigDict(env_prefix="PETREL_GATEWAY_", extra="ignore")
 
     port: int = 8080
     cluster: str = Field(default="DefaultCluster", description="where new topics are created")
-    route_refresh_seconds: float = Field(default=30.0, gt=0)
-    default_queues: int = Field(default=DEFAULT_QUEUES, ge=1)
-    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
-    auto_create_topics: bool = True
-    broker_timeout_seconds: float = Field(default=5.0, gt=0)
+    route_refresh_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="how long a topic's route is cached (refetched at once when a broker contradicts it)",
+    )
+    default_queues: int = Field(
+        default=DEFAULT_QUEUES, ge=1, description="queues per broker of a topic created without a count"
+    )
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, description="the largest request body accepted")
+    auto_create_topics: bool = Field(default=True, description="a send to a topic that does not exist creates it")
+    broker_timeout_seconds: float = Field(default=5.0, gt=0, description="per call to a broker or nameserver")
     max_long_polls: int = Field(
         default=DEFAULT_MAX_LONG_POLLS, ge=1, description="receives and pulls waiting at once; past it: 429"
     )
     timer_address: str = Field(default="127.0.0.1:10931", description="the timer service, for stats and cancels")
-    delay_levels: str = DEFAULT_DELAY_LEVELS
-    max_delay_days: float = Field(default=30.0, gt=0)
+    max_delay_days: float = Field(default=30.0, gt=0, description="how far ahead a send may be scheduled")
     idempotency_lease_ms: int = Field(
         default=15_000,
         ge=10,

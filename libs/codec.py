@@ -44,6 +44,11 @@ The CRC covers everything after the crc field, so a torn or altered header is
 caught as surely as a torn body. `stamp_record` rewrites the broker-assigned
 fields of an encoded record in place and refreshes the CRC, so the broker never
 decodes and re-encodes what the gateway sent.
+
+This module is the only one that knows the layout. A reader that wants one field
+of a stored record without decoding it (the CommitLog's recovery scan, a
+lookup, the offline tools) uses the `peek_*` accessors or the `*_AT` offsets
+below, each asserted against `HEADER`.
 """
 
 from __future__ import annotations
@@ -70,19 +75,44 @@ STAMP_OFFSETS: Final = struct.Struct(">qq")
 STAMP_STORE: Final = struct.Struct(">q20s")
 U16: Final = struct.Struct(">H")
 U32: Final = struct.Struct(">I")
-QUEUE_ID: Final = struct.Struct(">i")
+INT32: Final = struct.Struct(">i")
+INT64: Final = struct.Struct(">q")
 
 assert HEADER.size == 112, HEADER.size
 assert LENGTH_MAGIC.size == 8
 assert STAMP_OFFSETS.size == 16  # queue_offset, physical_offset: bytes [20, 36)
 assert STAMP_STORE.size == 28  # store_timestamp, store_host: bytes [68, 96)
 
-CRC_START: Final = 12
-STAMP_OFFSETS_START: Final = 20
-STAMP_STORE_START: Final = 68
+# Where a field starts inside a record (the table above).
+MAGIC_AT: Final = 4
+CRC_AT: Final = 8
+QUEUE_ID_AT: Final = 12
+QUEUE_OFFSET_AT: Final = 20
+PHYSICAL_OFFSET_AT: Final = 28
+STORE_TIMESTAMP_AT: Final = 68
+RECONSUME_TIMES_AT: Final = 96
+BODY_LENGTH_AT: Final = 108
 BODY_START: Final = HEADER.size
+for _at, _before in (
+    (MAGIC_AT, "i"),
+    (CRC_AT, "iI"),
+    (QUEUE_ID_AT, "iII"),
+    (QUEUE_OFFSET_AT, "iIIii"),
+    (PHYSICAL_OFFSET_AT, "iIIiiq"),
+    (STORE_TIMESTAMP_AT, "iIIiiqqiq20s"),
+    (RECONSUME_TIMES_AT, "iIIiiqqiq20sq20s"),
+    (BODY_LENGTH_AT, "iIIiiqqiq20sq20siq"),
+):
+    assert HEADER.format.startswith(">" + _before), _before
+    assert struct.calcsize(">" + _before) == _at, (_at, _before)
+del _at, _before
+
+CRC_START: Final = QUEUE_ID_AT
+"""The CRC covers the record from here (right after the crc field) to its end."""
+FRAME_SIZE: Final = LENGTH_MAGIC.size
+"""total_size and magic: what every record and filler starts with."""
 MIN_RECORD_SIZE: Final = HEADER.size + U16.size * 2
-BLANK_MIN_SIZE: Final = LENGTH_MAGIC.size
+BLANK_MIN_SIZE: Final = FRAME_SIZE
 
 MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 MAX_TOPIC_BYTES: Final = 255
@@ -159,7 +189,7 @@ def encode_record(record: MessageRecord) -> bytes:
     except struct.error as exc:
         raise InvalidMessage(f"a numeric field is out of its range: {exc}") from exc
     buf = bytearray(b"".join((header, body, U16.pack(len(topic)), topic, U16.pack(len(properties)), properties)))
-    U32.pack_into(buf, 8, zlib.crc32(memoryview(buf)[CRC_START:]))
+    U32.pack_into(buf, CRC_AT, zlib.crc32(memoryview(buf)[CRC_START:]))
     return bytes(buf)
 
 
@@ -194,9 +224,9 @@ def stamp_record(
 ) -> None:
     """Write the broker-assigned fields of the record at `offset` and refresh its CRC."""
     total = LENGTH_MAGIC.unpack_from(buf, offset)[0]
-    STAMP_OFFSETS.pack_into(buf, offset + STAMP_OFFSETS_START, queue_offset, physical_offset)
-    STAMP_STORE.pack_into(buf, offset + STAMP_STORE_START, store_timestamp, pack_host(store_host))
-    U32.pack_into(buf, offset + 8, zlib.crc32(memoryview(buf)[offset + CRC_START : offset + total]))
+    STAMP_OFFSETS.pack_into(buf, offset + QUEUE_OFFSET_AT, queue_offset, physical_offset)
+    STAMP_STORE.pack_into(buf, offset + STORE_TIMESTAMP_AT, store_timestamp, pack_host(store_host))
+    U32.pack_into(buf, offset + CRC_AT, computed_crc(buf, offset, total))
 
 
 def encode_blank(size: int) -> bytes:
@@ -214,7 +244,7 @@ def encode_quarantined(size: int) -> bytes:
 def record_size(buf: Readable, offset: int = 0) -> tuple[int, bool]:
     """(total_size, is_blank) of the record at `offset`, checking only length and magic."""
     if len(buf) - offset < LENGTH_MAGIC.size:
-        raise CorruptRecord(offset, f"only {len(buf) - offset} bytes left, a record header needs 8")
+        raise CorruptRecord(offset, f"only {len(buf) - offset} bytes left, a record header needs {FRAME_SIZE}")
     total, magic = LENGTH_MAGIC.unpack_from(buf, offset)
     if magic == BLANK_MAGIC:
         if total < BLANK_MIN_SIZE or offset + total > len(buf):
@@ -289,8 +319,8 @@ def peek_head(buf: Readable, offset: int = 0) -> RecordHead:
     total, blank = record_size(buf, offset)
     if blank:
         raise CorruptRecord(offset, "expected a message record, found a blank filler")
-    queue_id = QUEUE_ID.unpack_from(buf, offset + 12)[0]
-    body_len = QUEUE_ID.unpack_from(buf, offset + BODY_START - 4)[0]
+    queue_id = INT32.unpack_from(buf, offset + QUEUE_ID_AT)[0]
+    body_len = INT32.unpack_from(buf, offset + BODY_LENGTH_AT)[0]
     pos = offset + BODY_START + body_len
     end = offset + total
     if body_len < 0 or pos + U16.size > end:
@@ -315,7 +345,7 @@ def peek_topic(buf: Readable, offset: int = 0) -> bytes:
     total, blank = record_size(buf, offset)
     if blank:
         raise CorruptRecord(offset, "expected a message record, found a blank filler")
-    body_len = QUEUE_ID.unpack_from(buf, offset + BODY_START - 4)[0]
+    body_len = INT32.unpack_from(buf, offset + BODY_LENGTH_AT)[0]
     pos = offset + BODY_START + body_len
     if body_len < 0 or pos + U16.size > offset + total:
         raise CorruptRecord(offset, f"body length {body_len} overruns the record of {total} bytes")
@@ -327,7 +357,7 @@ def peek_topic(buf: Readable, offset: int = 0) -> bytes:
 
 def set_queue_id(buf: Writable, offset: int, queue_id: int) -> None:
     """Change the queue id of an encoded record (the CRC is refreshed by `stamp_record`)."""
-    QUEUE_ID.pack_into(buf, offset + 12, queue_id)
+    INT32.pack_into(buf, offset + QUEUE_ID_AT, queue_id)
 
 
 def encode_batch(records: list[MessageRecord]) -> bytes:
@@ -344,16 +374,43 @@ def iter_records(buf: Readable) -> Iterator[MessageRecord]:
         offset += LENGTH_MAGIC.unpack_from(buf, offset)[0]
 
 
-RECONSUME_TIMES: Final = struct.Struct(">i")
-RECONSUME_TIMES_START: Final = 96
+# ---- one field of a record, read without decoding it (no checks: callers frame first) ----
+
+
+def peek_frame(buf: Readable, offset: int = 0) -> tuple[int, int]:
+    """(total_size, magic) at `offset`: what a record or filler starts with; (0, 0) where nothing was written."""
+    total, magic = LENGTH_MAGIC.unpack_from(buf, offset)
+    return int(total), int(magic)
+
+
+def peek_queue_id(buf: Readable, offset: int = 0) -> int:
+    return int(INT32.unpack_from(buf, offset + QUEUE_ID_AT)[0])
 
 
 def peek_offsets(buf: Readable, offset: int = 0) -> tuple[int, int]:
     """(queue_offset, physical_offset) of a stored record, without decoding it."""
-    queue_offset, physical_offset = STAMP_OFFSETS.unpack_from(buf, offset + STAMP_OFFSETS_START)
+    queue_offset, physical_offset = STAMP_OFFSETS.unpack_from(buf, offset + QUEUE_OFFSET_AT)
     return int(queue_offset), int(physical_offset)
 
 
+def peek_store_timestamp(buf: Readable, offset: int = 0) -> int:
+    """The store timestamp (ms) the broker stamped into the record at `offset`."""
+    return int(INT64.unpack_from(buf, offset + STORE_TIMESTAMP_AT)[0])
+
+
 def peek_reconsume_times(buf: Readable, offset: int = 0) -> int:
-    (value,) = RECONSUME_TIMES.unpack_from(buf, offset + RECONSUME_TIMES_START)
-    return int(value)
+    return int(INT32.unpack_from(buf, offset + RECONSUME_TIMES_AT)[0])
+
+
+def stored_crc(buf: Readable, offset: int = 0) -> int:
+    """The CRC written in the record at `offset`."""
+    return int(U32.unpack_from(buf, offset + CRC_AT)[0])
+
+
+def computed_crc(buf: Readable, offset: int, total: int) -> int:
+    """The CRC of the `total`-byte record at `offset` as its bytes are now."""
+    return zlib.crc32(memoryview(buf)[offset + CRC_START : offset + total])
+
+
+def crc_matches(buf: Readable, offset: int, total: int) -> bool:
+    return stored_crc(buf, offset) == computed_crc(buf, offset, total)

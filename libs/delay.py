@@ -5,13 +5,23 @@ RocketMQ's 18 levels by default: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20
 `SCHEDULE_TOPIC_XXXX`, queue = level - 1; an exact-time message in the timer
 topic. Both keep the real topic and queue in REAL_TOPIC / REAL_QID and their
 due time in TIMER_DELIVER_MS, which the ConsumeQueue keeps in its tag slot.
+
+The table is one cluster-wide setting, `PETREL_DELAY_LEVELS` (see
+libs.settings.DelayLevelSettings): the gateway checks a level against it, the
+broker turns a level into a due time with it, the timer reports pending
+messages by it, so all must read the same one. `DelayLevelTable` is its type
+in a settings class: written '1s 5s 1m ...', parsed and validated once, when
+the settings are read, into each level's delay in milliseconds.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Final
+from typing import Annotated, Final
+
+from pydantic import BeforeValidator
+from pydantic_settings import NoDecode
 
 from libs.errors import InvalidMessage
 from libs.message import MessageRecord, Prop
@@ -36,6 +46,14 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
     if not levels:
         raise ValueError("at least one delay level is needed")
     return tuple(levels)
+
+
+def _parse_text(value: object) -> object:
+    return parse_delay_levels(value) if isinstance(value, str) else value
+
+
+DelayLevelTable = Annotated[tuple[int, ...], NoDecode, BeforeValidator(_parse_text)]
+"""The delay-level table as a settings field: each level's delay in ms, index 0 is level 1."""
 
 
 def is_scheduled(properties: dict[str, str] | object) -> bool:

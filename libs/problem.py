@@ -57,6 +57,14 @@ def problem_response(
     return Response(jsonutil.dumps(body), status_code=status, media_type=PROBLEM_MEDIA_TYPE)
 
 
+def entry_problem(exc: PetrelError) -> dict[str, Any]:
+    """Why one entry of a batch (a message sent, a receipt handle acked) failed: the problem's fields.
+
+    The one mapper from an error to a per-entry answer, for the gateway's and the broker's batches.
+    """
+    return {"type": exc.problem_type(), "title": exc.title, "status": exc.status, "detail": exc.detail}
+
+
 def error_response(exc: PetrelError, instance: str | None = None) -> Response:
     return problem_response(exc.status, exc.problem_type(), exc.title, exc.detail, instance, **exc.extensions)
 

@@ -20,7 +20,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-import struct
 from dataclasses import dataclass
 from typing import Final
 
@@ -30,7 +29,6 @@ from libs.errors import InvalidReceiptHandle
 VERSION: Final = 1
 SIGNATURE_BYTES: Final = 16
 MAX_HANDLE_LENGTH: Final = 2048
-_U32: Final = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,29 +82,6 @@ class ReceiptHandle:
         if not all(isinstance(v, str) for v in values[:4]) or not all(isinstance(v, int) for v in values[4:]):
             raise InvalidReceiptHandle("the receipt handle is malformed: it is not one that Petrel issued")
         return handle
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A leased message as a broker's receive answers it: its handle and which attempt this is."""
-
-    receipt_handle: str
-    delivery_attempt: int
-    invisible_until: int
-
-
-def encode_leased(leases: list[Lease], records: list[bytes]) -> bytes:
-    head = jsonutil.dumps([[lease.receipt_handle, lease.delivery_attempt, lease.invisible_until] for lease in leases])
-    return b"".join([_U32.pack(len(head)), head, *records])
-
-
-def decode_leased(body: bytes) -> tuple[list[Lease], memoryview]:
-    """The leases and the records' bytes (one record per lease, in order)."""
-    if len(body) < _U32.size:
-        return [], memoryview(b"")
-    (length,) = _U32.unpack_from(body)
-    leases = [Lease(h, a, u) for h, a, u in jsonutil.loads(body[_U32.size : _U32.size + length])]
-    return leases, memoryview(body)[_U32.size + length :]
 
 
 def _sign(key: bytes, payload: str) -> bytes:

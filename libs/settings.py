@@ -11,6 +11,12 @@ shared metadata database (the gateway writes producer groups, txcheck reads
 them): its `database_url` is cluster-wide too (`PETREL_DATABASE_URL`). It is not
 in `ServiceSettings` because a broker's own `database_url` (topics, consumer
 offsets) must never follow it: brokers sharing those tables would mix them up.
+
+`DelayLevelSettings` is the base of the services that use the delay-level table
+(the gateway, the broker, the timer): `PETREL_DELAY_LEVELS`, one value for the
+whole cluster. It is cluster-only: a service-specific spelling
+(`PETREL_BROKER_DELAY_LEVELS`) is refused at start, as services that disagree on
+the table would schedule one level at two different times.
 """
 
 from __future__ import annotations
@@ -25,7 +31,10 @@ from pydantic_settings import (
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
+
+from libs.delay import DEFAULT_DELAY_LEVELS, DelayLevelTable
 
 AddressList = Annotated[list[str], NoDecode]
 """host:port entries; from the environment as a comma- or semicolon-separated string."""
@@ -34,16 +43,27 @@ AddressList = Annotated[list[str], NoDecode]
 class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PETREL_", extra="ignore")
 
-    host: str = "127.0.0.1"
-    port: int = 0
-    data_dir: Path = Path("data")
-    internal_token: SecretStr | None = None
-    nameservers: AddressList = ["127.0.0.1:9876"]
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    log_level: str = "info"
-    events_enabled: bool = True
-    otel_enabled: bool = False
-    """FastAPI's native OpenTelemetry hooks: off unless asked for (Petrel exports Prometheus metrics itself)."""
+    host: str = Field(default="127.0.0.1", description="the address the service listens on")
+    port: int = Field(default=0, description="the port the service listens on")
+    data_dir: Path = Field(default=Path("data"), description="stores, logs, events and run state go under it")
+    internal_token: SecretStr | None = Field(
+        default=None,
+        description="a secret every internal call carries (x-petrel-internal-token); set, calls without it are refused",
+    )
+    nameservers: AddressList = Field(default=["127.0.0.1:9876"], description="every nameserver's host:port")
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        description="the gateway's Idempotency-Key records; txcheck's Celery queues and locks",
+    )
+    log_level: str = Field(default="info", description="debug, info, warning or error")
+    events_enabled: bool = Field(
+        default=True, description="write lifecycle events under <data_dir>/export/events (the ETL's input)"
+    )
+    otel_enabled: bool = Field(
+        default=False,
+        description="FastAPI's native OpenTelemetry hooks: off unless asked for (Petrel exports Prometheus "
+        "metrics itself)",
+    )
 
     @field_validator("nameservers", mode="before")
     @classmethod
@@ -62,12 +82,19 @@ class ServiceSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         shared = _SharedEnvSource(settings_cls, env_prefix="PETREL_")
+        if settings_cls.model_config.get("env_prefix") != "PETREL_":
+            env_settings = _ServiceEnvSource(settings_cls)
         return init_settings, env_settings, shared, dotenv_settings, file_secret_settings
 
     @classmethod
     def shared_fields(cls) -> frozenset[str]:
         """The cluster-wide fields: also read with the bare `PETREL_` prefix."""
         return frozenset(ServiceSettings.model_fields) - {"host", "port"}
+
+    @classmethod
+    def cluster_only_fields(cls) -> frozenset[str]:
+        """The shared fields a service may not set for itself: read only with the bare `PETREL_` prefix."""
+        return frozenset()
 
     @property
     def base_url(self) -> str:
@@ -89,6 +116,35 @@ class SharedDatabaseSettings(ServiceSettings):
     def metadata_url(self) -> str:
         """The shared metadata database's URL: `database_url`, or the SQLite file in the data dir."""
         return self.database_url or f"sqlite:///{self.data_dir / 'metadata.db'}"
+
+
+class DelayLevelSettings(ServiceSettings):
+    delay_levels: DelayLevelTable = Field(
+        default=DEFAULT_DELAY_LEVELS,
+        validate_default=True,
+        description="the delay-level table, level 1 first, e.g. '1s 5s 10s 30s 1m'; one value for the cluster",
+    )
+
+    @classmethod
+    def shared_fields(cls) -> frozenset[str]:
+        return super().shared_fields() | {"delay_levels"}
+
+    @classmethod
+    def cluster_only_fields(cls) -> frozenset[str]:
+        return super().cluster_only_fields() | {"delay_levels"}
+
+
+class _ServiceEnvSource(EnvSettingsSource):
+    """The service's own spellings (`PETREL_BROKER_...`); refuses a cluster-only field spelled so."""
+
+    def __call__(self) -> dict[str, Any]:
+        values = super().__call__()
+        refused = sorted(cast(type[ServiceSettings], self.settings_cls).cluster_only_fields() & values.keys())
+        if refused:
+            spelled = ", ".join(f"{self.env_prefix}{name}".upper() for name in refused)
+            bare = ", ".join(f"PETREL_{name}".upper() for name in refused)
+            raise SettingsError(f"{spelled} is not read: the setting is cluster-wide, set {bare} instead")
+        return values
 
 
 class _SharedEnvSource(EnvSettingsSource):

@@ -1,20 +1,18 @@
 """The internal HTTP client every service uses to call another.
 
-Built on aiohttp: `make bench` (scenario `internal-client`) measured it at about
-20x httpx for 1 KiB binary POSTs over 32 keep-alive connections on loopback.
+Its transport is swappable (`libs.http.transport`): aiohttp in production
+(`make bench`, scenario `internal-client`, measured it at about 20x httpx for
+1 KiB binary POSTs over 32 keep-alive connections on loopback), the ASGI apps of
+this process in tests (`libs.http.asgi`). Whatever the transport:
 
 - One pooled keep-alive session per process, opened in a lifespan (`start`),
-  and a second one for long polls (`waiting=True`): a call the peer may hold
-  for seconds never takes a connection that a send, an ack or an admin call
-  needs. The long-poll pool has no per-host limit of its own; whoever opens
-  long polls bounds how many wait at once (the gateway's LongPollGate).
+  and a second one for long polls (`waiting=True`): see `AiohttpTransport`.
 - Connect and total timeouts; a per-call timeout for long polls.
 - The cluster's internal token header on every call when one is configured.
 - Retries (with short backoff) only for idempotent calls, and only when the
   connection could not be made or the peer said 503; a POST is retried only
-  when the caller declares it idempotent. (aiohttp itself already re-sends an
-  idempotent request once when a pooled keep-alive connection turns out to be
-  closed; a timeout is never retried, so a long poll never doubles.)
+  when the caller declares it idempotent. (A timeout is never retried, so a
+  long poll never doubles.)
 - A peer's problem+json comes back as the same `PetrelError` subclass;
   transport failures become `ServiceUnavailable`, whose `request_sent` extension
   says whether the peer may have acted on the request (false only when the
@@ -29,11 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
 from libs import jsonutil
 from libs.errors import PetrelError, ServiceUnavailable, UpstreamError
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.http.transport import AiohttpTransport, BinaryResponse, Call, ConnectFailed, Transport, TransportError
+
+__all__ = ["BINARY_TYPE", "JSON_TYPE", "BinaryResponse", "ClientOptions", "InternalClient", "error_for_response"]
 
 log = logging.getLogger(__name__)
 
@@ -53,38 +52,20 @@ class ClientOptions:
     token: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class BinaryResponse:
-    status: int
-    body: bytes
-    headers: Mapping[str, str]
-
-
 class InternalClient:
-    def __init__(self, options: ClientOptions = ClientOptions()) -> None:
+    def __init__(self, options: ClientOptions = ClientOptions(), transport: Transport | None = None) -> None:
+        """`transport`: how calls travel; aiohttp over TCP unless given (tests give `AsgiTransport`)."""
         self.options = options
-        self._session: aiohttp.ClientSession | None = None
-        self._waiting: aiohttp.ClientSession | None = None
+        self.transport: Transport = transport or AiohttpTransport(
+            connect_timeout=options.connect_timeout, timeout=options.timeout, max_connections=options.max_connections
+        )
+        self._headers = {INTERNAL_TOKEN_HEADER: options.token} if options.token else {}
 
     async def start(self) -> None:
-        self._session = self._open(self.options.max_connections)
-        self._waiting = self._open(0)  # 0: no limit; the long polls' callers bound them
-
-    def _open(self, limit: int) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(limit=limit, keepalive_timeout=30)
-        headers = {INTERNAL_TOKEN_HEADER: self.options.token} if self.options.token else {}
-        return aiohttp.ClientSession(
-            connector=connector,
-            headers=headers,
-            timeout=aiohttp.ClientTimeout(total=self.options.timeout, connect=self.options.connect_timeout),
-            json_serialize=lambda v: jsonutil.dumps(v).decode(),
-        )
+        await self.transport.start()
 
     async def close(self) -> None:
-        for session in (self._session, self._waiting):
-            if session is not None:
-                await session.close()
-        self._session = self._waiting = None
+        await self.transport.close()
 
     async def __aenter__(self) -> InternalClient:
         await self.start()
@@ -143,49 +124,31 @@ class InternalClient:
         timeout: float | None,
         waiting: bool = False,
     ) -> BinaryResponse:
-        session = self._waiting if waiting else self._session
-        if session is None:
-            raise RuntimeError("InternalClient.start() was not called")
         retryable = method in IDEMPOTENT_METHODS if idempotent is None else idempotent
         attempts = 1 + (self.options.retries if retryable else 0)
-        headers = {"content-type": content_type} if data is not None else None
-        per_call = aiohttp.ClientTimeout(total=timeout, connect=self.options.connect_timeout) if timeout else None
+        headers = self._headers | {"content-type": content_type} if data is not None else self._headers
+        call = Call(method, url, data, headers, params, timeout or self.options.timeout, waiting)
         last: PetrelError | None = None
         for attempt in range(attempts):
             if attempt:
                 await asyncio.sleep(self.options.retry_backoff * 2 ** (attempt - 1))
             try:
-                async with session.request(
-                    method, url, data=data, params=params, headers=headers, timeout=per_call or aiohttp.helpers.sentinel
-                ) as response:
-                    body = await response.read()
-                    if response.status < 400:
-                        return BinaryResponse(response.status, body, response.headers)
-                    last = error_for_response(
-                        method, url, response.status, response.headers.get("content-type", ""), body
-                    )
-                    if response.status != 503:
-                        raise last
-            except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+                response = await self.transport.send(call)
+            except TransportError as exc:
                 # request_sent: the peer may have got (and acted on) the request; only a failed connect says no
-                sent = not _safe_to_retry(exc)
-                last = ServiceUnavailable(f"{method} {url} failed: {_describe(exc)}", request_sent=sent)
-                if not retryable or not _safe_to_retry(exc):
+                last = ServiceUnavailable(f"{method} {url} failed: {exc}", request_sent=exc.request_sent)
+                if not retryable or not isinstance(exc, ConnectFailed):
                     raise last from exc
+                continue
+            if response.status < 400:
+                return response
+            last = error_for_response(
+                method, url, response.status, response.headers.get("content-type", ""), response.body
+            )
+            if response.status != 503:
+                raise last
         assert last is not None
         raise last
-
-
-def _safe_to_retry(exc: BaseException) -> bool:
-    # A failed connect never reached the peer. A connection dropped mid-call may
-    # have been processed: aiohttp has already re-sent it once if that was safe.
-    return isinstance(exc, aiohttp.ClientConnectorError)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    return str(exc) or type(exc).__name__
 
 
 def error_for_response(method: str, url: str, status: int, content_type: str, body: bytes) -> PetrelError:

@@ -1,9 +1,10 @@
 """CommitLog: every message of every topic, appended to one log of fixed-size segments.
 
-Segments are named by the 20-digit CommitLog offset of their first byte and are
-contiguous. A record never straddles two segments: when the next record would
-not leave room for a blank filler, the rest of the segment is filled with one
-(see libs.codec) and writing moves on to the next segment.
+The segments are a MappedFileQueue (libs.store.mapped_file_queue): named by the
+20-digit CommitLog offset of their first byte, contiguous. A record never
+straddles two segments: when the next record would not leave room for a blank
+filler, the rest of the segment is filled with one (see libs.codec) and writing
+moves on to the next segment.
 
 One writer (the broker's event loop thread) appends; a flusher thread syncs.
 
@@ -17,37 +18,34 @@ repair` took out is a quarantine filler (libs.codec) that keeps every offset.
 from __future__ import annotations
 
 import enum
-import logging
 import mmap
-import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
 from libs.codec import (
     BLANK_MAGIC,
     BLANK_MIN_SIZE,
-    CRC_START,
-    LENGTH_MAGIC,
+    FRAME_SIZE,
+    MAGIC_AT,
     MESSAGE_MAGIC,
     QUARANTINE_MAGIC,
+    U32,
     RecordHead,
+    computed_crc,
+    crc_matches,
     encode_blank,
     encode_quarantined,
+    peek_frame,
     peek_head,
+    peek_offsets,
+    peek_store_timestamp,
     record_size,
+    stored_crc,
 )
 from libs.errors import CorruptRecord, InvalidMessage, OffsetOutOfRange
 from libs.store.mapped_file import MappedFile
-
-log = logging.getLogger(__name__)
-
-STAMPED: Final = struct.Struct(">qq")  # queue_offset, physical_offset at byte 20
-STORE_TIMESTAMP: Final = struct.Struct(">q")  # at byte 68
-CRC: Final = struct.Struct(">I")
-ZERO_CHUNK: Final = bytes(1024 * 1024)
+from libs.store.mapped_file_queue import BrokenFileQueue, MappedFileQueue, file_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +66,7 @@ class Found(enum.Enum):
     QUARANTINED = "quarantine filler"
 
 
-def segment_name(offset: int) -> str:
-    return f"{offset:020d}"
+segment_name = file_name
 
 
 class CommitLog:
@@ -78,7 +75,7 @@ class CommitLog:
             raise ValueError(f"a CommitLog segment must be at least 4096 bytes, not {segment_size}")
         self.directory = directory
         self.segment_size = segment_size
-        self.segments: list[MappedFile] = []
+        self.files = MappedFileQueue(directory, segment_size, "CommitLog segment")
         self.write_offset = 0
         self.flushed_offset = 0
         self.scanned_to = 0
@@ -88,23 +85,22 @@ class CommitLog:
 
     def load(self) -> None:
         """Open the existing segments (in offset order); the write position is set by recovery."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        names = sorted(p for p in self.directory.iterdir() if p.name.isdigit() and len(p.name) == 20)
-        expected = None
-        for path in names:
-            start = int(path.name)
-            if start % self.segment_size:
-                raise CorruptRecord(start, f"segment {path.name} does not start on a {self.segment_size}-byte boundary")
-            if expected is not None and start != expected:
-                raise CorruptRecord(expected, f"segment {segment_name(expected)} is missing before {path.name}")
-            self.segments.append(MappedFile(path, start, self.segment_size, create=False))
-            expected = start + self.segment_size
+        try:
+            self.files.load()
+        except BrokenFileQueue as exc:
+            raise CorruptRecord(exc.offset, exc.reason) from exc
         if self.segments:
             self.write_offset = self.flushed_offset = self.segments[0].start_offset
 
     @property
+    def segments(self) -> list[MappedFile]:
+        """The mapped segments in offset order; the last is the one being written."""
+        return self.files.files
+
+    @property
     def min_offset(self) -> int:
-        return self.segments[0].start_offset if self.segments else self.write_offset
+        start = self.files.start_offset
+        return self.write_offset if start is None else start
 
     # ---- writing -------------------------------------------------------------------------
 
@@ -122,20 +118,19 @@ class CommitLog:
         return segment, position
 
     def _new_segment(self, start: int) -> MappedFile:
-        segment = MappedFile(self.directory / segment_name(start), start, self.segment_size, create=True)
-        self.segments.append(segment)
-        return segment
+        return self.files.create(start)
 
     # ---- reading -------------------------------------------------------------------------
 
     def segment_at(self, offset: int) -> MappedFile:
-        if not self.segments or not self.min_offset <= offset < self.segments[-1].end_offset:
+        segment = self.files.find(offset)
+        if segment is None:
             raise OffsetOutOfRange(
                 f"CommitLog offset {offset} is outside [{self.min_offset}, {self.write_offset})",
                 min_offset=self.min_offset,
                 max_offset=self.write_offset,
             )
-        return self.segments[(offset - self.segments[0].start_offset) // self.segment_size]
+        return segment
 
     def read(self, offset: int, size: int) -> bytes:
         segment = self.segment_at(offset)
@@ -155,15 +150,13 @@ class CommitLog:
     def stored_at(self, offset: int) -> int:
         """The store timestamp (ms) stamped into the record at `offset`."""
         segment = self.segment_at(offset)
-        return int(STORE_TIMESTAMP.unpack_from(segment.map, offset - segment.start_offset + 68)[0])
+        return peek_store_timestamp(segment.map, offset - segment.start_offset)
 
     # ---- flushing ------------------------------------------------------------------------
 
     def sync(self, upto: int) -> None:
         """Make everything below `upto` durable (from a worker thread)."""
-        for segment in list(self.segments):
-            if segment.end_offset > self.flushed_offset and segment.start_offset < upto:
-                segment.sync()
+        self.files.sync(self.flushed_offset, upto)
         self.flushed_offset = max(self.flushed_offset, upto)
 
     # ---- recovery ------------------------------------------------------------------------
@@ -185,8 +178,8 @@ class CommitLog:
                 yield ScannedRecord(offset, size, None, -1, 0)
                 offset = self.scanned_to = offset + size
                 continue
-            queue_offset, _ = STAMPED.unpack_from(segment.map, position + 20)
-            stored = STORE_TIMESTAMP.unpack_from(segment.map, position + 68)[0]
+            queue_offset, _ = peek_offsets(segment.map, position)
+            stored = peek_store_timestamp(segment.map, position)
             try:
                 head = peek_head(segment.map, position)
             except CorruptRecord:
@@ -222,14 +215,7 @@ class CommitLog:
 
     def truncate(self, end: int) -> None:
         """Forget everything from `end` on: zero the rest of its segment, delete later segments."""
-        while self.segments and self.segments[-1].start_offset > end:
-            doomed = self.segments.pop()
-            log.warning("recovery: deleting CommitLog segment %s past the end of the log", doomed.path.name)
-            doomed.close()
-            doomed.path.unlink()
-        if self.segments and end < self.segments[-1].end_offset:
-            segment = self.segments[-1]
-            _zero_from(segment, end - segment.start_offset)
+        self.files.truncate(end)
         self.write_offset = end
         self.flushed_offset = min(self.flushed_offset, end)
 
@@ -239,21 +225,16 @@ class CommitLog:
         """Delete the oldest segment unless it is the one being written; its path, or None."""
         if len(self.segments) < 2 or self.segments[0].end_offset > self.flushed_offset:
             return None
-        oldest = self.segments.pop(0)
-        oldest.close()
-        oldest.path.unlink()
-        return oldest.path
+        return self.files.delete_first()
 
     def close(self) -> None:
-        for segment in self.segments:
-            segment.close()
-        self.segments.clear()
+        self.files.close()
 
 
 def _valid_record_at(segment: MappedFile, position: int) -> tuple[int, Found] | None:
-    if segment.size - position < LENGTH_MAGIC.size:
+    if segment.size - position < FRAME_SIZE:
         return None
-    total, magic = LENGTH_MAGIC.unpack_from(segment.map, position)
+    total, magic = peek_frame(segment.map, position)
     if magic == QUARANTINE_MAGIC:
         return (total, Found.QUARANTINED) if BLANK_MIN_SIZE <= total <= segment.size - position else None
     try:
@@ -262,9 +243,7 @@ def _valid_record_at(segment: MappedFile, position: int) -> tuple[int, Found] | 
         return None
     if blank:
         return (total, Found.BLANK) if position + total == segment.size else None
-    stored = CRC.unpack_from(segment.map, position + 8)[0]
-    actual = zlib.crc32(segment.view[position + CRC_START : position + total])
-    return (total, Found.MESSAGE) if actual == stored else None
+    return (total, Found.MESSAGE) if crc_matches(segment.map, position, total) else None
 
 
 def surely_ours(buf: mmap.mmap, start_offset: int, position: int) -> bool:
@@ -275,10 +254,9 @@ def surely_ours(buf: mmap.mmap, start_offset: int, position: int) -> bool:
         return False
     if blank:
         return position + total == len(buf)
-    stored = CRC.unpack_from(buf, position + 8)[0]
-    if zlib.crc32(memoryview(buf)[position + CRC_START : position + total]) != stored:
+    if not crc_matches(buf, position, total):
         return False
-    return bool(STAMPED.unpack_from(buf, position + 20)[1] == start_offset + position)
+    return peek_offsets(buf, position)[1] == start_offset + position
 
 
 def next_record_in(buf: mmap.mmap, start_offset: int, position: int) -> int | None:
@@ -288,44 +266,32 @@ def next_record_in(buf: mmap.mmap, start_offset: int, position: int) -> int | No
 
 
 def _first_with(buf: mmap.mmap, start_offset: int, position: int, magic: int) -> int | None:
-    needle = struct.pack(">I", magic)
-    at = buf.find(needle, position + 4)
+    needle = U32.pack(magic)
+    at = buf.find(needle, position + MAGIC_AT)
     while at >= 0:
-        if surely_ours(buf, start_offset, at - 4):
-            return at - 4
+        if surely_ours(buf, start_offset, at - MAGIC_AT):
+            return at - MAGIC_AT
         at = buf.find(needle, at + 1)
     return None
 
 
 def describe_damage(buf: mmap.mmap, start_offset: int, position: int) -> str:
     """What is wrong with the record at `position` (a segment's map), for an operator."""
-    if len(buf) - position < LENGTH_MAGIC.size:
+    if len(buf) - position < FRAME_SIZE:
         return f"only {len(buf) - position} bytes left at the segment's end, and no blank filler"
-    if LENGTH_MAGIC.unpack_from(buf, position) == (0, 0):
+    if peek_frame(buf, position) == (0, 0):
         return "zeros where a record should start"
     try:
         total, blank = record_size(buf, position)
         if blank:
             raise CorruptRecord(position, f"a blank filler of {total} bytes that does not reach the segment's end")
-        stored = CRC.unpack_from(buf, position + 8)[0]
-        actual = zlib.crc32(memoryview(buf)[position + CRC_START : position + total])
+        stored, actual = stored_crc(buf, position), computed_crc(buf, position, total)
         if actual != stored:
             raise CorruptRecord(position, f"CRC mismatch: stored 0x{stored:08x}, computed 0x{actual:08x}")
-        stamped = STAMPED.unpack_from(buf, position + 20)[1]
+        stamped = peek_offsets(buf, position)[1]
         if stamped != start_offset + position:
             raise CorruptRecord(position, f"the record says it is at offset {stamped}")
         peek_head(buf, position)
     except CorruptRecord as exc:
         return exc.reason
     return "a record that cannot be read"
-
-
-def _zero_from(segment: MappedFile, position: int) -> None:
-    # Bytes past the end may hold a torn record or, after an earlier truncation,
-    # older records that must never come back: zero every chunk that is not zero.
-    start = position
-    while start < segment.size:
-        stop = min(segment.size, (start // len(ZERO_CHUNK) + 1) * len(ZERO_CHUNK))
-        if segment.map[start:stop] != ZERO_CHUNK[: stop - start]:
-            segment.map[start:stop] = ZERO_CHUNK[: stop - start]
-        start = stop

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from libs.codec import RecordHead, decode_record, peek_head, peek_topic
+from libs.codec import RecordHead, decode_record, peek_head, peek_offsets, peek_topic
 from libs.errors import CorruptRecord, OffsetOutOfRange
 from libs.message import MessageRecord, Prop, id_time
-from libs.store.commitlog import STAMPED
 from libs.store.results import PutResult
 
 if TYPE_CHECKING:
@@ -112,7 +111,7 @@ class MessageLookup:
         properties = stored.properties
         if properties.get(Prop.UNIQ_KEY) != message_id or properties.get(Prop.DEDUP) != token:
             return None
-        queue_offset, stamped_physical = STAMPED.unpack_from(segment.map, position + 20)
+        queue_offset, stamped_physical = peek_offsets(segment.map, position)
         if stamped_physical != physical:
             return None
         due = properties.get(Prop.TIMER_DELIVER_MS, "")

@@ -1,4 +1,4 @@
-"""MappedFile: one preallocated, memory-mapped file of the CommitLog.
+"""MappedFile: one preallocated, memory-mapped file of a log (a CommitLog or TimerLog segment).
 
 Writes and reads go through the map; durability comes from `fdatasync` on the
 file descriptor (which, unlike `mmap.flush`, releases the GIL, so appends go on
@@ -6,7 +6,7 @@ while a sync runs). The file is preallocated with `posix_fallocate`, so a full
 disk is found when a segment is created — a clean StoreFull — and never as a
 SIGBUS on a write into a sparse hole. A new file's directory entry is fsynced
 before anything is written into it: fdatasync on the file alone does not make
-its name durable.
+its name durable. The files of one log are a MappedFileQueue (mapped_file_queue.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from libs.errors import StoreFull
 
 
 class MappedFile:
-    def __init__(self, path: Path, start_offset: int, size: int, *, create: bool) -> None:
+    def __init__(self, path: Path, start_offset: int, size: int, *, create: bool, what: str = "segment") -> None:
         self.path = path
         self.start_offset = start_offset
         self.size = size
@@ -29,7 +29,7 @@ class MappedFile:
         self.fd = os.open(path, flags, 0o644)
         try:
             if create:
-                preallocate(self.fd, size, f"CommitLog segment {path.name}")
+                preallocate(self.fd, size, f"{what} {path.name}")
             actual = os.fstat(self.fd).st_size
             if actual != size:
                 raise ValueError(f"{path} is {actual} bytes; a segment is {size}")

@@ -19,12 +19,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from libs.codec import LENGTH_MAGIC, MESSAGE_MAGIC, QUARANTINE_MAGIC, Readable, RecordHead, peek_head, stamp_record
+from libs.codec import (
+    MESSAGE_MAGIC,
+    QUARANTINE_MAGIC,
+    Readable,
+    RecordHead,
+    peek_frame,
+    peek_head,
+    peek_offsets,
+    stamp_record,
+)
 from libs.errors import CorruptRecord, FlushTimeout, OffsetOutOfRange, PetrelError, StoreFull, StoreReadOnly
 from libs.filters import MessageFilter
 from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
-from libs.store.commitlog import STAMPED, CommitLog
+from libs.store.commitlog import CommitLog
 from libs.store.config import FlushMode, StoreConfig
 from libs.store.consume_queue import UNIT
 from libs.store.flush import Flusher
@@ -242,7 +251,7 @@ class MessageStore:
                 if message_filter is not None and not message_filter.matches_code(code):
                     continue
                 raw = self.commitlog.read(physical, size)
-                if LENGTH_MAGIC.unpack_from(raw)[1] != MESSAGE_MAGIC:
+                if peek_frame(raw)[1] != MESSAGE_MAGIC:
                     continue  # a quarantine filler: `petrel store repair` took a damaged record out
                 if message_filter is not None and not _full_match(message_filter, raw):
                     continue
@@ -289,13 +298,13 @@ class MessageStore:
             return False
         segment = self.commitlog.segment_at(physical)
         position = physical - segment.start_offset
-        if LENGTH_MAGIC.unpack_from(segment.map, position) == (size, QUARANTINE_MAGIC):
+        if peek_frame(segment.map, position) == (size, QUARANTINE_MAGIC):
             return True  # a unit of a record a repair quarantined
         try:
             head = peek_head(segment.map, position)
         except CorruptRecord:
             return False
-        stamped_queue_offset, stamped_physical = STAMPED.unpack_from(segment.map, position + 20)
+        stamped_queue_offset, stamped_physical = peek_offsets(segment.map, position)
         return (
             head.total_size == size
             and head.topic == topic

@@ -1,9 +1,10 @@
 """TimerLog: the append-only log of the timer wheel's entries (RocketMQ 5's TimerLog).
 
-The log is a directory of segment files, each named by the 20-digit position of
-its first byte and preallocated to `segment_bytes` (a multiple of the record
-size, so a record never straddles two segments and no blank filler is needed).
-A position is a byte offset into the whole log; record n is at n * 56.
+The log is a directory of segment files, a MappedFileQueue as the CommitLog's
+segments are (libs.store.mapped_file_queue): each named by the 20-digit
+position of its first byte and preallocated to `segment_bytes` (a multiple of
+the record size, so a record never straddles two segments and no blank filler
+is needed). A position is a byte offset into the whole log; record n is at n * 56.
 
 Record layout, big-endian, 56 bytes (asserted below)::
 
@@ -35,17 +36,15 @@ any thread) makes it survive the machine.
 from __future__ import annotations
 
 import logging
-import mmap
-import os
 import struct
-import threading
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from libs.store.mapped_file import preallocate
+from libs.store.mapped_file import MappedFile
+from libs.store.mapped_file_queue import BrokenFileQueue, MappedFileQueue
 
 log = logging.getLogger(__name__)
 
@@ -109,42 +108,22 @@ def decode(position: int, raw: bytes | memoryview) -> TimerRecord | None:
     return TimerRecord(position, flags, rolls, due, slot, phy, prev, store, size)
 
 
-class _Segment:
-    def __init__(self, path: Path, start: int, size: int, *, create: bool) -> None:
-        self.start = start
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self.fd = os.open(path, flags, 0o644)
-        try:
-            if create:
-                preallocate(self.fd, size, f"TimerLog segment {path.name}")
-            if os.fstat(self.fd).st_size != size:
-                raise CorruptTimerLog(f"{path} is not {size} bytes long")
-            self.map = mmap.mmap(self.fd, size)
-        except BaseException:
-            os.close(self.fd)
-            raise
-
-    def close(self) -> None:
-        self.map.close()
-        os.close(self.fd)
-
-
 class TimerLog:
     """Append, read by position, iterate; `end` is the position the next record gets."""
 
     def __init__(self, directory: Path, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
         if segment_bytes <= 0 or segment_bytes % RECORD_SIZE:
             raise ValueError(f"segment_bytes must be a positive multiple of {RECORD_SIZE}")
-        directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self.segment_bytes = segment_bytes
-        self._lock = threading.Lock()  # guards the segment list against a sync from another thread
-        self._segments: list[_Segment] = []
-        for path in sorted(directory.glob("[0-9]" * 20)):
-            start = int(path.name)
-            if start != len(self._segments) * segment_bytes:
-                raise CorruptTimerLog(f"TimerLog segment {path.name} does not follow the one before it")
-            self._segments.append(_Segment(path, start, segment_bytes, create=False))
+        self.files = MappedFileQueue(directory, segment_bytes, "TimerLog segment")
+        try:
+            self.files.load()
+            if self.files.start_offset not in (None, 0):
+                raise BrokenFileQueue(0, f"segment {0:020d} is missing before the first one")
+        except (BrokenFileQueue, ValueError) as exc:
+            self.files.close()
+            raise CorruptTimerLog(f"TimerLog {directory}: {exc}") from exc
         self.end = 0
 
     def recover(self, end: int | None) -> int:
@@ -163,41 +142,33 @@ class TimerLog:
 
     def scan(self, start: int) -> Iterator[TimerRecord]:
         """Valid records from `start` up to the first blank or damaged one."""
-        position = start
-        while position // self.segment_bytes < len(self._segments):
-            record = self._decode_at(position)
-            if record is None:
-                return
-            yield record
-            position += RECORD_SIZE
+        for segment in list(self.files.files):
+            offset = max(start - segment.start_offset, 0)
+            while offset < segment.size:
+                record = decode(segment.start_offset + offset, segment.map[offset : offset + RECORD_SIZE])
+                if record is None:
+                    return
+                yield record
+                offset += RECORD_SIZE
 
     def _truncate(self, end: int) -> None:
-        index, offset = divmod(end, self.segment_bytes)
-        if index < len(self._segments):
-            segment = self._segments[index]
-            if any(segment.map[offset : offset + RECORD_SIZE]):
-                log.warning(
-                    "TimerLog %s: damaged record at position %d (bad magic or CRC); truncating the log there",
-                    self.directory,
-                    end,
-                )
-            segment.map[offset:] = bytes(self.segment_bytes - offset)
-        with self._lock:
-            doomed = self._segments[index + 1 :]
-            del self._segments[index + 1 :]
-        for segment in doomed:
-            segment.close()
-            self._path(segment.start).unlink()
+        segment = self.files.find(end)
+        if segment is not None and any(
+            segment.map[end - segment.start_offset : end - segment.start_offset + RECORD_SIZE]
+        ):
+            log.warning(
+                "TimerLog %s: damaged record at position %d (bad magic or CRC); truncating the log there",
+                self.directory,
+                end,
+            )
+        self.files.truncate(end)
 
     def append(self, record: TimerRecord) -> int:
         """Write `record` at the end (its `position` is ignored) and return where it went."""
         position = self.end
-        index, offset = divmod(position, self.segment_bytes)
-        if index == len(self._segments):
-            segment = _Segment(self._path(position), position, self.segment_bytes, create=True)
-            with self._lock:
-                self._segments.append(segment)
-        self._segments[index].map[offset : offset + RECORD_SIZE] = encode(record)
+        segment = self.files.find(position) or self.files.create(position)
+        offset = position - segment.start_offset
+        segment.map[offset : offset + RECORD_SIZE] = encode(record)
         self.end = position + RECORD_SIZE
         return position
 
@@ -244,24 +215,23 @@ class TimerLog:
 
     def sync(self) -> None:
         """Make every record written so far durable (blocks; safe from any thread)."""
-        with self._lock:
-            segments = list(self._segments)
-        for segment in segments:  # a few segments at most; fdatasync on a clean one is cheap
-            os.fdatasync(segment.fd)
+        self.files.sync()  # a few segments at most; fdatasync on a clean one is cheap
 
     def close(self) -> None:
-        with self._lock:
-            segments, self._segments = self._segments, []
-        for segment in segments:
-            segment.close()
+        self.files.close()
 
     def _decode_at(self, position: int) -> TimerRecord | None:
-        index, offset = divmod(position, self.segment_bytes)
-        return decode(position, self._segments[index].map[offset : offset + RECORD_SIZE])
+        segment = self._segment(position)
+        offset = position - segment.start_offset
+        return decode(position, segment.map[offset : offset + RECORD_SIZE])
 
     def _write_at(self, position: int, raw: bytes) -> None:
-        index, offset = divmod(position, self.segment_bytes)
-        self._segments[index].map[offset : offset + RECORD_SIZE] = raw
+        segment = self._segment(position)
+        offset = position - segment.start_offset
+        segment.map[offset : offset + RECORD_SIZE] = raw
 
-    def _path(self, start: int) -> Path:
-        return self.directory / f"{start:020d}"
+    def _segment(self, position: int) -> MappedFile:
+        segment = self.files.find(position)
+        if segment is None:
+            raise CorruptTimerLog(f"TimerLog {self.directory}: no segment holds position {position}")
+        return segment

@@ -18,9 +18,13 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy import Engine
 
+from libs.broker_api.consume import HandleList, NackBody, ReceiveBody
+from libs.broker_api.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
+from libs.broker_api.transactions import EndBatch, EndRequest
 from libs.events.writer import EventWriter
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
+from libs.http.transport import Transport
 from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.store.mapped_file import write_atomically
@@ -32,7 +36,6 @@ from services.broker.consume.dead_letters import DeadLetters
 from services.broker.consume.groups import GroupStore, GroupTable
 from services.broker.consume.pop import PopService
 from services.broker.consume.redriven import RedrivenMarks
-from services.broker.consume.schemas import HandleList, NackBody, ReceiveBody
 from services.broker.consume.settle import Settlement
 from services.broker.context import BrokerContext, Context, broker_context
 from services.broker.long_polling import PullWaiters
@@ -41,7 +44,6 @@ from services.broker.metadata import OffsetStore, RedrivenStore, TopicStore, ope
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
 from services.broker.schedule import ScheduleQueuesAtStart, guard_scheduled
-from services.broker.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable, ensure_system_topics
 from services.broker.transactions import Transactions
@@ -102,7 +104,9 @@ async def delete_topic(ctx: Context, topic: TopicName) -> Response:
     return Response(status_code=204)
 
 
-def create_app(settings: BrokerSettings, clock: Callable[[], float] = time.time) -> FastAPI:
+def create_app(
+    settings: BrokerSettings, *, transport: Transport | None = None, clock: Callable[[], float] = time.time
+) -> FastAPI:
     # `clock` (seconds) times the leases and transactions; tests pass a fake one.
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
@@ -133,7 +137,8 @@ def create_app(settings: BrokerSettings, clock: Callable[[], float] = time.time)
         leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
         try:
-            async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1)) as client:
+            # transport: how it calls the nameservers, TCP unless given (tests give an in-process one)
+            async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1), transport) as client:
                 registrar = NameserverRegistrar(settings, topics, client)
                 topics.on_change(registrar.topic_changed)
                 await registrar.register_all()
@@ -181,7 +186,7 @@ def create_app(settings: BrokerSettings, clock: Callable[[], float] = time.time)
     app.include_router(timers.router)
     app.include_router(consume_api.router)
     app.include_router(transaction_api.router)
-    register_schemas(app, [ReceiveBody, HandleList, NackBody, transaction_api.EndRequest, transaction_api.EndBatch])
+    register_schemas(app, [ReceiveBody, HandleList, NackBody, EndRequest, EndBatch])
     return app
 
 
@@ -205,7 +210,7 @@ async def _open_metadata(settings: BrokerSettings) -> tuple[Engine, TopicTable, 
     engine = open_engine(settings.metadata_url)
     topics = TopicTable(TopicStore(engine))
     await topics.load()
-    await ensure_system_topics(topics, len(settings.delay_level_ms))
+    await ensure_system_topics(topics, len(settings.delay_levels))
     offsets = ConsumerOffsets(OffsetStore(engine), settings.offset_persist_interval_seconds)
     await offsets.load()
     groups = GroupTable(GroupStore(engine))
@@ -232,7 +237,7 @@ def _consumers(
         waiters=waiters,
         events=events,
         receipt_key=receipt_key(settings.store_dir),
-        delay_levels=settings.delay_level_ms,
+        delay_levels=settings.delay_levels,
         client_idle_ms=int(settings.broadcast_client_idle_seconds * 1000),
         clock=clock,
     )

@@ -12,6 +12,15 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from libs import jsonutil
+from libs.broker_api import frames
+from libs.broker_api.schemas import (
+    ConsumerOffset,
+    ConsumerOffsetCommit,
+    ConsumerOffsetList,
+    PutAnswer,
+    QueueOffsets,
+)
+from libs.broker_api.wire import BINARY
 from libs.codec import encode_record, peek_head
 from libs.delay import is_scheduled
 from libs.errors import InvalidRequest, QueueNotFound, TopicNotFound
@@ -23,18 +32,6 @@ from libs.problem import PROBLEM_RESPONSES
 from libs.store.message_store import PullResult, PutOutcome
 from services.broker.context import Context
 from services.broker.schedule import schedule_batch
-from services.broker.schemas import (
-    ConsumerOffset,
-    ConsumerOffsetCommit,
-    ConsumerOffsetList,
-    PutAnswer,
-    QueueOffsets,
-)
-
-BINARY = "application/octet-stream"
-NEXT_OFFSET = "x-petrel-next-offset"
-MIN_OFFSET = "x-petrel-min-offset"
-MAX_OFFSET = "x-petrel-max-offset"
 
 router = APIRouter(prefix="/internal", tags=["messages"], responses=PROBLEM_RESPONSES)
 
@@ -57,7 +54,7 @@ async def put_messages(ctx: Context, request: Request) -> Response:
     if held.half:
         body = ctx.transactions.to_half_batch(body)
     if held.scheduled:
-        body, scheduled = schedule_batch(body, ctx.settings.delay_level_ms)
+        body, scheduled = schedule_batch(body, ctx.settings.delay_levels)
         outcome = await ctx.store.put_reporting(body, dedupe=True)
         _emit_scheduled(request, body, outcome, scheduled)
     else:
@@ -180,11 +177,7 @@ def _filter(tag: str | None, sql: str | None) -> MessageFilter | None:
 
 def offset_headers(result: PullResult) -> dict[str, str]:
     """Where the next read starts and the queue's bounds, beside a binary answer."""
-    return {
-        NEXT_OFFSET: str(result.next_offset),
-        MIN_OFFSET: str(result.min_offset),
-        MAX_OFFSET: str(result.max_offset),
-    }
+    return frames.offset_headers(result.next_offset, result.min_offset, result.max_offset)
 
 
 def check_queue(ctx: Context, topic: str, queue_id: int) -> None:

@@ -1,51 +1,71 @@
-"""Broker settings (env prefix `PETREL_BROKER_`)."""
+"""Broker settings (env prefix `PETREL_BROKER_`; the delay-level table: `PETREL_DELAY_LEVELS`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from libs.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
-from libs.settings import ServiceSettings
+from libs.settings import DelayLevelSettings
 from libs.store.config import FlushMode, StoreConfig
 from libs.topic import DEFAULT_QUEUES, MAX_QUEUES
 
 
-class BrokerSettings(ServiceSettings):
+class BrokerSettings(DelayLevelSettings):
     model_config = SettingsConfigDict(env_prefix="PETREL_BROKER_", extra="ignore")
 
     port: int = 10911
-    cluster: str = "DefaultCluster"
-    broker_name: str = "broker-a"
-    broker_id: int = Field(default=0, ge=0)
+    cluster: str = Field(default="DefaultCluster", description="the cluster the broker registers in")
+    broker_name: str = Field(
+        default="broker-a", description="unique in the cluster; the store is <data_dir>/brokers/<broker_name>"
+    )
+    broker_id: int = Field(default=0, ge=0, description="0: the master of its broker name")
     advertised_address: str | None = Field(default=None, description="host:port others use; default host:port")
-    register_interval_seconds: float = Field(default=30.0, gt=0)
-    default_queues: int = Field(default=DEFAULT_QUEUES, ge=1, le=MAX_QUEUES)
+    register_interval_seconds: float = Field(default=30.0, gt=0, description="the heartbeat to every nameserver")
+    default_queues: int = Field(
+        default=DEFAULT_QUEUES, ge=1, le=MAX_QUEUES, description="queues of a topic created without a count"
+    )
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite in the store dir")
-    flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
-    flush_interval_ms: int = Field(default=500, ge=10)
-    sync_flush_timeout_ms: int = Field(default=5_000, ge=10)
-    checkpoint_interval_ms: int = Field(default=5_000, ge=10)
-    segment_size: int = Field(default=1024 * 1024 * 1024, ge=64 * 1024 * 1024 // 1024)
-    cq_units_per_file: int = Field(default=300_000, ge=16)
-    index_slot_count: int = Field(default=5_000_000, ge=16)
-    index_max_entries: int = Field(default=20_000_000, ge=16)
-    file_reserved_hours: float = Field(default=72.0, gt=0)
+    flush_mode: FlushMode = Field(
+        default=FlushMode.ASYNC_FLUSH,
+        description="ASYNC_FLUSH answers a send from the page cache; SYNC_FLUSH once it is on disk",
+    )
+    flush_interval_ms: int = Field(default=500, ge=10, description="ASYNC_FLUSH: how often the CommitLog is synced")
+    sync_flush_timeout_ms: int = Field(
+        default=5_000, ge=10, description="SYNC_FLUSH: a send not on disk by then is answered 503 flush-timeout"
+    )
+    checkpoint_interval_ms: int = Field(
+        default=5_000, ge=10, description="how often the checkpoint (where recovery starts) is written"
+    )
+    segment_size: int = Field(
+        default=1024 * 1024 * 1024, ge=64 * 1024 * 1024 // 1024, description="bytes of one CommitLog segment file"
+    )
+    cq_units_per_file: int = Field(default=300_000, ge=16, description="20-byte ConsumeQueue units per file")
+    index_slot_count: int = Field(default=5_000_000, ge=16, description="hash slots of one IndexFile")
+    index_max_entries: int = Field(default=20_000_000, ge=16, description="keys and ids one IndexFile holds")
+    file_reserved_hours: float = Field(
+        default=72.0, gt=0, description="retention: CommitLog segments older than this are deleted"
+    )
     delete_when_hour: int = Field(
         default=4, ge=-1, le=23, description="the local hour expired segments are deleted in; -1: any hour"
     )
-    disk_max_used_ratio: float = Field(default=0.75, gt=0, le=1)
-    disk_refuse_ratio: float = Field(default=0.95, gt=0, le=1)
+    disk_max_used_ratio: float = Field(
+        default=0.75, gt=0, le=1, description="past this disk use, the oldest segments are deleted early"
+    )
+    disk_refuse_ratio: float = Field(
+        default=0.95, gt=0, le=1, description="past this disk use, sends are refused (507)"
+    )
     retention_scan_seconds: float = Field(
         default=10.0, gt=0, description="how often retention looks for what to delete"
     )
     scheduled_roll_grace_seconds: float = Field(
         default=60.0, ge=0, description="under disk pressure, how long pending scheduled messages get to be rolled"
     )
-    offset_persist_interval_seconds: float = Field(default=5.0, gt=0)
-    max_pull_wait_ms: int = Field(default=30_000, ge=0)
+    offset_persist_interval_seconds: float = Field(
+        default=5.0, gt=0, description="how often consumer offsets are written to the database"
+    )
+    max_pull_wait_ms: int = Field(default=30_000, ge=0, description="the longest a pull's wait_ms may hold")
     broadcast_client_idle_seconds: float = Field(
         default=7 * 86_400.0, gt=0, description="a broadcast client not seen this long has its offsets dropped"
     )
@@ -54,17 +74,6 @@ class BrokerSettings(ServiceSettings):
     )
     transaction_check_max: int = Field(default=15, ge=1, description="check-backs before a half message is abandoned")
     lease_scan_ms: int = Field(default=100, ge=1, description="how often leases that ran out are ended")
-    delay_levels: str = Field(default=DEFAULT_DELAY_LEVELS, description="level 1 first, e.g. '1s 5s 10s 30s 1m'")
-
-    @field_validator("delay_levels")
-    @classmethod
-    def _valid_levels(cls, value: str) -> str:
-        parse_delay_levels(value)
-        return value
-
-    @property
-    def delay_level_ms(self) -> tuple[int, ...]:
-        return parse_delay_levels(self.delay_levels)
 
     @property
     def address(self) -> str:

@@ -8,15 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from libs import jsonutil
-from libs.codec import decode_record, encode_record
-from libs.errors import PetrelError
-from libs.message import MessageRecord, Prop
-from libs.names import SCHEDULE_TOPIC
-from libs.problem import PROBLEM_RESPONSES
-from services.broker.context import Context
-from services.broker.messages import BINARY, BINARY_BODY, check_queue, offset_headers
-from services.broker.schedule import delivery, needed_offset, rolled
-from services.broker.schemas import (
+from libs.broker_api.schemas import (
     DeliveryRequest,
     DeliveryResults,
     QueueOffsetsOf,
@@ -25,6 +17,15 @@ from services.broker.schemas import (
     TimerProgressReport,
     TopicOffsets,
 )
+from libs.broker_api.wire import BINARY
+from libs.codec import decode_record, encode_record
+from libs.errors import PetrelError
+from libs.message import MessageRecord, Prop
+from libs.names import SCHEDULE_TOPIC
+from libs.problem import PROBLEM_RESPONSES
+from services.broker.context import Context
+from services.broker.messages import BINARY_BODY, check_queue, offset_headers
+from services.broker.schedule import delivery, needed_offset, rolled
 
 log = logging.getLogger(__name__)
 

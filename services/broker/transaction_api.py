@@ -2,103 +2,42 @@
 
 from __future__ import annotations
 
-import enum
-from typing import Annotated, Any, Final
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
 
+from libs.broker_api.transactions import (
+    CheckedRequest,
+    EndAnswer,
+    EndBatch,
+    EndBatchAnswer,
+    EndedBy,
+    EndFailure,
+    EndRequest,
+    EndResult,
+    Outcome,
+    TransactionAnswer,
+    TransactionList,
+    TransactionState,
+)
 from libs.errors import InvalidRequest, PetrelError
 from libs.http.app import json_body, parse_json
 from libs.problem import PROBLEM_RESPONSES
 from services.broker.context import Context
-from services.broker.transactions import Ended, Outcome, TransactionEnd, TransactionInfo, TransactionState
+from services.broker.transactions import Ended, TransactionEnd, TransactionInfo
 
 router = APIRouter(prefix="/internal/transactions", tags=["transactions"], responses=PROBLEM_RESPONSES)
 
-MAX_ENDS: Final = 1000
 
-
-class EndedBy(enum.StrEnum):
-    PRODUCER = "producer"
-    CHECKBACK = "checkback"
-    OPERATOR = "operator"
-
-
-class EndRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    by: EndedBy = EndedBy.PRODUCER
-
-
-class EndAnswer(BaseModel):
-    message_id: str
-    outcome: Outcome
-    first: bool = Field(description="false when this repeats an earlier end")
-    topic: str
-    queue_id: int
-    queue_offset: int | None = Field(description="where the committed message is; null for a rollback")
-
-
-class EndEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    message_id: str
-    outcome: Outcome
-    by: EndedBy = EndedBy.PRODUCER
-
-
-class EndBatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    ends: list[EndEntry] = Field(min_length=1, max_length=MAX_ENDS)
-
-
-class EndFailure(BaseModel):
-    type: str
-    status: int
-    detail: str
-    extensions: dict[str, Any] = Field(default_factory=dict, description="as a problem's: `outcome` on a 409")
-
-
-class EndResult(BaseModel):
-    ended: EndAnswer | None = None
-    failure: EndFailure | None = None
-
-
-class EndBatchAnswer(BaseModel):
-    results: list[EndResult] = Field(description="one per end asked, in order")
-
-
-class TransactionAnswer(BaseModel):
-    message_id: str
-    state: TransactionState
-    topic: str
-    producer_group: str
-    check_count: int
-    stored_at: int
-
-    @classmethod
-    def of(cls, info: TransactionInfo) -> TransactionAnswer:
-        return cls(
-            message_id=info.message_id,
-            state=info.state,
-            topic=info.topic,
-            producer_group=info.producer_group,
-            check_count=info.check_count,
-            stored_at=info.stored_at,
-        )
-
-
-class TransactionList(BaseModel):
-    transactions: list[TransactionAnswer]
-
-
-class CheckedRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    physical_offset: int = Field(ge=0)
-    defer: bool = Field(default=False, description="within its check immunity: renew without counting a check")
+def _transaction(info: TransactionInfo) -> TransactionAnswer:
+    return TransactionAnswer(
+        message_id=info.message_id,
+        state=info.state,
+        topic=info.topic,
+        producer_group=info.producer_group,
+        check_count=info.check_count,
+        stored_at=info.stored_at,
+    )
 
 
 async def _end(ctx: Context, message_id: str, outcome: Outcome, request: Request) -> EndAnswer:
@@ -158,7 +97,7 @@ async def rollback(ctx: Context, message_id: str, request: Request) -> EndAnswer
 @router.get("/{message_id}", operation_id="getTransaction", response_model=TransactionAnswer)
 async def get_transaction(ctx: Context, message_id: str) -> TransactionAnswer:
     """A transaction's state: OPEN, ABANDONED (past the check limit), COMMITTED or ROLLED_BACK."""
-    return TransactionAnswer.of(ctx.transactions.info(message_id))
+    return _transaction(ctx.transactions.info(message_id))
 
 
 @router.get("", operation_id="listTransactions", response_model=TransactionList)
@@ -170,10 +109,10 @@ async def list_transactions(
     """Abandoned transactions (past the check limit, still resolvable by commit or rollback)."""
     if state.upper() != TransactionState.ABANDONED:
         raise InvalidRequest(f"state={state!r}: only state=abandoned can be listed")
-    return TransactionList(transactions=[TransactionAnswer.of(i) for i in ctx.transactions.abandoned(max)])
+    return TransactionList(transactions=[_transaction(i) for i in ctx.transactions.abandoned(max)])
 
 
 @router.post("/{message_id}/checked", operation_id="renewHalfMessage", response_model=TransactionAnswer)
 async def checked(ctx: Context, message_id: str, body: CheckedRequest) -> TransactionAnswer:
     """A check-back of this half copy was sent: count it and renew the copy, or abandon it past the limit."""
-    return TransactionAnswer.of(await ctx.transactions.checked(message_id, body.physical_offset, defer=body.defer))
+    return _transaction(await ctx.transactions.checked(message_id, body.physical_offset, defer=body.defer))

@@ -27,12 +27,13 @@ other way is refused.
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from libs import jsonutil
+from libs.broker_api.transactions import Outcome, TransactionState
+from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED, OP_TAG
 from libs.codec import decode_record, encode_record, peek_head
 from libs.delay import is_scheduled
 from libs.errors import FlushTimeout, InvalidMessage, PetrelError, TransactionAlreadyEnded, TransactionNotFound
@@ -44,24 +45,9 @@ from libs.store.message_store import MessageStore
 from services.broker.ended_transactions import ENDED_KEPT, EndedTransactions
 from services.broker.topics import TopicTable
 
-CHECK_IMMUNITY = Prop.CHECK_IMMUNITY
-FIRST_STORED = Prop.TRANSACTION_FIRST_STORED
-OP_TAG = "d"
 HALF_PROPERTIES = frozenset(
     {Prop.REAL_TOPIC, Prop.REAL_QUEUE_ID, Prop.TRANSACTION_PREPARED, Prop.TRANSACTION_CHECK_TIMES, FIRST_STORED}
 )
-
-
-class Outcome(enum.StrEnum):
-    COMMIT = "COMMIT"
-    ROLLBACK = "ROLLBACK"
-
-
-class TransactionState(enum.StrEnum):
-    OPEN = "OPEN"
-    ABANDONED = "ABANDONED"
-    COMMITTED = "COMMITTED"
-    ROLLED_BACK = "ROLLED_BACK"
 
 
 ENDED = {Outcome.COMMIT: TransactionState.COMMITTED, Outcome.ROLLBACK: TransactionState.ROLLED_BACK}

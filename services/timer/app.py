@@ -11,13 +11,13 @@ from typing import Annotated, cast
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 
-from libs.delay import parse_delay_levels
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.nameservers import NameserverClient
 from libs.http.app import service_app
 from libs.http.client import ClientOptions, InternalClient
-from libs.nameserver_client import NameserverClient
+from libs.http.transport import Transport
 from libs.problem import PROBLEM_RESPONSES
 from libs.timer import TimerStore
-from services.timer.brokers import BrokerTimerClient
 from services.timer.metrics import TimerCollector
 from services.timer.progress import TimerProgress
 from services.timer.scheduler import TimerScheduler
@@ -44,7 +44,7 @@ async def get_stats(scheduler: Scheduler, request: Request) -> TimerStats:
     for (_, queue_id), count in counters.level_pending.items():
         pending[queue_id] = pending.get(queue_id, 0) + count
     wheel = scheduler.store.stats(max_scan=10_000)
-    levels = len(parse_delay_levels(settings.delay_levels))
+    levels = len(settings.delay_levels)
     sample = sorted(counters.lateness_ms)
     next_due = [d for d in scheduler.next_due_times() if d is not None]
     if wheel.next_slot_ms is not None:
@@ -76,7 +76,9 @@ async def cancel_scheduled(scheduler: Scheduler, body: Cancellation) -> Cancella
     return CancellationAck(broker=body.broker, physical_offset=body.physical_offset, cancelled=True)
 
 
-def create_app(settings: TimerSettings) -> FastAPI:
+def create_app(settings: TimerSettings, *, transport: Transport | None = None) -> FastAPI:
+    """The timer; `transport`: how it calls nameservers and brokers (TCP unless given: tests give an in-process one)."""
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         settings.store_dir.mkdir(parents=True, exist_ok=True)
@@ -91,12 +93,12 @@ def create_app(settings: TimerSettings) -> FastAPI:
             segment_bytes=settings.timer_log_segment_bytes,
         )
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
-        async with InternalClient(ClientOptions(token=token, timeout=5.0)) as client:
+        async with InternalClient(ClientOptions(token=token, timeout=5.0), transport) as client:
             scheduler = TimerScheduler(
                 store,
                 progress,
                 NameserverClient(client, settings.nameservers),
-                BrokerTimerClient(client),
+                BrokerClient(client),
                 app.state.events,
                 broker_refresh_seconds=settings.broker_refresh_seconds,
                 checkpoint_interval_ms=settings.checkpoint_interval_ms,

@@ -23,10 +23,11 @@ import asyncio
 import itertools
 import logging
 
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.frames import DueUnit
 from libs.errors import PetrelError
 from libs.names import SCHEDULE_TOPIC
 from libs.timer import MessageRef, TimerStore
-from services.timer.brokers import BrokerTimerClient, DueUnit
 from services.timer.progress import TimerProgress
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ ROLL_CHUNK = 1000
 
 class RetentionKeeper:
     def __init__(
-        self, store: TimerStore, progress: TimerProgress, brokers: BrokerTimerClient, *, interval_ms: int = 10_000
+        self, store: TimerStore, progress: TimerProgress, brokers: BrokerClient, *, interval_ms: int = 10_000
     ) -> None:
         self.store = store
         self.progress = progress
@@ -65,7 +66,7 @@ class RetentionKeeper:
         cursors = self.progress.cursors(broker)
         below, start = self._roll_below.get(broker, (0, 0))
         lowest, doomed = await asyncio.to_thread(self.store.pending_offsets, cursors.store_id, below, start)
-        below, start = await self.brokers.report(address, dict(cursors.levels), cursors.timer, lowest)
+        below, start = await self.brokers.report(broker, address, dict(cursors.levels), cursors.timer, lowest)
         self._roll_below[broker] = (below, start)
         await self._roll_wheel(broker, address, doomed)
         for queue_id in list(cursors.levels):
@@ -81,7 +82,7 @@ class RetentionKeeper:
                 live.append((position, offset))
         for start in range(0, len(live), ROLL_CHUNK):
             chunk = live[start : start + ROLL_CHUNK]
-            results = await self.brokers.roll(address, [offset for _, offset in chunk])
+            results = await self.brokers.roll(broker, address, [offset for _, offset in chunk])
             for (position, offset), result in zip(chunk, results, strict=True):
                 if result["status"] == "rolled":
                     self.store.cancel(position)
@@ -97,10 +98,10 @@ class RetentionKeeper:
         """
         cursors = self.progress.cursors(broker)
         cursor = cursors.levels[queue_id]
-        units = await self.brokers.units(address, SCHEDULE_TOPIC, queue_id, cursor, ROLL_CHUNK)
+        units = await self.brokers.units(broker, address, SCHEDULE_TOPIC, queue_id, cursor, ROLL_CHUNK)
         old = list(itertools.takewhile(lambda u: u.physical_offset < below, units))
         wanted = [u for u in old if not self._cancelled(broker, u)]
-        results = await self.brokers.roll(address, [u.physical_offset for u in wanted]) if wanted else []
+        results = await self.brokers.roll(broker, address, [u.physical_offset for u in wanted]) if wanted else []
         outcome = {u.physical_offset: r for u, r in zip(wanted, results, strict=True)}
         passed = 0
         for unit in old:

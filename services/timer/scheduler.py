@@ -34,12 +34,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.frames import DueUnit
+from libs.broker_api.nameservers import NameserverClient
 from libs.errors import PetrelError
 from libs.events import EventWriter
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
-from libs.nameserver_client import NameserverClient
 from libs.timer import Action, MessageRef, TimerEntry, TimerStore
-from services.timer.brokers import BrokerTimerClient, DueUnit
 from services.timer.progress import TimerProgress
 from services.timer.retention import RetentionKeeper
 
@@ -93,7 +94,7 @@ class TimerScheduler:
         store: TimerStore,
         progress: TimerProgress,
         nameservers: NameserverClient,
-        brokers: BrokerTimerClient,
+        brokers: BrokerClient,
         events: EventWriter,
         *,
         broker_refresh_seconds: float = 5.0,
@@ -150,17 +151,11 @@ class TimerScheduler:
     async def _broker_addresses(self) -> dict[str, str]:
         if time.monotonic() - self._addresses_at >= self.broker_refresh_seconds:
             try:
-                listing = await self.nameservers.clusters()
+                masters = await self.nameservers.masters()
             except PetrelError as exc:
                 log.warning("timer: no nameserver answered (%s); using the brokers known before", exc.detail)
             else:
-                self._addresses = {
-                    b.broker_name: i.address
-                    for c in listing.clusters
-                    for b in c.brokers
-                    for i in b.instances
-                    if i.broker_id == 0
-                }
+                self._addresses = dict(masters)
                 self._addresses_at = time.monotonic()
         return self._addresses
 
@@ -168,20 +163,20 @@ class TimerScheduler:
 
     async def _scan_levels(self, broker: str, address: str, now: int) -> None:
         cursors = self.progress.cursors(broker)
-        ends = await self.brokers.max_offsets(address, SCHEDULE_TOPIC)
+        ends = await self.brokers.topic_offsets(broker, address, SCHEDULE_TOPIC)
         if cursors.starts.get(SCHEDULE_TOPIC) != ends.incarnation:
-            for queue_id, end in ends.at_start.items():
+            for queue_id, end in ends.ends_at_start().items():
                 cursors.levels[queue_id] = _below(
                     cursors.levels.get(queue_id, 0), end, f"{broker} level {queue_id + 1}"
                 )
             cursors.starts[SCHEDULE_TOPIC] = ends.incarnation
-        for queue_id, (low, high) in ends.offsets.items():
+        for queue_id, (low, high) in ends.ranges().items():
             cursor = max(cursors.levels.get(queue_id, 0), low)
             cursors.levels[queue_id] = cursor
             self.counters.level_pending[(broker, queue_id)] = high - cursor
             if cursor >= high or self._next_due.get((broker, queue_id), 0) > now:
                 continue
-            units = await self.brokers.units(address, SCHEDULE_TOPIC, queue_id, cursor, UNITS_PER_READ)
+            units = await self.brokers.units(broker, address, SCHEDULE_TOPIC, queue_id, cursor, UNITS_PER_READ)
             # Only the leading run of due units: a queue is passed in order, whatever the clock says.
             due = list(itertools.takewhile(lambda u: u.due_ms <= now, units))
             done = await self._deliver_units(broker, address, due, now)
@@ -212,14 +207,14 @@ class TimerScheduler:
 
     async def _ingest_timers(self, broker: str, address: str, now: int) -> None:
         cursors = self.progress.cursors(broker)
-        ends = await self.brokers.max_offsets(address, TIMER_TOPIC)
+        ends = await self.brokers.topic_offsets(broker, address, TIMER_TOPIC)
         if cursors.starts.get(TIMER_TOPIC) != ends.incarnation:
-            cursors.timer = _below(cursors.timer, ends.at_start.get(0, cursors.timer), f"{broker} exact times")
+            cursors.timer = _below(cursors.timer, ends.ends_at_start().get(0, cursors.timer), f"{broker} exact times")
             cursors.starts[TIMER_TOPIC] = ends.incarnation
-        low, high = ends.offsets.get(0, (0, 0))
+        low, high = ends.ranges().get(0, (0, 0))
         cursors.timer = max(cursors.timer, low)
         while cursors.timer < high:
-            units = await self.brokers.units(address, TIMER_TOPIC, 0, cursors.timer, UNITS_PER_READ)
+            units = await self.brokers.units(broker, address, TIMER_TOPIC, 0, cursors.timer, UNITS_PER_READ)
             if not units:
                 break
             for unit in units:
@@ -274,7 +269,7 @@ class TimerScheduler:
 
     async def _deliver_chunk(self, broker: str, address: str, due: list[tuple[int, int]], now: int) -> list[Outcome]:
         try:
-            results = await self.brokers.deliver(address, [offset for offset, _ in due])
+            results = await self.brokers.deliver(broker, address, [offset for offset, _ in due])
         except PetrelError as exc:
             log.warning("timer: delivering %d messages to %s failed: %s", len(due), broker, exc.detail)
             return [Result.LATER] * len(due)

@@ -35,7 +35,7 @@ from libs.errors import OffsetOutOfRange, PetrelError, ServiceUnavailable, Trans
 from libs.events.writer import EventWriter
 from libs.message import MessageRecord, Prop, SysFlag
 from libs.producer_groups import ProducerGroup
-from services.txcheck.broker_api import Broker, BrokerApi
+from services.txcheck.brokers import Broker, Brokers
 from services.txcheck.scan import CheckOrder
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ def check_count_of(record: MessageRecord) -> int:
 class CheckBack:
     def __init__(
         self,
-        api: BrokerApi,
+        api: Brokers,
         producer_groups: Callable[[str], ProducerGroup | None],
         http: httpx.Client,
         events: EventWriter,

@@ -7,6 +7,7 @@ survive a fork), closed when the process ends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -17,8 +18,9 @@ import httpx
 import redis
 
 from libs.events.writer import EventWriter
+from libs.http.client import ClientOptions
 from libs.producer_groups import ProducerGroup, ProducerGroupStore, open_metadata_engine
-from services.txcheck.broker_api import BrokerApi, open_http
+from services.txcheck.brokers import open_brokers
 from services.txcheck.checkback import CheckBack
 from services.txcheck.settings import TxcheckSettings
 
@@ -28,14 +30,19 @@ PRODUCER_GROUP_TTL_SECONDS = 2.0
 class Runtime:
     def __init__(self, settings: TxcheckSettings) -> None:
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
-        self.broker_http = open_http(
-            settings.broker_timeout_seconds, token, max_connections=2 * settings.scan_parallelism
+        self._opened = contextlib.ExitStack()
+        timeout = settings.broker_timeout_seconds
+        options = ClientOptions(
+            connect_timeout=min(timeout, 1.0),
+            timeout=timeout,
+            max_connections=2 * settings.scan_parallelism,
+            token=token,
         )
         # no internal token towards producers: their endpoints are outside the cluster
         self.producer_http = httpx.Client(
             timeout=settings.checkback_timeout_seconds, follow_redirects=False, limits=httpx.Limits(max_connections=16)
         )
-        self.api = BrokerApi(self.broker_http, settings.nameservers)
+        self.api = self._opened.enter_context(open_brokers(settings.nameservers, options))
         self.redis = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
         self.events = EventWriter(settings.data_dir / "export", "txcheck", enabled=settings.events_enabled)
         self.events.start()
@@ -54,7 +61,7 @@ class Runtime:
     def close(self) -> None:
         self.check_pool.shutdown(wait=False, cancel_futures=True)
         self.events.close()
-        self.broker_http.close()
+        self._opened.close()
         self.producer_http.close()
         self.redis.close()
         self.engine.dispose()

@@ -41,11 +41,11 @@ import redis
 from redis.exceptions import LockError
 
 from libs import jsonutil
+from libs.broker_api.wire import OP_TAG
 from libs.errors import OffsetOutOfRange, PetrelError
 from libs.message import MessageRecord, Prop
 from libs.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from services.broker.transactions import OP_TAG
-from services.txcheck.broker_api import Broker, BrokerApi, Pulled
+from services.txcheck.brokers import Broker, Brokers, Pulled
 from services.txcheck.ended import EndedTransactions
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def ended_ops(records: Sequence[MessageRecord]) -> list[tuple[str, int]]:
 class HalfScanner:
     def __init__(
         self,
-        api: BrokerApi,
+        api: Brokers,
         client: redis.Redis,
         options: ScanOptions,
         dispatch: Callable[[Sequence[CheckOrder]], None],

@@ -29,7 +29,9 @@ class TxcheckSettings(SharedDatabaseSettings):
     broker_timeout_seconds: float = Field(default=5.0, gt=0, description="per call to a broker or nameserver")
     check_time_limit_seconds: int = Field(default=30, ge=5, description="a check task is killed past this")
     check_retries: int = Field(default=5, ge=0, description="retries of a check whose broker did not answer")
-    check_retry_backoff_max_seconds: int = Field(default=30, ge=1)
+    check_retry_backoff_max_seconds: int = Field(
+        default=30, ge=1, description="the longest wait between retries of a check"
+    )
     scan_time_limit_seconds: int = Field(default=120, ge=1, description="a scan stops and resumes next time")
     scan_batch: int = Field(default=256, ge=1, le=1024, description="half or op records read per pull")
     scan_parallelism: int = Field(default=16, ge=1, description="half copies renewed at once during a scan")

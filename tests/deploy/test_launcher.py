@@ -48,6 +48,16 @@ def test_plan_starts_nameservers_first_and_the_gateway_last() -> None:
     assert other[-2].env["PETREL_TXCHECK_REDIS_KEY_PREFIX"] != prefix, "two clusters would share Celery queues"
 
 
+def test_plan_gives_every_process_the_same_delay_level_table() -> None:
+    specs = plan_cluster(UpOptions(brokers=2, delay_levels="1s 1m"), "redis://127.0.0.1:6379/0")
+    assert {spec.name: spec.env["PETREL_DELAY_LEVELS"] for spec in specs} == {spec.name: "1s 1m" for spec in specs}
+
+
+def test_plan_refuses_a_malformed_delay_level_table_before_starting_anything() -> None:
+    with pytest.raises(ValueError, match="delay level '1q' is not a number with ms, s, m, h or d"):
+        plan_cluster(UpOptions(delay_levels="1s 1q"), "redis://127.0.0.1:6379/0")
+
+
 def test_plan_refuses_an_empty_cluster() -> None:
     with pytest.raises(ValueError, match="at least one nameserver and one broker"):
         plan_cluster(UpOptions(brokers=0), "redis://x")

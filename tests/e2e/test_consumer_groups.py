@@ -17,7 +17,7 @@ from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
-FAST_LEVELS = {"PETREL_BROKER_DELAY_LEVELS": "100ms 100ms 200ms 200ms 300ms 300ms"}
+FAST_LEVELS = {"PETREL_DELAY_LEVELS": "100ms 100ms 200ms 200ms 300ms 300ms"}
 """The retry backoff starts at level 3: 200 ms, 200 ms, 300 ms ... here."""
 
 

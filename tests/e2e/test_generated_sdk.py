@@ -91,8 +91,7 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "PETREL_BROKER_SEGMENT_SIZE": str(8 * 1024 * 1024),
         "PETREL_BROKER_INDEX_SLOT_COUNT": "65536",
         "PETREL_BROKER_INDEX_MAX_ENTRIES": "100000",
-        "PETREL_BROKER_DELAY_LEVELS": DELAY_LEVELS,
-        "PETREL_GATEWAY_DELAY_LEVELS": DELAY_LEVELS,
+        "PETREL_DELAY_LEVELS": DELAY_LEVELS,
     }
     specs = [
         ProcessSpec(

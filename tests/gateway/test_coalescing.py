@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 
-from gateway.coalescing import CallCoalescer, PutCoalescer, per_record, stored_entry
+from gateway.cluster.coalescing import CallCoalescer, PutCoalescer, per_record, stored_entry
+from libs.broker_api.schemas import PutAnswer, PutEntry, PutFailure
 from libs.errors import BrokerUnavailable, PetrelError, PutQueueFull, StoreFull
-from services.broker.schemas import PutAnswer, PutEntry, PutFailure
 
 
 def entry(n: int) -> PutEntry:

@@ -8,11 +8,12 @@ import httpx
 import pytest
 
 from tests.support.gateway_calls import ack, nack, problem_type, receive, register_silent_broker, send_many
+from tests.support.in_process import InProcessApp
 from tests.support.serving import ServedApp
 
 
 async def test_put_creates_the_group_on_every_broker_then_updates_it(
-    gateway: httpx.AsyncClient, brokers: dict[str, ServedApp]
+    gateway: httpx.AsyncClient, brokers: dict[str, InProcessApp]
 ) -> None:
     created = await gateway.put("/v1/groups/billing", json={"max_retries": 3, "fifo": True})
     assert created.status_code == 201, created.text
@@ -21,11 +22,11 @@ async def test_put_creates_the_group_on_every_broker_then_updates_it(
     assert group["retry_policy"] == {"type": "levels", "initial_ms": 1000, "max_ms": 7_200_000}
     assert (group["fifo_suspend_ms"], group["consume_from"], group["subscriptions"]) == (1000, "first", [])
 
-    async with httpx.AsyncClient() as client:
-        for served in brokers.values():
-            stored = await client.get(f"{served.url}/internal/groups/billing")
-            assert stored.status_code == 200, f"{served.url}: {stored.text}"
-            assert stored.json()["max_retries"] == 3
+    for served in brokers.values():
+        async with served.client() as client:
+            stored = await client.get("/internal/groups/billing")
+        assert stored.status_code == 200, f"{served.url}: {stored.text}"
+        assert stored.json()["max_retries"] == 3
 
     policy = {"type": "exponential", "initial_ms": 500, "max_ms": 60_000}
     updated = await gateway.put("/v1/groups/billing", json={"retry_policy": policy})

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.idempotency import IdempotencyKeys
+from gateway.messages.idempotency import IdempotencyKeys
 from libs.errors import IdempotencyConflict, ServiceUnavailable, ValidationFailed
 from libs.message import MessageIdFactory
 from tests.support.waiting import eventually

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gateway.routes import MasterDirectory
+from gateway.cluster.route_cache import MasterDirectory
+from libs.broker_api.nameservers import NameserverClient
 from libs.http.client import InternalClient
-from libs.nameserver_client import NameserverClient
 from libs.routing import BrokerLiveness, ClusterBroker, ClusterInfo, ClusterListing
 from tests.support.clock import FakeClock
 

@@ -9,13 +9,12 @@ from typing import Any
 
 import pytest
 
-from gateway.brokers import BrokerClient
-from gateway.group_schemas import ReceiveRequest
-from gateway.receiver import Receiver
-from gateway.routes import RouteCache
+from gateway.cluster.route_cache import RouteCache
+from gateway.consume.receiver import Receive, Receiver
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.frames import Lease
 from libs.errors import BrokerUnavailable, GroupNotFound, InvalidFilter, PetrelError
 from libs.http.client import InternalClient
-from libs.receipt import Lease
 from libs.routing import BrokerData, QueueData, TopicRoute
 from libs.topic import MessageType, Perm
 
@@ -96,6 +95,11 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+def asking(max_messages: int = 10, wait_seconds: float = 0) -> Receive:
+    """A receive as the route builds one from the public defaults (a 30 s lease, no filter)."""
+    return Receive(max_messages=max_messages, wait_seconds=wait_seconds, invisible_seconds=30)
+
+
 def leased(received: list[Any]) -> list[str]:
     return [lease.receipt_handle for batch in received for lease in batch.leases]
 
@@ -104,7 +108,7 @@ async def test_phase_one_collects_over_brokers_up_to_max_messages() -> None:
     rx, brokers, _ = receiver(["a", "b", "c"])
     brokers.held.update(a=2, b=5, c=5)
 
-    got = await rx.receive("g", "orders", ReceiveRequest(max_messages=6))
+    got = await rx.receive("g", "orders", asking(max_messages=6))
 
     assert len(leased(got)) == 6
     assert [(b, wanted) for b, wanted, _ in brokers.receives] == [("a", 6), ("b", 4)]
@@ -116,14 +120,14 @@ async def test_phase_one_starts_at_a_rotating_broker() -> None:
     firsts = []
     for _ in range(3):
         brokers.receives.clear()
-        await rx.receive("g", "orders", ReceiveRequest())
+        await rx.receive("g", "orders", asking())
         firsts.append(brokers.receives[0][0])
     assert sorted(firsts) == ["a", "b", "c"]
 
 
 async def test_one_broker_is_asked_once_more_with_the_wait() -> None:
     rx, brokers, _ = receiver(["a"])
-    waiting = asyncio.create_task(rx.receive("g", "orders", ReceiveRequest(wait_seconds=10)))
+    waiting = asyncio.create_task(rx.receive("g", "orders", asking(wait_seconds=10)))
     await settle()
     assert not waiting.done()
 
@@ -138,7 +142,7 @@ async def test_one_broker_is_asked_once_more_with_the_wait() -> None:
 
 async def test_several_brokers_wait_on_ready_and_receive_where_it_arrived() -> None:
     rx, brokers, _ = receiver(["a", "b", "c"])
-    waiting = asyncio.create_task(rx.receive("g", "orders", ReceiveRequest(wait_seconds=10)))
+    waiting = asyncio.create_task(rx.receive("g", "orders", asking(wait_seconds=10)))
     await settle()
     assert sorted(brokers.readies) == ["a", "b", "c"]
 
@@ -151,7 +155,7 @@ async def test_several_brokers_wait_on_ready_and_receive_where_it_arrived() -> N
 
 async def test_a_raced_ready_keeps_waiting_until_something_is_left() -> None:
     rx, brokers, _ = receiver(["a", "b"])
-    waiting = asyncio.create_task(rx.receive("g", "orders", ReceiveRequest(wait_seconds=10)))
+    waiting = asyncio.create_task(rx.receive("g", "orders", asking(wait_seconds=10)))
     await settle()
 
     brokers.steal_next = True
@@ -168,7 +172,7 @@ async def test_an_empty_wait_ends_at_its_deadline() -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
 
-    assert await rx.receive("g", "orders", ReceiveRequest(wait_seconds=0.3)) == []
+    assert await rx.receive("g", "orders", asking(wait_seconds=0.3)) == []
     assert 0.25 < loop.time() - started < 2
 
 
@@ -179,22 +183,22 @@ async def test_a_silent_broker_is_skipped() -> None:
 
     for _ in range(2):  # whichever broker is asked first
         brokers.held["b"] = 1
-        assert leased(await rx.receive("g", "orders", ReceiveRequest())) == ["b-0"]
+        assert leased(await rx.receive("g", "orders", asking())) == ["b-0"]
 
 
 async def test_group_not_found_only_when_every_broker_says_so() -> None:
     rx, brokers, _ = receiver(["a", "b"])
     brokers.failures["a"] = GroupNotFound("consumer group 'g' does not exist")
     brokers.held["b"] = 1
-    assert leased(await rx.receive("g", "orders", ReceiveRequest())) == ["b-0"]
+    assert leased(await rx.receive("g", "orders", asking())) == ["b-0"]
 
     brokers.failures["b"] = GroupNotFound("consumer group 'g' does not exist")
     with pytest.raises(GroupNotFound):
-        await rx.receive("g", "orders", ReceiveRequest())
+        await rx.receive("g", "orders", asking())
 
     brokers.failures["b"] = BrokerUnavailable("broker b did not answer", broker="b")
     with pytest.raises(BrokerUnavailable):
-        await rx.receive("g", "orders", ReceiveRequest())
+        await rx.receive("g", "orders", asking())
 
 
 async def test_a_bad_request_is_raised_at_once() -> None:
@@ -202,5 +206,5 @@ async def test_a_bad_request_is_raised_at_once() -> None:
     brokers.failures.update(a=InvalidFilter("bad"), b=InvalidFilter("bad"))
 
     with pytest.raises(InvalidFilter):
-        await rx.receive("g", "orders", ReceiveRequest())
+        await rx.receive("g", "orders", asking())
     assert len(brokers.receives) == 1

@@ -6,9 +6,9 @@ import asyncio
 
 import httpx
 
-from gateway.routes import RouteCache
+from gateway.cluster.route_cache import RouteCache
+from libs.broker_api.nameservers import NameserverClient
 from libs.http.client import InternalClient
-from libs.nameserver_client import NameserverClient
 from tests.support.serving import ServedApp
 
 TOPIC = {"read_queues": 2, "write_queues": 2}

@@ -5,6 +5,7 @@ from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from tests.support.apps import in_process
 from tests.support.gateway_calls import problem_type, register_silent_broker
+from tests.support.in_process import InProcessApp
 from tests.support.serving import ServedApp, free_port
 
 
@@ -106,13 +107,13 @@ async def test_a_silent_broker_shows_in_describe_and_fails_put(
 
 
 async def test_a_stale_cached_route_is_refreshed_on_a_routing_error(
-    gateway: httpx.AsyncClient, brokers: dict[str, ServedApp]
+    gateway: httpx.AsyncClient, brokers: dict[str, InProcessApp]
 ) -> None:
     await gateway.put("/v1/topics/orders")
     assert len((await gateway.get("/v1/topics/orders")).json()["brokers"]) == 2
 
-    async with httpx.AsyncClient() as client:
-        await client.delete(f"{brokers['broker-b'].url}/internal/topics/orders")
+    async with brokers["broker-b"].client() as client:
+        await client.delete("/internal/topics/orders")
 
     described = (await gateway.get("/v1/topics/orders")).json()
     assert [b["broker"] for b in described["brokers"]] == ["broker-a"]

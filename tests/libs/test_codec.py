@@ -266,6 +266,20 @@ def test_fields_sit_at_their_documented_offsets() -> None:
     assert raw[topic_at : topic_at + 2 + len("orders")] == b"\x00\x06orders"
 
 
+def test_one_field_is_read_where_the_record_has_it_without_decoding_it() -> None:
+    record = sample(queue_offset=0x1122, physical_offset=0x3344, store_timestamp=0x5566, reconsume_times=2)
+    raw = b"pad" + encode_record(record)
+    assert codec.peek_frame(raw, 3) == (len(raw) - 3, codec.MESSAGE_MAGIC)
+    assert codec.peek_queue_id(raw, 3) == record.queue_id
+    assert codec.peek_offsets(raw, 3) == (0x1122, 0x3344)
+    assert codec.peek_store_timestamp(raw, 3) == 0x5566
+    assert codec.peek_reconsume_times(raw, 3) == 2
+    assert codec.crc_matches(raw, 3, len(raw) - 3)
+    damaged = bytearray(raw)
+    damaged[-1] ^= 0xFF
+    assert codec.stored_crc(damaged, 3) != codec.computed_crc(damaged, 3, len(raw) - 3)
+
+
 def test_message_ids_are_32_upper_case_hex_digits_and_unique() -> None:
     factory = MessageIdFactory()
     ids = [factory.new_id() for _ in range(100_000)]

@@ -4,8 +4,9 @@ import dataclasses
 
 import pytest
 
+from libs.broker_api.frames import Lease, decode_leased, encode_leased
 from libs.errors import InvalidReceiptHandle
-from libs.receipt import Lease, ReceiptHandle, decode_leased, encode_leased
+from libs.receipt import ReceiptHandle
 
 KEY = b"k" * 32
 HANDLE = ReceiptHandle("broker-a", "billing", "", "orders", 3, 41, 7, 1_700_000_000_000, 1_700_000_030_000)

@@ -6,11 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
-from pydantic import SecretStr
-from pydantic_settings import SettingsConfigDict
+from pydantic import SecretStr, ValidationError
+from pydantic_settings import SettingsConfigDict, SettingsError
 
+from gateway.settings import GatewaySettings
+from libs.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from libs.settings import ServiceSettings, SharedDatabaseSettings
 from services.broker.settings import BrokerSettings
+from services.timer.settings import TimerSettings
 
 
 class TestServiceSettings(ServiceSettings):
@@ -145,3 +148,30 @@ def test_a_broker_keeps_its_own_database_when_petrel_database_url_is_set(monkeyp
     assert settings.database_url is None
     assert settings.metadata_url == "sqlite:////srv/petrel/brokers/broker-a/metadata.db"
     assert "database_url" not in TestServiceSettings.shared_fields()
+
+
+def test_the_delay_levels_are_one_cluster_wide_value_every_service_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PETREL_DELAY_LEVELS", "1s 2m 1h")
+    readers = (BrokerSettings(), TimerSettings(), GatewaySettings())
+    assert [settings.delay_levels for settings in readers] == [(1_000, 120_000, 3_600_000)] * 3
+
+
+def test_the_delay_levels_default_to_rocketmqs_eighteen() -> None:
+    assert BrokerSettings().delay_levels == parse_delay_levels(DEFAULT_DELAY_LEVELS)
+    assert len(TimerSettings().delay_levels) == 18
+
+
+def test_a_service_specific_delay_level_table_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gateway and a broker that disagree on the table would schedule one level at two times."""
+    monkeypatch.setenv("PETREL_BROKER_DELAY_LEVELS", "1s 5s")
+    with pytest.raises(
+        SettingsError,
+        match=r"^PETREL_BROKER_DELAY_LEVELS is not read: the setting is cluster-wide, set PETREL_DELAY_LEVELS instead$",
+    ):
+        BrokerSettings()
+
+
+def test_a_malformed_delay_level_table_is_refused_when_the_settings_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PETREL_DELAY_LEVELS", "1s 5 minutes")
+    with pytest.raises(ValidationError, match="delay level '5' is not a number with ms, s, m, h or d"):
+        GatewaySettings()

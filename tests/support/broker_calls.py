@@ -6,9 +6,9 @@ from typing import Any
 
 import httpx
 
+from libs.broker_api.frames import decode_leased
 from libs.codec import encode_record, iter_records
 from libs.message import MessageRecord, Prop
-from libs.receipt import decode_leased
 
 Received = list[tuple[str, int, MessageRecord]]
 

@@ -9,15 +9,15 @@ from typing import Any
 
 import httpx
 
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.nameservers import NameserverClient
 from libs.codec import encode_record, iter_records
 from libs.events import EventWriter
 from libs.http.client import InternalClient
 from libs.message import MessageRecord, Prop
-from libs.nameserver_client import NameserverClient
 from libs.timer import TimerStore
 from services.broker.app import create_app as broker_app
 from services.broker.settings import BrokerSettings
-from services.timer.brokers import BrokerTimerClient
 from services.timer.progress import TimerProgress
 from services.timer.scheduler import TimerScheduler
 from tests.support.clock import FakeClock
@@ -136,7 +136,7 @@ def open_scheduler(
         store,
         progress,
         NameserverClient(client, [nameserver.address]),
-        BrokerTimerClient(client),
+        BrokerClient(client),
         events,
         broker_refresh_seconds=0.01,
         max_attempts=3,

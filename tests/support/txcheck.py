@@ -14,7 +14,7 @@ import httpx
 
 from libs.codec import encode_record, iter_records
 from libs.message import MessageRecord, Prop
-from services.txcheck.broker_api import Broker
+from services.txcheck.brokers import Broker
 from tests.support.serving import ServedApp
 
 

@@ -26,7 +26,6 @@ for consumequeue/ files.
 from __future__ import annotations
 
 import mmap
-import struct
 import zlib
 from pathlib import Path
 from typing import Final
@@ -34,23 +33,25 @@ from typing import Final
 from libs.codec import (
     BLANK_MAGIC,
     BLANK_MIN_SIZE,
-    CRC_START,
-    LENGTH_MAGIC,
+    FRAME_SIZE,
     MESSAGE_MAGIC,
     QUARANTINE_MAGIC,
     RecordHead,
+    computed_crc,
+    peek_frame,
     peek_head,
+    peek_offsets,
     record_size,
+    stored_crc,
 )
 from libs.errors import CorruptRecord
-from libs.store.checkpoint import LAYOUT, Checkpoint
+from libs.store.checkpoint import BODY, LAYOUT, Checkpoint
 from libs.store.commitlog import next_record_in, segment_name, surely_ours
 from libs.store.config import StoreConfig
 from libs.store.index_file import FILE_NAME, CorruptIndexFile, IndexFile, file_name_ms
 from libs.store.message_store import unit_code
 from libs.store.tools.check_queues import LogFacts, QueueTally, check_queues, queue_tallies
 from libs.store.tools.shared import (
-    PREFIX,
     CheckReport,
     Findings,
     Kind,
@@ -61,7 +62,6 @@ from libs.store.tools.shared import (
     store_config,
 )
 
-BODY_LENGTH: Final = struct.Struct(">i")  # the 4 bytes before the body
 ZEROS: Final = bytes(1024 * 1024)
 
 
@@ -183,11 +183,11 @@ class _Checker:
         """Check what is at `pos`: its size, or None when the walk cannot go on in this segment."""
         offset = segment.start + pos
         left = len(view) - pos
-        if left < LENGTH_MAGIC.size:
+        if left < FRAME_SIZE:
             if segment.size == self.segment_size:
                 self._bad(Kind.BAD_BLANK, segment, offset, f"{left} bytes left at the segment's end, no blank filler")
             return None
-        total, magic = LENGTH_MAGIC.unpack_from(view, pos)
+        total, magic = peek_frame(view, pos)
         if total == 0 and magic == 0:
             self._log_ends(segment, view, pos)
             return None
@@ -218,8 +218,8 @@ class _Checker:
             total, _ = record_size(view, pos)
         except CorruptRecord as exc:
             return self._bad(Kind.BAD_LENGTH, segment, offset, exc.reason)
-        _, _, stored, _, _, queue_offset, physical = PREFIX.unpack_from(view, pos)
-        actual = zlib.crc32(view[pos + CRC_START : pos + total])
+        stored, actual = stored_crc(view, pos), computed_crc(view, pos, total)
+        queue_offset, physical = peek_offsets(view, pos)
         if actual != stored:
             detail = f"CRC mismatch: stored 0x{stored:08x}, computed 0x{actual:08x}"
             return self._bad(Kind.CRC_MISMATCH, segment, offset, detail, total)
@@ -371,4 +371,4 @@ def _checkpoint_damage(raw: bytes) -> str:
     if len(raw) != LAYOUT.size:
         return f"{len(raw)} bytes; a checkpoint is {LAYOUT.size}"
     stored = LAYOUT.unpack(raw)[3]
-    return f"CRC mismatch: stored 0x{stored:08x}, computed 0x{zlib.crc32(raw[:24]):08x}"
+    return f"CRC mismatch: stored 0x{stored:08x}, computed 0x{zlib.crc32(raw[: BODY.size]):08x}"

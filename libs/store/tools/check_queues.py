@@ -12,12 +12,20 @@ offset on are left alone: recovery writes those units again.
 from __future__ import annotations
 
 import bisect
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from libs.codec import CRC_START, LENGTH_MAGIC, QUARANTINE_MAGIC, RecordHead, peek_head, record_size
+from libs.codec import (
+    FRAME_SIZE,
+    QUARANTINE_MAGIC,
+    RecordHead,
+    crc_matches,
+    peek_frame,
+    peek_head,
+    peek_offsets,
+    record_size,
+)
 from libs.errors import CorruptRecord
 from libs.message import Prop
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
@@ -26,7 +34,6 @@ from libs.store.config import StoreConfig
 from libs.store.consume_queue import UNIT, Unit
 from libs.store.message_store import unit_code
 from libs.store.tools.shared import (
-    PREFIX,
     Findings,
     Kind,
     QueueFile,
@@ -218,7 +225,7 @@ class _QueueCheck:
         if segment is None or physical < facts.log_min:
             return False
         view, pos = self.maps.view(segment), physical - segment.start
-        return pos + LENGTH_MAGIC.size <= len(view) and LENGTH_MAGIC.unpack_from(view, pos)[1] == QUARANTINE_MAGIC
+        return pos + FRAME_SIZE <= len(view) and peek_frame(view, pos)[1] == QUARANTINE_MAGIC
 
     def _mismatch(self, n: int, segment: SegmentFile, physical: int, size: int, code: int) -> str | None:
         """How the record at `physical` differs from what unit `n` says of it."""
@@ -243,10 +250,10 @@ class _QueueCheck:
             return f"points at offset {physical}, past the end of {segment.path.name}, which is {len(view)} bytes"
         try:
             total, blank = record_size(view, pos)
-            _, _, stored, _, _, queue_offset, stamped = PREFIX.unpack_from(view, pos)
+            queue_offset, stamped = peek_offsets(view, pos)
             if blank or stamped != physical:
                 return f"points at offset {physical}, where no record starts"
-            if zlib.crc32(view[pos + CRC_START : pos + total]) != stored:
+            if not crc_matches(view, pos, total):
                 return f"points at offset {physical}, whose record is corrupt (CRC mismatch)"
             return peek_head(view, pos), total, queue_offset
         except CorruptRecord as exc:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from libs import jsonutil
-from libs.codec import BLANK_MAGIC, LENGTH_MAGIC, QUARANTINE_MAGIC, decode_record, peek_head, record_size
+from libs.codec import BLANK_MAGIC, FRAME_SIZE, QUARANTINE_MAGIC, decode_record, peek_frame, peek_head, record_size
 from libs.errors import CorruptRecord
 from libs.message import MessageRecord, SysFlag
 from libs.store.tools.shared import SegmentMaps, StoreToolError, queue_files, read_units, segment_files, store_config
@@ -68,11 +68,11 @@ def _segment_records(
     view: memoryview, base: int, start: int, topic: str | None, queue_id: int | None
 ) -> Iterator[StoredRecord]:
     pos = 0
-    while pos + LENGTH_MAGIC.size <= len(view):
-        total, magic = LENGTH_MAGIC.unpack_from(view, pos)
+    while pos + FRAME_SIZE <= len(view):
+        total, magic = peek_frame(view, pos)
         if magic == BLANK_MAGIC or (total == 0 and magic == 0):
             return
-        if magic == QUARANTINE_MAGIC and total >= LENGTH_MAGIC.size:
+        if magic == QUARANTINE_MAGIC and total >= FRAME_SIZE:
             pos += total  # a record a repair took out
             continue
         try:

@@ -23,7 +23,6 @@ import contextlib
 import enum
 import mmap
 import os
-import struct
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +34,6 @@ from libs.store.config import StoreConfig
 from libs.store.consume_queue import UNIT, Unit
 
 NAME_DIGITS: Final = 20
-PREFIX: Final = struct.Struct(">iIIiiqq")  # total_size, magic, crc, queue_id, flag, queue_offset, physical_offset
-assert PREFIX.size == 36
 
 
 class StoreToolError(Exception):

@@ -7,19 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from libs import jsonutil
-from libs.errors import InvalidRequest, PetrelError
-from libs.filters import FilterType, MessageFilter, compile_filter
-from libs.http.app import json_body, parse_json
-from libs.http.disconnect import client_gone
-from libs.problem import PROBLEM_RESPONSES
-from libs.receipt import encode_leased
-from services.broker.consume.pop import Receive
-from services.broker.consume.progress import group_lag, reset_offsets
-from services.broker.consume.schemas import (
+from libs.broker_api.consume import (
     CLIENT_ID_PATTERN,
-    GroupConfigAnswer,
-    GroupConfigList,
-    GroupUpdate,
     HandleList,
     HandleResults,
     LagAnswer,
@@ -35,8 +24,19 @@ from services.broker.consume.schemas import (
     VisibilityAnswer,
     VisibilityBody,
 )
+from libs.broker_api.frames import encode_leased
+from libs.broker_api.groups import GroupConfig, GroupConfigAnswer, GroupConfigList, GroupUpdate, SubscriptionModel
+from libs.broker_api.wire import BINARY
+from libs.errors import InvalidRequest, PetrelError
+from libs.filters import FilterType, MessageFilter, compile_filter
+from libs.http.app import json_body, parse_json
+from libs.http.disconnect import client_gone
+from libs.problem import PROBLEM_RESPONSES
+from services.broker.consume.groups import Subscription
+from services.broker.consume.pop import Receive
+from services.broker.consume.progress import group_lag, reset_offsets
 from services.broker.context import Context
-from services.broker.messages import BINARY, BINARY_BODY, offset_headers
+from services.broker.messages import BINARY_BODY, offset_headers
 
 router = APIRouter(prefix="/internal/groups", tags=["consumer groups"], responses=PROBLEM_RESPONSES)
 
@@ -46,20 +46,30 @@ async def put_group(ctx: Context, group: str, body: GroupUpdate) -> GroupConfigA
     """Create or update a consumer group here."""
     config = body.to_config(group)
     created = await ctx.pop.groups.put(config)
-    return GroupConfigAnswer.of(config, ctx.pop.groups.subscriptions(group), created)
+    return _answer(config, ctx.pop.groups.subscriptions(group), created)
 
 
 @router.get("/{group}", operation_id="getGroup", response_model=GroupConfigAnswer)
 async def get_group(ctx: Context, group: str) -> GroupConfigAnswer:
     """One group's configuration and subscriptions here."""
-    return GroupConfigAnswer.of(ctx.pop.groups.get(group), ctx.pop.groups.subscriptions(group))
+    return _answer(ctx.pop.groups.get(group), ctx.pop.groups.subscriptions(group))
 
 
 @router.get("", operation_id="listGroups", response_model=GroupConfigList)
 async def list_groups(ctx: Context) -> GroupConfigList:
     """Every consumer group here."""
     groups = ctx.pop.groups
-    return GroupConfigList(groups=[GroupConfigAnswer.of(g, groups.subscriptions(g.name)) for g in groups.all()])
+    return GroupConfigList(groups=[_answer(g, groups.subscriptions(g.name)) for g in groups.all()])
+
+
+def _answer(config: GroupConfig, subscriptions: list[Subscription], created: bool = False) -> GroupConfigAnswer:
+    return GroupConfigAnswer(
+        **{field: getattr(config, field) for field in GroupConfig.model_fields},
+        subscriptions=[
+            SubscriptionModel(topic=s.topic, filter_type=s.filter_type, expression=s.expression) for s in subscriptions
+        ],
+        created=created,
+    )
 
 
 @router.delete("/{group}", operation_id="deleteGroup", status_code=204)
@@ -161,8 +171,8 @@ async def nack(ctx: Context, group: str, request: Request) -> Response:
     body = parse_json(NackBody, await request.body())
     if body.delay_ms is not None and body.delay_level is not None:
         raise InvalidRequest("give delay_ms or delay_level, not both")
-    if body.delay_level is not None and body.delay_level > len(ctx.settings.delay_level_ms):
-        raise InvalidRequest(f"delay_level must be between 1 and {len(ctx.settings.delay_level_ms)}")
+    if body.delay_level is not None and body.delay_level > len(ctx.settings.delay_levels):
+        raise InvalidRequest(f"delay_level must be between 1 and {len(ctx.settings.delay_levels)}")
     results: list[dict[str, object]] = []
     for handle in body.receipt_handles:
         try:

@@ -9,54 +9,15 @@ Each subscribed topic gets its own queue in the group's retry topic
 from __future__ import annotations
 
 import asyncio
-import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlalchemy import Boolean, Engine, Integer, String, delete, select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
+from libs.broker_api.groups import ConsumeFrom, GroupConfig, RetryPolicy, RetryPolicyType
 from libs.errors import GroupNotFound
 from libs.filters import FilterType
 from services.broker.metadata import Base
-
-
-class RetryPolicyType(enum.StrEnum):
-    LEVELS = "levels"
-    EXPONENTIAL = "exponential"
-
-
-class ConsumeFrom(enum.StrEnum):
-    FIRST = "first"
-    LAST = "last"
-
-
-DEFAULT_MAX_RETRIES = 16
-FIRST_RETRY_LEVEL = 3
-"""As RocketMQ: the first retry waits delay level 3 (10 s), the next level 4, and so on."""
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    type: RetryPolicyType = RetryPolicyType.LEVELS
-    initial_ms: int = 1_000
-    max_ms: int = 7_200_000
-
-    def delay(self, failed_attempts: int, levels: tuple[int, ...]) -> tuple[int | None, int | None]:
-        """(delay level, delay ms) before the retry after `failed_attempts` failures (1 for the first)."""
-        if self.type is RetryPolicyType.LEVELS:
-            return min(FIRST_RETRY_LEVEL + failed_attempts - 1, len(levels)), None
-        return None, min(self.initial_ms * 2 ** min(failed_attempts - 1, 40), self.max_ms)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupConfig:
-    name: str
-    max_retries: int = DEFAULT_MAX_RETRIES
-    fifo: bool = False
-    broadcast: bool = False
-    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
-    fifo_suspend_ms: int = 1_000
-    consume_from: ConsumeFrom = ConsumeFrom.FIRST
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +107,9 @@ def _config(r: GroupRow) -> GroupConfig:
         max_retries=r.max_retries,
         fifo=r.fifo,
         broadcast=r.broadcast,
-        retry_policy=RetryPolicy(RetryPolicyType(r.retry_policy), r.retry_initial_ms, r.retry_max_ms),
+        retry_policy=RetryPolicy(
+            type=RetryPolicyType(r.retry_policy), initial_ms=r.retry_initial_ms, max_ms=r.retry_max_ms
+        ),
         fifo_suspend_ms=r.fifo_suspend_ms,
         consume_from=ConsumeFrom(r.consume_from),
     )

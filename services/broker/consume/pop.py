@@ -20,17 +20,19 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from libs.broker_api.frames import Lease
+from libs.broker_api.groups import ConsumeFrom, GroupConfig
 from libs.codec import peek_head, peek_offsets, peek_reconsume_times
 from libs.errors import InvalidRequest, LeaseEnded, OffsetOutOfRange
 from libs.events.writer import EventWriter
 from libs.filters import FilterType, MessageFilter
 from libs.message import Prop
 from libs.names import dlq_topic, retry_topic
-from libs.receipt import Lease, ReceiptHandle
+from libs.receipt import ReceiptHandle
 from libs.store.message_store import MessageStore
 from libs.topic import Perm, TopicConfig
 from services.broker.consume.clients import DEFAULT_IDLE_MS, BroadcastClients
-from services.broker.consume.groups import ConsumeFrom, GroupConfig, GroupTable
+from services.broker.consume.groups import GroupTable
 from services.broker.consume.window import ConsumeWindow, InFlight, WindowKey
 from services.broker.long_polling import PullWaiters
 from services.broker.offsets import ConsumerOffsets

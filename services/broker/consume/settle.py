@@ -18,6 +18,8 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
+from libs.broker_api.frames import Lease
+from libs.broker_api.groups import GroupConfig
 from libs.codec import decode_record
 from libs.errors import (
     AlreadyAcked,
@@ -29,8 +31,7 @@ from libs.errors import (
     LeaseSuperseded,
 )
 from libs.names import retry_topic
-from libs.receipt import Lease, ReceiptHandle
-from services.broker.consume.groups import GroupConfig
+from libs.receipt import ReceiptHandle
 from services.broker.consume.pop import PopService, owner_of
 from services.broker.consume.redelivery import attempt_token, dead_letter_copy, original_topic, put_body, retry_copy
 from services.broker.consume.window import ConsumeWindow, InFlight, WindowKey
@@ -106,7 +107,7 @@ class Settlement:
             raise LeaseLost(
                 "the broker restarted after this message was received; it will be delivered again (a new handle)"
             )
-        config = self.pop.groups.find(group) or GroupConfig(group)
+        config = self.pop.groups.find(group) or GroupConfig(name=group)
         key = WindowKey(owner_of(group, handle.client_id), handle.topic, handle.queue_id)
         window = self.pop.windows.get(key)
         leased = window.in_flight.get(handle.queue_offset) if window else None
@@ -139,7 +140,7 @@ class Settlement:
             if window is None or leased is None or leased.lease != timer.lease or leased.ending:
                 continue
             group = timer.key.owner.partition("@")[0]
-            config = self.pop.groups.find(group) or GroupConfig(group)
+            config = self.pop.groups.find(group) or GroupConfig(name=group)
             await self.fail(window, leased, config, EXPIRED)
             expired += 1
         return expired

@@ -6,9 +6,9 @@ import asyncio
 
 import httpx
 
+from libs.broker_api.frames import decode_leased
 from libs.codec import encode_record
 from libs.message import MessageRecord, Prop
-from libs.receipt import decode_leased
 from services.broker.app import create_app
 from tests.support.apps import broker_settings
 from tests.support.serving import ServedApp, serving

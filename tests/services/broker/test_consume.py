@@ -87,7 +87,7 @@ async def test_an_expired_lease_is_a_failed_attempt_retried_after_the_backoff(na
     # deliver it from SCHEDULE_TOPIC_XXXX: without one, it waits there.
     clock = FakeClock(time.time())
     settings = broker_settings(nameserver, lease_scan_ms=10, delay_levels="1s 1s 50ms 50ms 50ms")
-    async for broker in in_process(create_app(settings, clock)):
+    async for broker in in_process(create_app(settings, clock=clock)):
         await broker.put("/internal/topics/orders", json={"read_queues": 2, "write_queues": 2})
         await make_group(broker)
         await put(broker, "a")

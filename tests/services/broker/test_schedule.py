@@ -1,6 +1,5 @@
 """The broker's half of scheduled delivery: store until due, deliver by offset (the timer drives it)."""
 
-import struct
 import time
 from collections.abc import AsyncIterator
 
@@ -10,11 +9,10 @@ import pytest
 from libs.codec import encode_record, iter_records
 from libs.message import MessageRecord, Prop
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from libs.store.consume_queue import UNIT
 from services.broker.app import create_app
 from tests.support.apps import broker_settings, in_process
 from tests.support.serving import ServedApp
-
-UNIT = struct.Struct(">qiq")
 
 
 @pytest.fixture

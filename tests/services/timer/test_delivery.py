@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from libs.delay import DEFAULT_DELAY_LEVELS
+from libs.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from libs.message import Prop
 from libs.timer import MessageRef
 from tests.support.timer_service import Broker, Timer
@@ -10,9 +10,9 @@ from tests.support.timer_service import Broker, Timer
 HOUR_MS = 3_600_000
 
 
-def levels(first: str) -> str:
+def levels(first: str) -> tuple[int, ...]:
     """The default delay levels, level 1 changed (an operator's config change between restarts)."""
-    return " ".join([first, *DEFAULT_DELAY_LEVELS.split()[1:]])
+    return parse_delay_levels(" ".join([first, *DEFAULT_DELAY_LEVELS.split()[1:]]))
 
 
 def due_of(stored: dict[str, object]) -> int:

@@ -11,8 +11,10 @@ import httpx
 import pytest
 import redis
 
+from libs.http.client import ClientOptions
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 from services.broker.app import create_app as broker_app
+from services.txcheck.brokers import Brokers, open_brokers
 from tests.support.apps import broker_settings
 from tests.support.serving import ServedApp, serving
 from tests.support.txcheck import REDIS_URL, TxBroker
@@ -69,3 +71,10 @@ def producer_groups(tmp_path: Path) -> Iterator[tuple[str, ProducerGroupStore]]:
     engine = open_metadata_engine(url)
     yield url, ProducerGroupStore(engine)
     engine.dispose()
+
+
+@pytest.fixture
+def brokers(nameserver: ServedApp) -> Iterator[Brokers]:
+    """txcheck's calls to the nameserver and brokers, as its runtime opens them."""
+    with open_brokers([nameserver.address], ClientOptions(timeout=5, retry_backoff=0.001)) as opened:
+        yield opened

@@ -17,11 +17,11 @@ import pytest
 from fastapi import FastAPI, Request, Response
 
 from libs import webhooks
+from libs.broker_api.wire import CHECK_IMMUNITY
 from libs.errors import BrokerUnavailable
 from libs.events.writer import EventWriter
 from libs.producer_groups import ProducerGroupStore
-from services.broker.transactions import CHECK_IMMUNITY
-from services.txcheck.broker_api import BrokerApi
+from services.txcheck.brokers import Brokers
 from services.txcheck.checkback import CheckBack
 from services.txcheck.runtime import RecentProducerGroups
 from services.txcheck.scan import CheckOrder
@@ -85,11 +85,11 @@ def events(tmp_path: Path) -> Iterator[EventWriter]:
 
 @pytest.fixture
 def checkback(
-    tx_broker: TxBroker, producer_groups: tuple[str, ProducerGroupStore], events: EventWriter
+    tx_broker: TxBroker, brokers: Brokers, producer_groups: tuple[str, ProducerGroupStore], events: EventWriter
 ) -> Iterator[CheckBack]:
     _, store = producer_groups
-    with httpx.Client(timeout=5) as broker_http, httpx.Client() as producer_http:
-        yield CheckBack(BrokerApi(broker_http, []), store.find, producer_http, events, timeout=0.5)
+    with httpx.Client() as producer_http:
+        yield CheckBack(brokers, store.find, producer_http, events, timeout=0.5)
 
 
 def order_for(broker: TxBroker, stored: dict[str, Any]) -> CheckOrder:
@@ -187,14 +187,14 @@ def test_a_dead_endpoint_is_unknown(
 ) -> None:
     _, store = producer_groups
     store.put("shop", f"http://127.0.0.1:{free_port()}/checkback")
-    reply = checkback.ask(_half(tx_broker, "A"), "broker-a")
+    reply = checkback.ask(_half(checkback, tx_broker, "A"), "broker-a")
     assert (reply.answer, reply.reason.split(":")[0:2]) == ("UNKNOWN", ["http", "//127.0.0.1"])
     assert "ConnectError" in reply.reason
 
 
-def _half(broker: TxBroker, message_id: str) -> Any:
+def _half(checkback: CheckBack, broker: TxBroker, message_id: str) -> Any:
     stored = broker.put_half(message_id)
-    return BrokerApi(broker.http, []).record(broker.ref, stored["physical_offset"])
+    return checkback.api.record(broker.ref, stored["physical_offset"])
 
 
 def test_a_renewed_copy_is_asked_with_its_check_count(
@@ -259,7 +259,7 @@ def test_an_unregistered_producer_group_is_unknown(
 
 
 def test_a_broker_that_does_not_answer_raises_for_the_task_to_retry(checkback: CheckBack) -> None:
-    with pytest.raises(BrokerUnavailable, match="ConnectError"):
+    with pytest.raises(BrokerUnavailable, match=r"broker broker-a at 127\.0\.0\.1:[0-9]+ did not answer"):
         checkback.check(CheckOrder("broker-a", f"127.0.0.1:{free_port()}", "A", 0))
 
 

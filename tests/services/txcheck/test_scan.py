@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
-import httpx
 import pytest
 import redis
 
+from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED
 from libs.message import MessageRecord, Prop
 from libs.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from services.broker.transactions import CHECK_IMMUNITY, FIRST_STORED
-from services.txcheck.broker_api import Broker, BrokerApi
+from services.txcheck.brokers import Broker, Brokers
 from services.txcheck.ended import EndedTransactions
 from services.txcheck.scan import SYSTEM_GROUP, CheckOrder, HalfScanner, ScanOptions, due_at, ended_ops
 from tests.support.clock import FakeClock
-from tests.support.serving import ServedApp, free_port
+from tests.support.serving import free_port
 from tests.support.txcheck import TxBroker
 
 TIMEOUT_MS = 6000
@@ -27,13 +26,12 @@ IMMUNE = {CHECK_IMMUNITY: "0"}
 
 
 @pytest.fixture
-def api(nameserver: ServedApp) -> Iterator[BrokerApi]:
-    with httpx.Client(timeout=5) as http:
-        yield BrokerApi(http, [nameserver.address])
+def api(brokers: Brokers) -> Brokers:
+    return brokers
 
 
 def make_scanner(
-    api: BrokerApi,
+    api: Brokers,
     client: redis.Redis,
     prefix: str,
     clock: FakeClock,
@@ -44,7 +42,7 @@ def make_scanner(
     return HalfScanner(api, client, ScanOptions(**values), dispatched.extend, clock)
 
 
-def progress(api: BrokerApi, broker: TxBroker, topic: str) -> int | None:
+def progress(api: Brokers, broker: TxBroker, topic: str) -> int | None:
     return api.progress(broker.ref, SYSTEM_GROUP, topic)
 
 
@@ -76,12 +74,12 @@ def test_only_op_records_naming_a_message_end_a_transaction() -> None:
     assert ended_ops(ops) == [("A", 5)]
 
 
-def test_the_brokers_come_from_the_nameserver(api: BrokerApi, tx_broker: TxBroker) -> None:
+def test_the_brokers_come_from_the_nameserver(api: Brokers, tx_broker: TxBroker) -> None:
     assert api.brokers() == [tx_broker.ref]
 
 
 def test_a_scan_skips_ended_transactions_and_stops_at_the_first_copy_not_due(
-    api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
+    api: Brokers, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     a = tx_broker.put_half("A")
     tx_broker.put_half("B")
@@ -102,7 +100,7 @@ def test_a_scan_skips_ended_transactions_and_stops_at_the_first_copy_not_due(
 
 
 def test_a_copy_within_its_check_immunity_is_put_back_and_blocks_nothing_behind_it(
-    api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
+    api: Brokers, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     immune = tx_broker.put_half("C", {CHECK_IMMUNITY: "3600"})
     d = tx_broker.put_half("D")
@@ -119,7 +117,7 @@ def test_a_copy_within_its_check_immunity_is_put_back_and_blocks_nothing_behind_
 
 
 def test_each_renewed_copy_is_checked_again_once_it_is_due(
-    api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
+    api: Brokers, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     first = tx_broker.put_half("A", IMMUNE)
     clock = FakeClock(time.time() + 1)
@@ -139,7 +137,7 @@ def test_each_renewed_copy_is_checked_again_once_it_is_due(
 
 
 def test_past_the_check_limit_the_broker_abandons_the_transaction_and_the_scan_stops_checking_it(
-    api: BrokerApi, tx_broker_factory: Any, redis_client: redis.Redis, redis_prefix: str
+    api: Brokers, tx_broker_factory: Any, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     broker: TxBroker = tx_broker_factory(transaction_check_max=2)
     broker.put_half("A", IMMUNE)
@@ -157,7 +155,7 @@ def test_past_the_check_limit_the_broker_abandons_the_transaction_and_the_scan_s
 
 
 def test_two_overlapping_scans_never_check_one_copy_twice(
-    api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
+    api: Brokers, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     ids = [f"M{i:02d}" for i in range(40)]
     for message_id in ids:
@@ -184,7 +182,7 @@ def test_two_overlapping_scans_never_check_one_copy_twice(
 
 
 def test_a_transaction_ended_after_the_op_queue_was_read_is_not_checked(
-    api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
+    api: Brokers, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     tx_broker.put_half("A", IMMUNE)
     tx_broker.put_half("B", IMMUNE)
@@ -200,7 +198,7 @@ def test_a_transaction_ended_after_the_op_queue_was_read_is_not_checked(
 
 
 def test_a_scan_renews_nothing_while_the_checks_waiting_pass_the_backlog(
-    api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
+    api: Brokers, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     tx_broker.put_half("A", IMMUNE)
     dispatched: list[CheckOrder] = []
@@ -218,7 +216,7 @@ def test_a_scan_renews_nothing_while_the_checks_waiting_pass_the_backlog(
 
 
 def test_a_held_lock_means_another_scan_has_the_broker(
-    api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
+    api: Brokers, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     tx_broker.put_half("A", IMMUNE)
     dispatched: list[CheckOrder] = []
@@ -231,7 +229,7 @@ def test_a_held_lock_means_another_scan_has_the_broker(
 
 
 def test_a_copy_whose_dispatch_failed_is_dispatched_by_the_next_scan(
-    api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
+    api: Brokers, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     for message_id in ("A", "B", "C"):
         tx_broker.put_half(message_id, IMMUNE)
@@ -254,7 +252,7 @@ def test_a_copy_whose_dispatch_failed_is_dispatched_by_the_next_scan(
 
 
 def test_a_broker_that_does_not_answer_fails_its_scan_only(
-    api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
+    api: Brokers, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     tx_broker.put_half("A", IMMUNE)
     gone = Broker("broker-gone", f"127.0.0.1:{free_port()}")
@@ -263,12 +261,12 @@ def test_a_broker_that_does_not_answer_fails_its_scan_only(
 
     failed, scanned = scanner.scan(10, [gone, tx_broker.ref])
 
-    assert failed.stopped.startswith("failed: GET http://127.0.0.1:")
+    assert failed.stopped.startswith("failed: broker broker-gone at 127.0.0.1:"), failed.stopped
     assert (scanned.stopped, [o.message_id for o in dispatched]) == ("caught up", ["A"])
 
 
 def test_ended_ids_are_kept_with_a_ttl_and_forgotten_once_the_scan_is_past_their_copies(
-    api: BrokerApi, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
+    api: Brokers, tx_broker: TxBroker, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     tx_broker.put_half("A")
     tx_broker.put_half("B", {CHECK_IMMUNITY: "60"})

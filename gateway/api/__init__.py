@@ -1,1 +1,0 @@
-"""The gateway's `/v1` routers, one module per resource."""

@@ -1,0 +1,132 @@
+"""Where brokers are: master addresses from routes and cluster listings; writes to every master."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from libs.broker_api.schemas import BrokerTopic
+from libs.errors import BrokerUnavailable, NotFound, PetrelError, ServiceUnavailable, TopicNotFound
+from libs.routing import TopicRoute
+from libs.topic import Perm, TopicConfig
+
+if TYPE_CHECKING:  # the context holds the Receiver, which uses this module
+    from gateway.context import GatewayContext
+
+T = TypeVar("T")
+
+
+def master_address(route: TopicRoute, broker_name: str) -> str:
+    broker = route.broker(broker_name)
+    address = broker.master if broker else None
+    if address is None:
+        raise BrokerUnavailable(f"broker {broker_name} has no live master", broker=broker_name)
+    return address
+
+
+async def cluster_masters(ctx: GatewayContext) -> list[tuple[str, str]]:
+    """(broker name, master address) of every broker of the gateway's cluster; 503 when there is none."""
+    targets = await ctx.nameservers.masters(ctx.settings.cluster)
+    if not targets:
+        raise ServiceUnavailable(f"no broker of cluster {ctx.settings.cluster!r} is registered with the nameservers")
+    return targets
+
+
+async def on_each(
+    targets: list[tuple[str, str]], call: Callable[[str, str], Awaitable[T]]
+) -> tuple[list[tuple[str, T]], list[tuple[str, BaseException]]]:
+    """Call each (broker, address) at once: (broker, answer)s and (broker, failure)s."""
+    results = await asyncio.gather(*(call(name, address) for name, address in targets), return_exceptions=True)
+    answers: list[tuple[str, T]] = []
+    failed: list[tuple[str, BaseException]] = []
+    for (name, _), result in zip(targets, results, strict=True):
+        if isinstance(result, BaseException):
+            failed.append((name, result))
+        else:
+            answers.append((name, result))
+    return answers, failed
+
+
+async def on_every_master(
+    ctx: GatewayContext, call: Callable[[str, str], Awaitable[T]]
+) -> tuple[list[tuple[str, T]], list[tuple[str, BaseException]]]:
+    """Call every master of the gateway's cluster at once: (broker, answer)s and (broker, failure)s."""
+    return await on_each(await cluster_masters(ctx), call)
+
+
+def write_failed(what: str, failed: list[tuple[str, BaseException]]) -> PetrelError:
+    """The error of a write that some masters did not take: a broker's own 4xx as is, else 503."""
+    exc = failed[0][1]
+    if isinstance(exc, PetrelError) and exc.status < 500:
+        return exc
+    return BrokerUnavailable(
+        f"{what} could not be written to broker(s) {', '.join(n for n, _ in failed)}: "
+        f"{first_detail(failed)}; the call is idempotent, repeat it",
+        brokers=[name for name, _ in failed],
+    )
+
+
+async def create_topic(ctx: GatewayContext, config: TopicConfig) -> list[BrokerTopic]:
+    """Create or update the topic on every broker of the gateway's cluster."""
+    try:
+        stored, failed = await on_every_master(ctx, lambda name, address: ctx.brokers.put_topic(name, address, config))
+    finally:
+        ctx.routes.invalidate(config.name)
+    if failed:
+        raise write_failed(f"topic {config.name!r}", failed)
+    return [topic for _, topic in stored]
+
+
+async def ensure_topic(ctx: GatewayContext, topic: str) -> None:
+    """With auto_create_topics on, a send to an unknown topic creates it (default queues)."""
+    try:
+        await ctx.routes.get(topic)
+    except TopicNotFound:
+        if not ctx.settings.auto_create_topics:
+            raise
+        await create_topic(ctx, default_topic(ctx, topic))
+
+
+def default_topic(ctx: GatewayContext, name: str) -> TopicConfig:
+    queues = ctx.settings.default_queues
+    return TopicConfig(name, queues, queues, Perm.READ_WRITE)
+
+
+def first_detail(failed: list[tuple[str, BaseException]]) -> str:
+    exc = failed[0][1]
+    return exc.detail if isinstance(exc, PetrelError) else str(exc)
+
+
+async def first_master_answer(ctx: GatewayContext, call: Callable[[str, str], Awaitable[T]]) -> T:
+    """Ask every master of the gateway's cluster at once; the first answer wins.
+
+    A NotFound (e.g. group-not-found) is the answer only when every master says so;
+    when some did not answer either, their unavailability is.
+    """
+    targets = await cluster_masters(ctx)
+    tasks = [asyncio.ensure_future(call(name, address)) for name, address in targets]
+    failures: list[PetrelError] = []
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            try:
+                return await next_done
+            except PetrelError as exc:
+                failures.append(exc)
+    finally:
+        await cancel_all(tasks)
+    raise failure_of_all(failures)
+
+
+def failure_of_all(failures: Iterable[BaseException]) -> BaseException:
+    """What to answer when every broker failed: a NotFound only if all said so, else why one did not answer."""
+    listed = list(failures)
+    return next((e for e in listed if not isinstance(e, NotFound)), listed[0])
+
+
+async def cancel_all(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Cancel what is still running and wait for it, so no failure goes unretrieved."""
+    pending = list(tasks)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)

@@ -1,0 +1,1 @@
+"""Consuming: receive under a lease, ack, nack, change a lease's visibility."""

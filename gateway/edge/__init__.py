@@ -1,0 +1,1 @@
+"""Shared pieces of the HTTP edge: common path parameters, message fields, per-entry errors."""

@@ -1,0 +1,1 @@
+"""Consumer groups: admin, lag, offset resets, dead letters."""

@@ -1,0 +1,232 @@
+"""`/v1/groups`: consumer group admin, lag, offset resets, dead letters (peek and redrive).
+
+Every broker of the gateway's cluster keeps each group's configuration (as every
+broker keeps each topic's): writes go to all of them, and a read takes the first
+answer. A group is unknown (404) only when every broker says so.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+
+from gateway.cluster.writes import (
+    cluster_masters,
+    failure_of_all,
+    first_master_answer,
+    master_address,
+    on_each,
+    on_every_master,
+    write_failed,
+)
+from gateway.context import Context
+from gateway.edge.params import GroupName
+from gateway.edge.records import message_fields
+from gateway.groups.schemas import (
+    DeadLetter,
+    DeadLetterList,
+    DeadLetterQueue,
+    Group,
+    GroupLag,
+    GroupList,
+    GroupUpdate,
+    OffsetReset,
+    OffsetResetRequest,
+    QueueLag,
+    RedriveRequest,
+    RedriveResult,
+    ResetQueueOffset,
+)
+from libs.broker_api.consume import RedriveBody
+from libs.broker_api.groups import GroupConfigAnswer
+from libs.codec import iter_records
+from libs.errors import InvalidRequest, NotFound, PetrelError
+from libs.http.app import json_body, parse_json
+from libs.message import MessageRecord, Prop
+from libs.names import validate_topic_name
+from libs.problem import PROBLEM_RESPONSES
+from libs.timeparse import parse_time_ms
+
+router = APIRouter(prefix="/v1/groups", tags=["groups"], responses=PROBLEM_RESPONSES)
+
+
+@router.put(
+    "/{group}",
+    operation_id="putGroup",
+    response_model=Group,
+    responses={201: {"model": Group, "description": "Created"}},
+    openapi_extra=json_body(GroupUpdate, required=False),
+)
+async def put_group(ctx: Context, group: GroupName, request: Request, response: Response) -> Group:
+    """Create the group on every broker of the cluster, or update it (201 when created; no body: every default)."""
+    raw = await request.body()
+    update = parse_json(GroupUpdate, raw) if raw.strip() else GroupUpdate()
+    stored, failed = await on_every_master(
+        ctx, lambda name, address: ctx.brokers.put_group(name, address, group, update)
+    )
+    if failed:
+        raise write_failed(f"group {group!r}", failed)
+    response.status_code = 201 if any(answer.created for _, answer in stored) else 200
+    return _public(stored[0][1])
+
+
+@router.get("", operation_id="listGroups", response_model=GroupList)
+async def list_groups(ctx: Context) -> GroupList:
+    """Every consumer group, by name."""
+    answers, failed = await on_every_master(ctx, ctx.brokers.list_groups)
+    if not answers:
+        raise failure_of_all(e for _, e in failed)
+    groups: dict[str, Group] = {}
+    for _, listed in answers:
+        for group in listed:
+            groups.setdefault(group.name, _public(group))
+    return GroupList(groups=[groups[name] for name in sorted(groups)], unavailable=_unavailable(failed))
+
+
+@router.get("/{group}", operation_id="getGroup", response_model=Group)
+async def get_group(ctx: Context, group: GroupName) -> Group:
+    """The group's configuration and subscriptions."""
+    return _public(await first_master_answer(ctx, lambda name, address: ctx.brokers.get_group(name, address, group)))
+
+
+@router.delete("/{group}", operation_id="deleteGroup", status_code=204)
+async def delete_group(ctx: Context, group: GroupName) -> Response:
+    """Delete the group's configuration and subscriptions from every broker (its retry and DLQ topics stay)."""
+    deleted, failed = await on_every_master(ctx, lambda name, address: ctx.brokers.delete_group(name, address, group))
+    if not deleted:
+        raise failure_of_all(e for _, e in failed)
+    failed = [(name, e) for name, e in failed if not isinstance(e, NotFound)]
+    if failed:
+        raise write_failed(f"the deletion of group {group!r}", failed)
+    return Response(status_code=204)
+
+
+@router.get("/{group}/lag", operation_id="getGroupLag", response_model=GroupLag)
+async def get_lag(ctx: Context, group: GroupName) -> GroupLag:
+    """Per broker, topic and queue: the broker's offset, the group's, the lag and the messages in flight."""
+    answers, failed = await on_every_master(ctx, lambda name, address: ctx.brokers.lag(name, address, group))
+    if not answers:
+        raise failure_of_all(e for _, e in failed)
+    queues = [QueueLag.model_validate({**q, "broker": broker}) for broker, listed in answers for q in listed]
+    return GroupLag(
+        group=group,
+        queues=queues,
+        total_lag=sum(q.lag for q in queues),
+        total_in_flight=sum(q.in_flight for q in queues),
+        unavailable=_unavailable(failed),
+    )
+
+
+@router.post(
+    "/{group}/topics/{topic}/offsets:reset",
+    operation_id="resetGroupOffsets",
+    response_model=OffsetReset,
+    openapi_extra=json_body(OffsetResetRequest),
+)
+async def reset_offsets(ctx: Context, group: GroupName, topic: str, request: Request) -> OffsetReset:
+    """Rewind or skip: move the group's offset in every queue of the topic to a time or an offset."""
+    validate_topic_name(topic)
+    spec = parse_json(OffsetResetRequest, await request.body())
+    body = {"timestamp": _reset_time(spec), "offset": spec.offset, "client_id": spec.client_id}
+    route = await ctx.routes.get(topic)
+    targets = [(q.broker_name, master_address(route, q.broker_name)) for q in route.queues]
+    answers, failed = await on_each(
+        targets, lambda name, address: ctx.brokers.reset_offsets(name, address, group, topic, body)
+    )
+    if failed:
+        raise write_failed(f"the offsets of group {group!r} in {topic!r}", failed)
+    queues = [ResetQueueOffset(broker=b, queue_id=q["queue_id"], offset=q["offset"]) for b, qs in answers for q in qs]
+    return OffsetReset(group=group, topic=topic, queues=queues)
+
+
+@router.get("/{group}/dlq", operation_id="peekDeadLetters", response_model=DeadLetterList)
+async def peek_dead_letters(
+    ctx: Context,
+    group: GroupName,
+    offset: Annotated[
+        int, Query(ge=0, description="the first DLQ offset to read, on each broker (what was redriven is passed)")
+    ] = 0,
+    max: Annotated[int, Query(ge=1, le=256, description="at most this many from each broker")] = 32,
+) -> DeadLetterList:
+    """The group's dead letters still in the DLQ, with why they are there; a redriven one leaves the list."""
+    answers, failed = await on_every_master(
+        ctx, lambda name, address: ctx.brokers.dead_letters(name, address, group, offset, max)
+    )
+    if not answers:
+        raise failure_of_all(e for _, e in failed)
+    return DeadLetterList(
+        messages=[dead_letter(r, broker) for broker, batch in answers for r in iter_records(batch.records)],
+        queues=[
+            DeadLetterQueue(broker=broker, next_offset=b.next_offset, min_offset=b.min_offset, max_offset=b.max_offset)
+            for broker, b in answers
+        ],
+        unavailable=_unavailable(failed),
+    )
+
+
+@router.post(
+    "/{group}/dlq:redrive",
+    operation_id="redriveDeadLetters",
+    response_model=RedriveResult,
+    openapi_extra=json_body(RedriveRequest, required=False),
+)
+async def redrive(ctx: Context, group: GroupName, request: Request) -> RedriveResult:
+    """Send dead letters back to the group, with their message ids kept (all, or those named), rate-limited."""
+    raw = await request.body()
+    spec = parse_json(RedriveRequest, raw) if raw.strip() else RedriveRequest()
+    targets = await cluster_masters(ctx)
+    result = RedriveResult(redriven=0, message_ids=[], not_found=list(spec.message_ids or []), remaining=0)
+    failed: list[tuple[str, BaseException]] = []
+    # One broker after another, so that max_messages and per_second hold for the whole call.
+    for name, address in targets:
+        budget = spec.max_messages - result.redriven
+        if budget <= 0:
+            break
+        try:
+            body = RedriveBody(message_ids=spec.message_ids, max_messages=budget, per_second=spec.per_second)
+            answer = await ctx.brokers.redrive(name, address, group, body)
+        except PetrelError as exc:
+            if exc.status < 500 and not isinstance(exc, NotFound):
+                raise
+            failed.append((name, exc))
+            continue
+        result.message_ids.extend(answer["redriven"])
+        result.redriven = len(result.message_ids)
+        result.remaining += int(answer["remaining"])
+        missing_here = set(answer["not_found"])
+        result.not_found = [i for i in result.not_found if i in missing_here]
+    if len(failed) == len(targets):
+        raise failure_of_all(e for _, e in failed)
+    result.unavailable = _unavailable(failed)
+    return result
+
+
+def dead_letter(record: MessageRecord, broker: str) -> DeadLetter:
+    properties = record.properties
+    return DeadLetter(
+        **message_fields(record, broker),
+        original_topic=properties.get(Prop.RETRY_TOPIC, record.topic),
+        attempts=record.reconsume_times + 1,
+        reason=properties.get(Prop.DLQ_REASON),
+        dead_lettered_at=record.store_timestamp,
+    )
+
+
+def _unavailable(failed: list[tuple[str, BaseException]]) -> list[str]:
+    """The brokers that did not answer (one that does not know the group has nothing to add)."""
+    return [name for name, exc in failed if not isinstance(exc, NotFound)]
+
+
+def _reset_time(spec: OffsetResetRequest) -> int | None:
+    if spec.timestamp is None:
+        return None
+    moment = parse_time_ms(spec.timestamp, "timestamp")
+    if moment < 0:
+        raise InvalidRequest(f"timestamp {spec.timestamp!r} is before 1970")
+    return moment
+
+
+def _public(answer: GroupConfigAnswer) -> Group:
+    """A broker's answer as the public `Group` (the same fields, and the subscriptions)."""
+    return Group.model_validate(answer.model_dump())

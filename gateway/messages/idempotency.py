@@ -1,0 +1,166 @@
+"""IdempotencyKeys: `Idempotency-Key` on sends, kept in Redis for 24 hours.
+
+A key is a record (its request's fingerprint, the message ids of its messages,
+and where each was sent) plus a short lease held by the request working on it:
+
+- first request: the lease is taken (SET NX), then the record created with fresh
+  message ids; the send runs under the lease.
+- before each put, the broker each message goes to is written to the record
+  (only while the lease is still ours), so whatever happens next, a later
+  request knows where the message may be. The records carry DEDUP: that broker
+  answers with the copy it holds instead of storing a second one.
+- answered: a send whose every message has a settled outcome stores its answer
+  (`done`); repeats get it back. A send that failed before anything could be
+  stored releases the key. A send with an unsettled outcome (a flush timeout, a
+  broker that got the put but did not answer) keeps its record and drops its
+  lease: a repeat resumes it at once, same ids, same brokers.
+- a repeat while the lease is held: 409 (the first is in flight). A gateway that
+  died mid-request leaves its lease to expire (`LEASE_MS`), then a repeat resumes.
+- a repeat with a different payload: 422.
+
+So a kill -9 of the gateway at any await leaves one of: no record (nothing sent),
+a record without brokers (nothing sent), a record naming brokers (a repeat goes
+there, and the broker keeps one copy), or the answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+import redis.asyncio as aioredis
+
+from libs import jsonutil
+from libs.errors import IdempotencyConflict, PetrelError, ServiceUnavailable, ValidationFailed
+
+TTL_SECONDS = 24 * 3600
+LEASE_MS = 15_000
+MAX_KEY_LENGTH = 255
+T = TypeVar("T")
+
+# Write the record only while the lease is still ours, and renew the lease.
+_GUARDED_SET = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+_GUARDED_DEL = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '1' then redis.call('DEL', KEYS[1]) end
+redis.call('DEL', KEYS[2])
+return 1
+"""
+
+
+@dataclass(slots=True)
+class Claim:
+    redis_key: str
+    fingerprint: str
+    owner: str
+    replay: dict[str, Any] | None
+    """The first request's answer, when this is a repeat of a finished one."""
+    message_ids: list[str] = field(default_factory=list)
+    """One per message of the request, fixed by the first attempt."""
+    fixed: dict[str, str] = field(default_factory=dict)
+    """message id -> the broker an earlier attempt sent it to (it may be stored there)."""
+    sent: dict[str, str] = field(default_factory=dict)
+    """message id -> broker, as this request sends them (written before each put)."""
+    keys: IdempotencyKeys | None = None
+
+    @property
+    def lease_key(self) -> str:
+        return self.redis_key + ":lease"
+
+    lost: bool = False
+    """A write of where messages go failed (taken over, or Redis gone): the record may name puts already made."""
+
+    async def record(self, targets: Mapping[str, str]) -> None:
+        """Note where messages go before they are put (gateway.messages.sender.Pins)."""
+        assert self.keys is not None
+        self.sent.update(targets)
+        try:
+            await self.keys.save(self)
+        except PetrelError:
+            self.lost = True
+            raise
+
+
+class IdempotencyKeys:
+    def __init__(self, client: aioredis.Redis, lease_ms: int = LEASE_MS) -> None:
+        self.client = client
+        self.lease_ms = lease_ms
+
+    async def claim(self, scope: str, key: str, payload: bytes, count: int, new_id: Callable[[], str]) -> Claim:
+        """Take the key for a request of `count` messages (ids made by `new_id` when the key is new)."""
+        if not key or len(key) > MAX_KEY_LENGTH:
+            raise ValidationFailed(f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} characters")
+        claim = Claim(f"petrel:idempotency:{scope}:{key}", hashlib.sha256(payload).hexdigest(), "", None, keys=self)
+        claim.owner = secrets.token_hex(8)
+        stored = await self._redis(self.client.get(claim.redis_key))
+        if stored is not None and self._replayed(claim, key, stored):
+            return claim
+        if not await self._redis(self.client.set(claim.lease_key, claim.owner, nx=True, px=self.lease_ms)):
+            raise IdempotencyConflict(f"a request with Idempotency-Key {key!r} is still in progress; retry shortly")
+        ids = [new_id() for _ in range(count)]
+        fresh = {"state": "pending", "fingerprint": claim.fingerprint, "ids": ids}
+        if await self._redis(self.client.set(claim.redis_key, jsonutil.dumps(fresh), nx=True, ex=TTL_SECONDS)):
+            claim.message_ids = ids
+            return claim
+        stored = await self._redis(self.client.get(claim.redis_key))
+        if stored is None or self._replayed(claim, key, stored):  # finished (or expired) meanwhile
+            await self._redis(self.client.delete(claim.lease_key))
+            return claim if claim.replay is not None else await self.claim(scope, key, payload, count, new_id)
+        record = jsonutil.loads(stored)
+        claim.message_ids = list(record["ids"])
+        claim.fixed = dict(record.get("sent") or {})
+        claim.sent = dict(claim.fixed)
+        return claim
+
+    def _replayed(self, claim: Claim, key: str, stored: bytes) -> bool:
+        """Check a stored record against this request; True when it holds the answer (set as claim.replay)."""
+        record = jsonutil.loads(stored)
+        if record["fingerprint"] != claim.fingerprint:
+            raise ValidationFailed(
+                f"Idempotency-Key {key!r} was used with a different request body; use a new key for a new message"
+            )
+        if record["state"] == "done":
+            claim.replay = record["answer"]
+            return True
+        return False
+
+    async def save(self, claim: Claim) -> None:
+        """Write where the messages were sent; IdempotencyConflict when another request took the key over."""
+        record = {"state": "pending", "fingerprint": claim.fingerprint, "ids": claim.message_ids, "sent": claim.sent}
+        await self._guarded(_GUARDED_SET, claim, jsonutil.dumps(record).decode(), str(self.lease_ms))
+
+    async def complete(self, claim: Claim, answer: dict[str, Any]) -> None:
+        done = {"state": "done", "fingerprint": claim.fingerprint, "answer": answer}
+        await self._guarded(_GUARDED_SET, claim, jsonutil.dumps(done).decode(), "1")
+
+    async def suspend(self, claim: Claim) -> None:
+        """The outcome is not settled: keep the record (ids, brokers) and let a repeat resume it now."""
+        await self._guarded(_GUARDED_DEL, claim, "0")
+
+    async def release(self, claim: Claim) -> None:
+        """Nothing was stored: forget the key."""
+        await self._guarded(_GUARDED_DEL, claim, "1")
+
+    async def _guarded(self, script: str, claim: Claim, *args: str) -> None:
+        call = self.client.eval(script, 2, claim.redis_key, claim.lease_key, claim.owner, *args)
+        done = await self._redis(cast(Awaitable[int], call))
+        if not done:
+            raise IdempotencyConflict(
+                "another request with the same Idempotency-Key took over this one (it took longer than "
+                f"{self.lease_ms} ms); its answer is the one that counts"
+            )
+
+    @staticmethod
+    async def _redis(call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except (aioredis.RedisError, OSError) as exc:
+            raise ServiceUnavailable(f"the idempotency key store (Redis) did not answer: {exc}") from exc

@@ -1,0 +1,250 @@
+"""`/v1` messages: send one, send a batch, pull by offset, find by id and by key."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from pydantic import BaseModel
+
+from gateway.cluster.writes import ensure_topic, master_address
+from gateway.context import Context, GatewayContext
+from gateway.edge.entries import entry_error
+from gateway.edge.message_ids import ask_every_broker, id_time
+from gateway.edge.outgoing import outgoing
+from gateway.edge.records import message_fields
+from gateway.messages.schemas import (
+    BatchEntry,
+    BatchResult,
+    Message,
+    MessageList,
+    PullResult,
+    SendBatch,
+    SendMessage,
+    SendResult,
+)
+from gateway.messages.sender import Pins, Prepared, Sent, unsettled
+from libs import jsonutil
+from libs.codec import iter_records
+from libs.errors import InvalidRequest, MessageNotFound, PetrelError, TopicNotFound
+from libs.http.app import json_body, parse_json
+from libs.message import MessageRecord
+from libs.names import validate_readable_topic, validate_topic_name
+from libs.problem import PROBLEM_RESPONSES
+from libs.routing import TopicRoute
+from libs.timeparse import parse_time_ms
+
+router = APIRouter(prefix="/v1", tags=["messages"], responses=PROBLEM_RESPONSES)
+
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", description="repeat-safe sends for 24 h")]
+MAX_WAIT_MS = 30_000
+
+
+@router.post(
+    "/topics/{topic}/messages",
+    operation_id="sendMessage",
+    response_model=SendResult,
+    status_code=201,
+    openapi_extra=json_body(SendMessage),
+)
+async def send_message(ctx: Context, topic: str, request: Request, idempotency_key: IdempotencyKey = None) -> Response:
+    """Send one message; answers where it was stored."""
+    validate_topic_name(topic)
+    message = parse_json(SendMessage, await request.body())
+
+    async def run(ids: list[str | None], pins: Pins | None) -> tuple[dict[str, Any], bool]:
+        prepared = ctx.sender.prepare(topic, outgoing(message), message_id=ids[0])
+        await ensure_topic(ctx, topic)
+        (result,) = await ctx.sender.send(topic, [prepared], pins)
+        if isinstance(result, PetrelError):
+            raise result
+        _emit_sent(request, topic, [prepared], [result], idempotency_key)
+        return asdict(result), True  # SendResult's fields
+
+    answer = await _idempotent(ctx, f"send:{topic}", idempotency_key, message, 1, run)
+    return Response(jsonutil.dumps(answer), status_code=201, media_type="application/json")
+
+
+@router.post(
+    "/topics/{topic}/messages:batch",
+    operation_id="sendMessageBatch",
+    response_model=BatchResult,
+    openapi_extra=json_body(SendBatch),
+)
+async def send_batch(ctx: Context, topic: str, request: Request, idempotency_key: IdempotencyKey = None) -> Response:
+    """Send up to 256 messages; one result (or error) per message, in order."""
+    validate_topic_name(topic)
+    batch = parse_json(SendBatch, await request.body())
+
+    async def run(ids: list[str | None], pins: Pins | None) -> tuple[dict[str, Any], bool]:
+        entries: list[BatchEntry | None] = [None] * len(batch.messages)
+        prepared: list[tuple[int, Prepared]] = []
+        settled = True
+        for index, message in enumerate(batch.messages):
+            try:
+                prepared.append((index, ctx.sender.prepare(topic, outgoing(message), message_id=ids[index])))
+            except PetrelError as exc:
+                entries[index] = BatchEntry(index=index, error=entry_error(exc))
+        if prepared:
+            await ensure_topic(ctx, topic)
+            results = await ctx.sender.send(topic, [p for _, p in prepared], pins)
+            for (index, _), result in zip(prepared, results, strict=True):
+                if isinstance(result, PetrelError):
+                    entries[index] = BatchEntry(index=index, error=entry_error(result))
+                    settled = settled and not unsettled(result)
+                else:
+                    entries[index] = BatchEntry(index=index, result=SendResult(**asdict(result)))
+            sent = [(p, r) for (_, p), r in zip(prepared, results, strict=True) if isinstance(r, Sent)]
+            _emit_sent(request, topic, [p for p, _ in sent], [r for _, r in sent], idempotency_key)
+        return BatchResult(results=[e for e in entries if e is not None]).model_dump(), settled
+
+    answer = await _idempotent(ctx, f"batch:{topic}", idempotency_key, batch, len(batch.messages), run)
+    return Response(jsonutil.dumps(answer), media_type="application/json")
+
+
+@router.get("/topics/{topic}/queues/{queue_id}/messages", operation_id="pullMessages", response_model=PullResult)
+async def pull_messages(
+    ctx: Context,
+    topic: str,
+    queue_id: int,
+    offset: Annotated[int, Query(ge=0, description="the first queue offset to read")] = 0,
+    max: Annotated[int, Query(ge=1, le=256, description="at most this many messages")] = 32,
+    wait_ms: Annotated[int, Query(ge=0, le=MAX_WAIT_MS, description="hold an empty pull this long")] = 0,
+    tag: Annotated[str | None, Query(description="TAG filter: TagA || TagB, or *")] = None,
+    sql: Annotated[str | None, Query(description="SQL92 filter over properties and TAGS")] = None,
+    broker: Annotated[str | None, Query(description="the broker, when several hold the topic")] = None,
+) -> PullResult:
+    """Messages of one queue from an offset; with wait_ms, waits for the first one to arrive.
+
+    A user topic's: system topics are refused (400 reserved-topic-name, naming where they are read).
+    """
+    validate_readable_topic(topic)
+    route = await ctx.routes.get(topic)
+    name, address = _pick_broker(route, broker)
+    params: dict[str, str | int] = {"offset": offset, "max": max, "wait_ms": wait_ms}
+    if tag is not None:
+        params["tag"] = tag
+    if sql is not None:
+        params["sql"] = sql
+    pulled = await ctx.brokers.pull(name, address, topic, queue_id, params, wait_ms)
+    return PullResult(
+        messages=[to_message(r, name) for r in iter_records(pulled.records)],
+        next_offset=pulled.next_offset,
+        min_offset=pulled.min_offset,
+        max_offset=pulled.max_offset,
+        broker=name,
+    )
+
+
+@router.get("/messages/{message_id}", operation_id="getMessage", response_model=Message)
+async def get_message(ctx: Context, message_id: str) -> Message:
+    """The message with this id, as stored in its topic.
+
+    Only the message in the topic it was sent to is answered, never a copy in a system topic:
+    a scheduled message is found once it is due, a transaction's once committed, and a retried
+    or dead-lettered one is answered as first stored (its dead letters: /v1/groups/{group}/dlq).
+    """
+    born = id_time(message_id)
+    now = int(time.time() * 1000)
+    params: dict[str, str | int] = {"begin": max(0, born - 60_000), "end": now + 60_000, "public": "true"}
+    found: list[Message] = []
+    for name, _, raw in await ask_every_broker(ctx, lambda n, a: ctx.brokers.query_id(n, a, message_id, params)):
+        found.extend(to_message(r, name) for r in iter_records(raw))
+    if not found:
+        raise MessageNotFound(
+            f"no broker holds a message with id {message_id} in its topic"
+            " (a scheduled message is found once it is due, a transaction's once it is committed)"
+        )
+    return min(found, key=lambda m: m.stored_at)
+
+
+@router.get("/topics/{topic}/messages", operation_id="queryMessagesByKey", response_model=MessageList)
+async def query_by_key(
+    ctx: Context,
+    topic: str,
+    key: Annotated[str, Query(min_length=1, description="a key the message was sent with")],
+    begin: Annotated[str | None, Query(description="RFC 3339 or epoch ms (default: 3 days ago)")] = None,
+    end: Annotated[str | None, Query(description="RFC 3339 or epoch ms (default: now)")] = None,
+    max: Annotated[int, Query(ge=1, le=64)] = 32,
+) -> MessageList:
+    """Messages of the topic sent with `key`, stored between begin and end, newest first (a user topic's)."""
+    validate_readable_topic(topic)
+    now = int(time.time() * 1000)
+    begin_ms = parse_time_ms(begin, "begin") if begin else now - 72 * 3600 * 1000
+    end_ms = parse_time_ms(end, "end") if end else now + 60_000
+    if begin_ms > end_ms:
+        raise InvalidRequest(f"begin ({begin_ms}) is after end ({end_ms})")
+    route = await ctx.routes.get(topic)
+    params: dict[str, str | int] = {"topic": topic, "key": key, "begin": begin_ms, "end": end_ms, "max": max}
+    answers = await asyncio.gather(
+        *(ctx.brokers.query_key(q.broker_name, master_address(route, q.broker_name), params) for q in route.queues)
+    )
+    messages = [
+        to_message(r, q.broker_name) for q, raw in zip(route.queues, answers, strict=True) for r in iter_records(raw)
+    ]
+    return MessageList(messages=sorted(messages, key=lambda m: m.stored_at, reverse=True)[:max])
+
+
+def to_message(record: MessageRecord, broker: str) -> Message:
+    return Message(**message_fields(record, broker))
+
+
+SendRun = Callable[[list[str | None], Pins | None], Awaitable[tuple[dict[str, Any], bool]]]
+"""Sends a request's messages with these ids (None: fresh ones); its answer, and whether every outcome is settled."""
+
+
+async def _idempotent(
+    ctx: GatewayContext, scope: str, key: str | None, payload: BaseModel, count: int, run: SendRun
+) -> Any:
+    """Run the send once per Idempotency-Key (gateway.messages.idempotency): replayed, resumed, or released."""
+    if key is None:
+        return (await run([None] * count, None))[0]
+    claim = await ctx.idempotency.claim(scope, key, payload.model_dump_json().encode(), count, ctx.sender.ids.new_id)
+    if claim.replay is not None:
+        return claim.replay
+    ids: list[str | None] = list(claim.message_ids)
+    try:
+        answer, settled = await run(ids, claim)
+    except BaseException as exc:
+        # Released only when no put of this key can have stored anything: not one an earlier
+        # request made (`fixed`), nor one whose outcome is unsure, nor one the record may not name.
+        stored_nothing = isinstance(exc, PetrelError) and not (unsettled(exc) or claim.lost or claim.fixed)
+        with contextlib.suppress(PetrelError):  # taken over, or Redis gone: the original error is the answer
+            await (ctx.idempotency.release(claim) if stored_nothing else ctx.idempotency.suspend(claim))
+        raise
+    # The answer stands even when it cannot be recorded (taken over, Redis gone): a repeat
+    # then resumes the record, and the brokers answer with the copies they hold.
+    with contextlib.suppress(PetrelError):
+        await (ctx.idempotency.complete(claim, answer) if settled else ctx.idempotency.suspend(claim))
+    return answer
+
+
+def _emit_sent(request: Request, topic: str, prepared: list[Prepared], results: list[Sent], key: str | None) -> None:
+    events = request.state.events
+    for p, r in zip(prepared, results, strict=True):
+        optional: dict[str, Any] = {"size": len(p.encoded)}
+        if p.message.tag is not None:
+            optional["tag"] = p.message.tag
+        if p.message.keys:
+            optional["keys"] = list(p.message.keys)
+        if key is not None:
+            optional["idempotency_key"] = key
+        events.emit("sent", message_id=r.message_id, topic=topic, **optional)
+
+
+def _pick_broker(route: TopicRoute, broker: str | None) -> tuple[str, str]:
+    names = [q.broker_name for q in route.queues]
+    if broker is None:
+        if len(names) > 1:
+            raise InvalidRequest(
+                f"topic {route.topic!r} has queues on {', '.join(names)}: say which with ?broker=", brokers=names
+            )
+        broker = names[0]
+    if broker not in names:
+        raise TopicNotFound(f"broker {broker!r} holds no queue of {route.topic!r} (brokers: {', '.join(names)})")
+    return broker, master_address(route, broker)

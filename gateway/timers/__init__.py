@@ -1,0 +1,1 @@
+"""Scheduled delivery: timer statistics, cancelling a scheduled message."""

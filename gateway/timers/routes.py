@@ -1,0 +1,68 @@
+"""`/v1` scheduled delivery: timer statistics, and cancelling a message not yet due."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request, Response
+
+from gateway.context import Context
+from gateway.edge.message_ids import ask_every_broker, id_time
+from libs.codec import iter_records
+from libs.delay import due_at
+from libs.errors import AlreadyDelivered, MessageNotFound, ServiceUnavailable
+from libs.message import Prop
+from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from libs.problem import PROBLEM_RESPONSES
+from services.timer.schemas import TimerStats
+
+router = APIRouter(prefix="/v1", tags=["timers"], responses=PROBLEM_RESPONSES)
+
+
+@router.get("/timers/stats", operation_id="getTimerStats", response_model=TimerStats)
+async def get_timer_stats(ctx: Context) -> TimerStats:
+    """Pending by delay level and in the timer wheel, the next due time, recent lateness."""
+    try:
+        answer = await ctx.internal.json("GET", f"http://{ctx.settings.timer_address}/internal/stats")
+    except ServiceUnavailable as exc:
+        raise ServiceUnavailable(
+            f"the timer service at {ctx.settings.timer_address} did not answer: {exc.detail}"
+        ) from exc
+    return TimerStats.model_validate(answer)
+
+
+@router.delete("/messages/{message_id}/schedule", operation_id="cancelScheduledMessage", status_code=204)
+async def cancel_schedule(ctx: Context, message_id: str, request: Request) -> Response:
+    """Cancel a scheduled message that is not yet due: it will never be delivered."""
+    born = id_time(message_id)
+    params = {"begin": max(0, born - 60_000), "end": int(time.time() * 1000) + 60_000}
+    found = [
+        (broker, record)
+        for broker, _, raw in await ask_every_broker(ctx, lambda n, a: ctx.brokers.query_id(n, a, message_id, params))
+        for record in iter_records(raw)
+    ]
+    if any(r.topic not in (SCHEDULE_TOPIC, TIMER_TOPIC) for _, r in found):
+        raise AlreadyDelivered(f"message {message_id} has already been delivered")
+    scheduled = [(b, r) for b, r in found if r.topic in (SCHEDULE_TOPIC, TIMER_TOPIC)]
+    if not scheduled:
+        raise MessageNotFound(f"no scheduled message has id {message_id}")
+    broker, record = scheduled[0]
+    if due_at(record) <= int(time.time() * 1000):
+        raise AlreadyDelivered(f"message {message_id} was due at {due_at(record)} and is being delivered")
+    try:
+        await ctx.internal.json(
+            "POST",
+            f"http://{ctx.settings.timer_address}/internal/cancellations",
+            body={"broker": broker, "physical_offset": record.physical_offset},
+        )
+    except ServiceUnavailable as exc:
+        raise ServiceUnavailable(
+            f"the timer service did not answer; the message is not cancelled: {exc.detail}"
+        ) from exc
+    request.state.events.emit(
+        "delay_cancelled",
+        message_id=message_id,
+        topic=record.properties.get(Prop.REAL_TOPIC),
+        deliver_at=due_at(record),
+    )
+    return Response(status_code=204)

@@ -1,0 +1,1 @@
+"""Topics: create, update, list, describe, delete."""

@@ -1,0 +1,147 @@
+"""`/v1/topics`: create, update, list, describe and delete topics."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Query, Response
+
+from gateway.cluster.writes import create_topic, first_detail, master_address
+from gateway.context import Context, GatewayContext
+from gateway.topics.schemas import Topic, TopicList, TopicOnBroker, TopicQueue, TopicSpec, TopicSummary
+from libs.broker_api.schemas import BrokerTopic
+from libs.errors import BrokerUnavailable, ServiceUnavailable, TopicNotFound
+from libs.names import is_system_topic, validate_topic_name
+from libs.problem import PROBLEM_RESPONSES
+from libs.routing import TopicRoute
+from libs.topic import Perm, TopicConfig
+
+router = APIRouter(prefix="/v1/topics", tags=["topics"], responses=PROBLEM_RESPONSES)
+
+
+async def _user_topic(topic: str) -> str:
+    return validate_topic_name(topic)
+
+
+async def _any_topic(topic: str) -> str:
+    return validate_topic_name(topic, allow_system=True)
+
+
+UserTopic = Annotated[str, Depends(_user_topic)]
+AnyTopic = Annotated[str, Depends(_any_topic)]
+
+
+@router.put(
+    "/{topic}",
+    operation_id="putTopic",
+    response_model=Topic,
+    responses={201: {"model": Topic, "description": "Created"}},
+)
+async def put_topic(
+    ctx: Context, topic: UserTopic, response: Response, spec: Annotated[TopicSpec, Body(default_factory=TopicSpec)]
+) -> Topic:
+    """Create the topic on every broker of the cluster, or update it (201 when created)."""
+    queues = spec.queues or ctx.settings.default_queues
+    config = TopicConfig(topic, queues, queues, Perm.READ_WRITE, spec.message_type)
+    stored = await create_topic(ctx, config)
+    response.status_code = 201 if any(r.created for r in stored) else 200
+    return _describe(topic, config, stored, [])
+
+
+@router.get("", operation_id="listTopics", response_model=TopicList)
+async def list_topics(
+    ctx: Context, include_system: Annotated[bool, Query(description="also list Petrel's system topics")] = False
+) -> TopicList:
+    """Every topic a live broker holds."""
+    summaries = [
+        _summary(route)
+        for route in await ctx.nameservers.routes()
+        if include_system or not is_system_topic(route.topic)
+    ]
+    return TopicList(topics=summaries)
+
+
+@router.get("/{topic}", operation_id="getTopic", response_model=Topic)
+async def get_topic(ctx: Context, topic: AnyTopic) -> Topic:
+    """The topic's type and its queues on each broker."""
+    for attempt in range(2):
+        route = await ctx.routes.get(topic)
+        try:
+            return await _describe_route(ctx, topic, route)
+        except TopicNotFound:
+            # A broker no longer holds what the cached route says: refresh once.
+            ctx.routes.invalidate(topic)
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
+@router.delete("/{topic}", operation_id="deleteTopic", status_code=204)
+async def delete_topic(ctx: Context, topic: UserTopic) -> Response:
+    """Delete the topic from every broker that holds it."""
+    ctx.routes.invalidate(topic)
+    route = await ctx.routes.get(topic)
+    targets = [(q.broker_name, master_address(route, q.broker_name)) for q in route.queues]
+    results = await asyncio.gather(
+        *(ctx.brokers.delete_topic(name, address, topic) for name, address in targets), return_exceptions=True
+    )
+    ctx.routes.invalidate(topic)
+    failed = [
+        (name, r)
+        for (name, _), r in zip(targets, results, strict=True)
+        if isinstance(r, BaseException) and not isinstance(r, TopicNotFound)
+    ]
+    if failed:
+        raise BrokerUnavailable(
+            f"topic {topic!r} is still on {', '.join(n for n, _ in failed)}: {first_detail(failed)}"
+        )
+    return Response(status_code=204)
+
+
+async def _describe_route(ctx: GatewayContext, topic: str, route: TopicRoute) -> Topic:
+    async def fetch(broker_name: str) -> BrokerTopic | None:
+        try:
+            return await ctx.brokers.get_topic(broker_name, master_address(route, broker_name), topic)
+        except ServiceUnavailable:
+            return None
+
+    answers = await asyncio.gather(*(fetch(q.broker_name) for q in route.queues))
+    stored = [a for a in answers if a is not None]
+    missing = [q.broker_name for q, a in zip(route.queues, answers, strict=True) if a is None]
+    first = route.queues[0]
+    config = TopicConfig(topic, first.read_queues, first.write_queues, first.perm, first.message_type)
+    return _describe(topic, stored[0].to_config() if stored else config, stored, missing)
+
+
+def _describe(topic: str, config: TopicConfig, stored: list[BrokerTopic], unavailable: list[str]) -> Topic:
+    brokers = [
+        TopicOnBroker(
+            broker=b.broker_name,
+            available=True,
+            queues=[
+                TopicQueue(
+                    queue_id=q,
+                    readable=bool(b.perm & Perm.READ) and q < b.read_queues,
+                    writable=bool(b.perm & Perm.WRITE) and q < b.write_queues,
+                )
+                for q in range(max(b.read_queues, b.write_queues))
+            ],
+        )
+        for b in stored
+    ] + [TopicOnBroker(broker=name, available=False, queues=[]) for name in unavailable]
+    return Topic(
+        topic=topic,
+        message_type=config.message_type,
+        queues=sum(len(b.queues) for b in brokers),
+        brokers=sorted(brokers, key=lambda b: b.broker),
+    )
+
+
+def _summary(route: TopicRoute) -> TopicSummary:
+    return TopicSummary(
+        topic=route.topic,
+        message_type=route.queues[0].message_type,
+        queues=sum(q.write_queues for q in route.queues),
+        brokers=[q.broker_name for q in route.queues],
+    )

@@ -1,0 +1,1 @@
+"""Transactional messages: producer groups, half messages, commit and rollback."""

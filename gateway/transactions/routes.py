@@ -1,0 +1,229 @@
+"""`/v1` transactional messages: producer groups, half messages, commit and rollback, abandoned transactions.
+
+A half message goes to one broker (the queue selector's choice, as a send), which
+keeps it unseen until it is ended. Its transaction id is `<broker>:<message id>`,
+so commit, rollback and lookups go straight to that broker. Producer groups live
+in the shared metadata database, where txcheck finds a group's checkback_url.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+
+from gateway.cluster.writes import ensure_topic, failure_of_all, on_each
+from gateway.context import Context, GatewayContext
+from gateway.edge.outgoing import outgoing
+from gateway.transactions.schemas import (
+    EndTransaction,
+    EndTransactionResult,
+    ProducerGroup,
+    ProducerGroupList,
+    ProducerGroupRegistration,
+    ProducerGroupUpdate,
+    SendTransaction,
+    SendTransactionResult,
+    Transaction,
+    TransactionFilter,
+    TransactionList,
+    TransactionOutcome,
+    TransactionState,
+)
+from libs import jsonutil, producer_groups
+from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED
+from libs.errors import FlushTimeout, InvalidMessage, NotFound, ServiceUnavailable, TransactionNotFound
+from libs.http.app import json_body, parse_json
+from libs.message import Prop
+from libs.names import validate_group_name, validate_topic_name
+from libs.problem import PROBLEM_RESPONSES
+
+router = APIRouter(prefix="/v1", tags=["transactions"], responses=PROBLEM_RESPONSES)
+
+DELAY_FIELDS: Final = frozenset({"delay_level", "delay_ms", "deliver_at"})
+HALF_PROPERTIES: Final = frozenset({CHECK_IMMUNITY, FIRST_STORED})
+"""Properties the broker and txcheck read on a half message, beyond libs.message.Prop: never the producer's."""
+_MESSAGE_ID = re.compile(r"[0-9A-Fa-f]{32}")
+END_RESULT_FIELDS: Final = tuple(f for f in EndTransactionResult.model_fields if f != "transaction_id")
+JSON = "application/json"
+
+
+async def _producer_group(group: str) -> str:
+    return validate_group_name(group)
+
+
+ProducerGroupName = Annotated[str, Depends(_producer_group)]
+
+
+@router.put(
+    "/producer-groups/{group}",
+    operation_id="putProducerGroup",
+    response_model=ProducerGroupRegistration,
+    responses={201: {"model": ProducerGroupRegistration, "description": "Created"}},
+    openapi_extra=json_body(ProducerGroupUpdate),
+)
+async def put_producer_group(
+    ctx: Context, group: ProducerGroupName, request: Request, response: Response
+) -> ProducerGroupRegistration:
+    """Register the group's checkback_url and signing secret, or update them (201 when created).
+
+    The answer is the only place the secret is shown: without one given, a new group gets a generated one.
+    """
+    spec = parse_json(ProducerGroupUpdate, await request.body())
+    stored, created = await ctx.producer_groups.put(group, spec.checkback_url, spec.signing_secret)
+    response.status_code = 201 if created else 200
+    return ProducerGroupRegistration(**_producer_group_fields(stored), signing_secret=stored.signing_secret)
+
+
+@router.get("/producer-groups", operation_id="listProducerGroups", response_model=ProducerGroupList)
+async def list_producer_groups(ctx: Context) -> ProducerGroupList:
+    """Every producer group, by name (without secrets)."""
+    listed = await ctx.producer_groups.list()
+    return ProducerGroupList(producer_groups=[ProducerGroup(**_producer_group_fields(g)) for g in listed])
+
+
+@router.get("/producer-groups/{group}", operation_id="getProducerGroup", response_model=ProducerGroup)
+async def get_producer_group(ctx: Context, group: ProducerGroupName) -> ProducerGroup:
+    """The group's checkback_url (its secret is not shown again)."""
+    return ProducerGroup(**_producer_group_fields(await ctx.producer_groups.get(group)))
+
+
+@router.post(
+    "/topics/{topic}/transactions",
+    operation_id="sendTransaction",
+    response_model=SendTransactionResult,
+    status_code=201,
+    openapi_extra=json_body(SendTransaction),
+)
+async def send_transaction(ctx: Context, topic: str, request: Request) -> Response:
+    """Send a half message: stored, seen by no consumer until committed; left open, its producer is asked."""
+    validate_topic_name(topic)
+    spec = _parse_transaction(await request.body())
+    reserved = sorted(spec.properties.keys() & HALF_PROPERTIES)
+    if reserved:
+        raise InvalidMessage(f"property name(s) {', '.join(reserved)} are reserved for Petrel")
+    await ctx.producer_groups.require(validate_group_name(spec.producer_group))
+    system = {Prop.PRODUCER_GROUP: spec.producer_group, Prop.TRANSACTION_PREPARED: "true"}
+    if spec.check_immunity_seconds is not None:
+        system[CHECK_IMMUNITY] = str(spec.check_immunity_seconds)
+    prepared = ctx.sender.prepare(topic, outgoing(spec), system)
+    await ensure_topic(ctx, topic)
+    try:
+        sent = await ctx.sender.send_half(topic, prepared)
+    except FlushTimeout as exc:  # the half message is stored: say which transaction it is, so it can be ended
+        where = exc.extensions
+        raise FlushTimeout(exc.detail, transaction_id=f"{where['broker']}:{where['message_id']}", **where) from exc
+    transaction_id = f"{sent.broker}:{sent.message_id}"
+    request.state.events.emit(
+        "transaction_half",
+        message_id=sent.message_id,
+        topic=topic,
+        transaction_id=transaction_id,
+        producer_group=spec.producer_group,
+    )
+    answer = {
+        "transaction_id": transaction_id,
+        "message_id": sent.message_id,
+        "topic": sent.topic,
+        "broker": sent.broker,
+        "stored_at": sent.stored_at,
+    }
+    return Response(jsonutil.dumps(answer), status_code=201, media_type=JSON)  # as SendTransactionResult, unchecked
+
+
+@router.post(
+    "/transactions/{transaction_id}/commit",
+    operation_id="commitTransaction",
+    response_model=EndTransactionResult,
+    openapi_extra=json_body(EndTransaction, required=False),
+)
+async def commit(ctx: Context, transaction_id: str, request: Request) -> Response:
+    """Commit: the message goes to its topic, once. Repeating it is harmless; after a rollback it is a 409."""
+    return await _end(ctx, transaction_id, TransactionOutcome.COMMIT, request)
+
+
+@router.post(
+    "/transactions/{transaction_id}/rollback",
+    operation_id="rollbackTransaction",
+    response_model=EndTransactionResult,
+    openapi_extra=json_body(EndTransaction, required=False),
+)
+async def rollback(ctx: Context, transaction_id: str, request: Request) -> Response:
+    """Roll back: the message is never delivered. Repeating it is harmless; after a commit it is a 409."""
+    return await _end(ctx, transaction_id, TransactionOutcome.ROLLBACK, request)
+
+
+@router.get("/transactions", operation_id="listTransactions", response_model=TransactionList)
+async def list_transactions(
+    ctx: Context,
+    state: Annotated[TransactionFilter, Query(description="abandoned: past the check limit, still resolvable")],
+    max: Annotated[int, Query(ge=1, le=1000, description="at most this many from each broker")] = 100,
+) -> TransactionList:
+    """Transactions in a state, from every broker: abandoned ones wait for an operator's commit or rollback."""
+    targets = await ctx.nameservers.masters()
+    if not targets:
+        raise ServiceUnavailable("no broker is registered with the nameservers")
+    wanted = TransactionState[state.name].value  # the broker spells states as its answers do: ABANDONED
+    answers, failed = await on_each(
+        targets, lambda name, address: ctx.brokers.list_transactions(name, address, wanted, max)
+    )
+    if not answers:
+        raise failure_of_all(e for _, e in failed)
+    return TransactionList(
+        transactions=[_transaction(t, broker) for broker, listed in answers for t in listed],
+        unavailable=[name for name, exc in failed if not isinstance(exc, NotFound)],
+    )
+
+
+@router.get("/transactions/{transaction_id}", operation_id="getTransaction", response_model=Transaction)
+async def get_transaction(ctx: Context, transaction_id: str) -> Transaction:
+    """The transaction's state: OPEN, ABANDONED (past the check limit), COMMITTED or ROLLED_BACK."""
+    broker, address, message_id = await _locate(ctx, transaction_id)
+    return _transaction(await ctx.brokers.get_transaction(broker, address, message_id), broker)
+
+
+async def _end(ctx: GatewayContext, transaction_id: str, outcome: TransactionOutcome, request: Request) -> Response:
+    raw = await request.body()
+    spec = parse_json(EndTransaction, raw) if raw.strip() else EndTransaction()
+    broker, address, message_id = await _locate(ctx, transaction_id)
+    ended = await ctx.transaction_ends.end(broker, address, message_id, outcome.value, spec.by.value)
+    answer = {"transaction_id": transaction_id} | {name: ended[name] for name in END_RESULT_FIELDS}
+    return Response(jsonutil.dumps(answer), media_type=JSON)  # as EndTransactionResult: the broker's EndAnswer
+
+
+async def _locate(ctx: GatewayContext, transaction_id: str) -> tuple[str, str, str]:
+    """(broker, its master's address, message id) of a transaction id; TransactionNotFound when there is none."""
+    broker, _, message_id = transaction_id.rpartition(":")
+    if not broker or not _MESSAGE_ID.fullmatch(message_id):
+        raise TransactionNotFound(f"{transaction_id!r} is not a Petrel transaction id (<broker>:<32 hex digits>)")
+    address = (await ctx.masters.lookup([broker])).get(broker)
+    if address is None:
+        raise TransactionNotFound(f"no transaction {transaction_id}: broker {broker!r} is not registered")
+    return broker, address, message_id
+
+
+def _parse_transaction(raw: bytes) -> SendTransaction:
+    """The request, or a 400 that says a transactional message cannot be delayed."""
+    try:
+        return parse_json(SendTransaction, raw)
+    except RequestValidationError as exc:
+        delays = sorted(
+            {str(e["loc"][1]) for e in exc.errors() if e["type"] == "extra_forbidden" and e["loc"][1] in DELAY_FIELDS}
+        )
+        if delays:
+            raise InvalidMessage(
+                f"a transactional message cannot be delayed ({', '.join(delays)}): it is delivered when committed"
+            ) from None
+        raise
+
+
+def _producer_group_fields(group: producer_groups.ProducerGroup) -> dict[str, Any]:
+    return {"name": group.name, "checkback_url": group.checkback_url, "created_at": group.created_at}
+
+
+def _transaction(answer: dict[str, Any], broker: str) -> Transaction:
+    return Transaction.model_validate(
+        {**answer, "transaction_id": f"{broker}:{answer['message_id']}", "broker": broker}
+    )

@@ -1,0 +1,40 @@
+"""TransactionEnds: commits and rollbacks bound for one broker share its batch end call (gateway.cluster.coalescing).
+
+The broker stores the first ends of a batch in one append, so one disk sync
+covers them under SYNC_FLUSH; each end is answered (or refused) on its own,
+exactly as the broker's single commit or rollback would answer it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.cluster.coalescing import CallCoalescer
+from libs.broker_api.client import BrokerClient
+from libs.broker_api.wire import MAX_ENDS
+from libs.errors import PetrelError
+
+EndOrder = dict[str, str]
+"""{"message_id", "outcome" (COMMIT or ROLLBACK), "by"}: one entry of the broker's batch end."""
+
+
+class TransactionEnds:
+    def __init__(self, brokers: BrokerClient) -> None:
+        self.brokers = brokers
+        self._coalescers: dict[tuple[str, str], CallCoalescer[EndOrder, dict[str, Any]]] = {}
+
+    async def end(self, broker: str, address: str, message_id: str, outcome: str, by: str) -> dict[str, Any]:
+        """The broker's answer to ending the transaction (outcome COMMIT or ROLLBACK); its refusal raised."""
+        result = await self._coalescer(broker, address).submit({"message_id": message_id, "outcome": outcome, "by": by})
+        if isinstance(result, PetrelError):
+            raise result
+        return result
+
+    def _coalescer(self, broker: str, address: str) -> CallCoalescer[EndOrder, dict[str, Any]]:
+        coalescer = self._coalescers.get((broker, address))
+        if coalescer is None:
+            coalescer = CallCoalescer(
+                lambda ends: self.brokers.end_transactions(broker, address, ends), max_batch=MAX_ENDS
+            )
+            self._coalescers[(broker, address)] = coalescer
+        return coalescer

@@ -1,0 +1,26 @@
+"""docs/settings.md is generated from the settings classes; it must match them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deploy import settings_reference
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_committed_settings_reference_is_up_to_date() -> None:
+    committed = (ROOT / settings_reference.DEFAULT_PATH).read_text()
+    assert committed == settings_reference.render(), (
+        "docs/settings.md is stale (a settings class changed): run `.venv/bin/petrel settings-reference` "
+        "and commit docs/settings.md"
+    )
+
+
+def test_every_setting_of_every_service_is_on_the_page() -> None:
+    page = settings_reference.render()
+    for service, cls in settings_reference.services().items():
+        prefix = str(cls.model_config["env_prefix"])
+        for name in cls.model_fields:
+            variable = f"PETREL_{name.upper()}" if name in cls.shared_fields() else f"{prefix}{name.upper()}"
+            assert f"`{variable}`" in page, f"{service}'s setting {name} ({variable}) is missing"
