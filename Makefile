@@ -18,11 +18,14 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/petrel up $(ARGS)
 
+# Two workers, each test file on one (a module's shared cluster stays with its tests); tests use
+# ephemeral ports, their own Redis key prefixes and PostgreSQL schemas. One process: PYTEST_ARGS=-n0
 test: $(STAMP)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
+# Everything but the e2e tests (real processes on loopback): a minute or so.
 test-fast: $(STAMP)
-	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 --dist loadfile -m "not e2e" $(PYTEST_ARGS)
 
 check: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -9,7 +9,8 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -103,8 +104,10 @@ async def delete_topic(ctx: Context, topic: TopicName) -> Response:
     return Response(status_code=204)
 
 
-def create_app(settings: BrokerSettings, *, transport: Transport | None = None) -> FastAPI:
-
+def create_app(
+    settings: BrokerSettings, *, transport: Transport | None = None, clock: Callable[[], float] = time.time
+) -> FastAPI:
+    # `clock` (seconds) times the leases and transactions; tests pass a fake one.
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         engine, topics, offsets, groups = await _open_metadata(settings)
@@ -118,7 +121,7 @@ def create_app(settings: BrokerSettings, *, transport: Transport | None = None) 
         store.start()
         offsets.start()
         retention = asyncio.create_task(_retention(store, settings.retention_scan_seconds), name="store-retention")
-        pop, settlement = _consumers(settings, topics, groups, store, offsets, waiters, app.state.events)
+        pop, settlement = _consumers(settings, topics, groups, store, offsets, waiters, app.state.events, clock)
         transactions = Transactions(
             store,
             topics,
@@ -127,6 +130,7 @@ def create_app(settings: BrokerSettings, *, transport: Transport | None = None) 
             check_max=settings.transaction_check_max,
             reserved_ms=int(settings.file_reserved_hours * 3_600_000),
             ended_kept=settings.ended_transactions_kept,
+            clock=clock,
         )
         log.info("transactions: %d ended ones read from the op queue", await asyncio.to_thread(transactions.load))
         watch_memory(app.state.metrics.registry, pop, transactions)
@@ -222,6 +226,7 @@ def _consumers(
     offsets: ConsumerOffsets,
     waiters: PullWaiters,
     events: EventWriter,
+    clock: Callable[[], float],
 ) -> tuple[PopService, Settlement]:
     pop = PopService(
         broker=settings.broker_name,
@@ -234,6 +239,7 @@ def _consumers(
         receipt_key=receipt_key(settings.store_dir),
         delay_levels=settings.delay_levels,
         client_idle_ms=int(settings.broadcast_client_idle_seconds * 1000),
+        clock=clock,
     )
     return pop, Settlement(pop)
 

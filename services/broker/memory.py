@@ -19,6 +19,10 @@ def watch_memory(registry: CollectorRegistry, pop: PopService, transactions: Tra
             "Broadcast clients seen and not yet expired",
             lambda: len(pop.clients.last_seen),
         ),
+        "petrel_broker_long_polls_waiting": (
+            "Receives and pulls waiting for a message",
+            lambda: pop.waiters.waiting,
+        ),
         "petrel_broker_ended_transactions_in_memory": (
             "Ended transactions held in memory (older ones are read from the op queue)",
             lambda: len(transactions.outcomes),

@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -99,10 +100,14 @@ def test_busy_ports_are_named(tmp_path: Path) -> None:
 def test_a_child_without_a_port_is_up_once_started_and_its_death_is_reported_not_restarted(tmp_path: Path) -> None:
     said: list[str] = []
     supervisor = Supervisor(tmp_path, say=said.append)
-    command = [sys.executable, "-c", "import time; time.sleep(0.5); print('worker lost'); raise SystemExit(9)"]
+    go = tmp_path / "go"
+    os.mkfifo(go)  # the child dies once the test opens it: after the check that it was left running
+    script = f"open({str(go)!r}).read(); print('worker lost'); raise SystemExit(9)"
+    command = [sys.executable, "-c", script]
 
     child = supervisor.start(ProcessSpec("txcheck-worker", "", 0), command=command)
     assert child.process.poll() is None, "the supervisor waited for a child that serves nothing"
+    go.open("w").close()
     supervisor.watch(poll_seconds=0.05)
 
     assert said[0].startswith(f"[petrel] txcheck-worker (pid {child.process.pid}) exited with code 9")

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ import httpx
 import pytest
 
 from tests.support.serving import free_port
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -61,15 +61,6 @@ class Cluster:
         processes = self.state()["processes"]
         assert isinstance(processes, list)
         return [int(p["pid"]) for p in processes]
-
-
-def wait_until(check: object, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 def alive(pid: int) -> bool:
@@ -125,7 +116,7 @@ def test_cluster_serves_routes_survives_a_dead_broker_and_stops_clean(cluster: C
     pids = cluster.all_pids()
     assert len(pids) == 8, cluster.state()
     worker = cluster.pid_of("txcheck-worker")
-    wait_until(lambda: pool_processes(worker), "the Celery worker's pool processes", 20)
+    wait_until(lambda: bool(pool_processes(worker)), "the Celery worker's pool processes", 20)
     pids += pool_processes(worker)
 
     created = httpx.put(f"{cluster.gateway}/v1/topics/orders", timeout=10)

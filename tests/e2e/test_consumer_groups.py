@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 
-from tests.support.cluster import local_cluster
+from tests.support.cluster import LocalCluster, local_cluster
+from tests.support.waiting import eventually
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
 FAST_LEVELS = {"PETREL_DELAY_LEVELS": "100ms 100ms 200ms 200ms 300ms 300ms"}
 """The retry backoff starts at level 3: 200 ms, 200 ms, 300 ms ... here."""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def fast_retries(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
+    """One cluster with short backoffs, for the tests that kill nothing (each has its own group and topic)."""
+    async with local_cluster(tmp_path_factory.mktemp("groups") / "data", **FAST_LEVELS) as (_, client):
+        yield client
 
 
 async def send(client: httpx.AsyncClient, topic: str, *bodies: str) -> list[str]:
@@ -36,44 +47,48 @@ async def settle(client: httpx.AsyncClient, verb: str, group: str, handles: list
     assert all(r["ok"] for r in answer.json()["results"]), answer.text
 
 
-async def test_a_failing_message_retries_with_backoff_then_dead_letters_and_is_redriven(tmp_path: Path) -> None:
-    async with local_cluster(tmp_path / "data", **FAST_LEVELS) as (_, client):
-        assert (await client.put("/v1/groups/billing", json={"max_retries": 2})).status_code == 201
-        (message_id,) = await send(client, "orders", "poison")
+async def test_a_failing_message_retries_with_backoff_then_dead_letters_and_is_redriven(
+    fast_retries: httpx.AsyncClient,
+) -> None:
+    client = fast_retries
+    assert (await client.put("/v1/groups/billing", json={"max_retries": 2})).status_code == 201
+    (message_id,) = await send(client, "orders", "poison")
 
-        attempts = []
-        for _ in range(3):
-            (message,) = await receive(client, "billing", "orders", wait_seconds=5)
-            assert message["message_id"] == message_id
-            attempts.append(message["delivery_attempt"])
-            await settle(client, "nack", "billing", [message["receipt_handle"]], reason="cannot parse")
-        assert attempts == [1, 2, 3]
-        assert await receive(client, "billing", "orders", wait_seconds=1) == []
+    attempts = []
+    for _ in range(3):
+        (message,) = await receive(client, "billing", "orders", wait_seconds=5)
+        assert message["message_id"] == message_id
+        attempts.append(message["delivery_attempt"])
+        await settle(client, "nack", "billing", [message["receipt_handle"]], reason="cannot parse")
+    assert attempts == [1, 2, 3]
+    assert await receive(client, "billing", "orders", wait_seconds=1) == []
 
-        dlq = (await client.get("/v1/groups/billing/dlq")).json()["messages"]
-        assert [(d["message_id"], d["attempts"], d["original_topic"]) for d in dlq] == [(message_id, 3, "orders")]
-        assert "cannot parse" in dlq[0]["reason"]
+    dlq = (await client.get("/v1/groups/billing/dlq")).json()["messages"]
+    assert [(d["message_id"], d["attempts"], d["original_topic"]) for d in dlq] == [(message_id, 3, "orders")]
+    assert "cannot parse" in dlq[0]["reason"]
 
-        redriven = (await client.post("/v1/groups/billing/dlq:redrive", json={})).json()
-        assert redriven["message_ids"] == [message_id]
-        (back,) = await receive(client, "billing", "orders", wait_seconds=5)
-        assert (back["message_id"], back["delivery_attempt"]) == (message_id, 1)
+    redriven = (await client.post("/v1/groups/billing/dlq:redrive", json={})).json()
+    assert redriven["message_ids"] == [message_id]
+    (back,) = await receive(client, "billing", "orders", wait_seconds=5)
+    assert (back["message_id"], back["delivery_attempt"]) == (message_id, 1)
 
 
-async def test_a_consumer_that_disappears_gets_its_messages_handed_on_after_the_lease(tmp_path: Path) -> None:
-    async with local_cluster(tmp_path / "data", **FAST_LEVELS) as (_, client):
-        await client.put("/v1/groups/billing", json={})
-        sent = set(await send(client, "orders", "a", "b", "c"))
-        first = await receive(client, "billing", "orders", invisible_seconds=1)
-        assert {m["message_id"] for m in first} == sent
-        # ... the consumer is gone; after 1 s plus the first backoff, another one gets them.
-        again: list[dict[str, Any]] = []
-        for _ in range(20):
-            again += await receive(client, "billing", "orders", wait_seconds=1)
-            if len(again) == len(sent):
-                break
-        assert {m["message_id"] for m in again} == sent
-        assert {m["delivery_attempt"] for m in again} == {2}
+async def test_a_consumer_that_disappears_gets_its_messages_handed_on_after_the_lease(
+    fast_retries: httpx.AsyncClient,
+) -> None:
+    client = fast_retries
+    await client.put("/v1/groups/shipping", json={})
+    sent = set(await send(client, "parcels", "a", "b", "c"))
+    first = await receive(client, "shipping", "parcels", invisible_seconds=1)
+    assert {m["message_id"] for m in first} == sent
+    # ... the consumer is gone; after 1 s plus the first backoff, another one gets them.
+    again: list[dict[str, Any]] = []
+    for _ in range(20):
+        again += await receive(client, "shipping", "parcels", wait_seconds=1)
+        if len(again) == len(sent):
+            break
+    assert {m["message_id"] for m in again} == sent
+    assert {m["delivery_attempt"] for m in again} == {2}
 
 
 async def test_broker_kill_9_mid_lease_loses_nothing(tmp_path: Path) -> None:
@@ -88,7 +103,11 @@ async def test_broker_kill_9_mid_lease_loses_nothing(tmp_path: Path) -> None:
         leased = await receive(client, "billing", "orders", invisible_seconds=60)
         acked = leased[:10]
         await settle(client, "ack", "billing", [m["receipt_handle"] for m in acked])
-        await asyncio.sleep(0.5)  # the acks' offsets are persisted
+
+        async def acks_persisted() -> bool:
+            return persisted_offsets(cluster, "billing", "orders") > 0
+
+        await eventually(acks_persisted, "the acks' consume offsets persisted by broker-a", timeout=5)
 
         await cluster.kill_and_restart("broker-a", client, "orders")
 
@@ -104,3 +123,14 @@ async def test_broker_kill_9_mid_lease_loses_nothing(tmp_path: Path) -> None:
         assert unacked <= seen.keys(), f"{len(unacked - seen.keys())} messages never came back after kill -9"
         stale = await client.post("/v1/groups/billing/ack", json={"receipt_handles": [leased[-1]["receipt_handle"]]})
         assert stale.json()["results"][0]["error"]["status"] == 409
+
+
+def persisted_offsets(cluster: LocalCluster, group: str, topic: str) -> int:
+    """The sum of the group's consume offsets on the topic, as broker-a's metadata database holds them."""
+    path = cluster.data_dir / "brokers" / "broker-a" / "metadata.db"
+    if not path.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        query = 'SELECT COALESCE(SUM("offset"), 0) FROM consumer_offsets WHERE "group" = ? AND topic = ?'
+        (total,) = db.execute(query, (group, topic)).fetchone()
+    return int(total)

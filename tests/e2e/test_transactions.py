@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request, Response
 from libs import webhooks
 from tests.support.cluster import LocalCluster, local_cluster_with_txcheck
 from tests.support.serving import ServedApp, serving
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -95,17 +96,18 @@ async def states(client: httpx.AsyncClient, transaction_ids: list[str]) -> dict[
 async def all_ended(
     client: httpx.AsyncClient, transaction_ids: list[str], cluster: LocalCluster, timeout: float
 ) -> dict[str, str]:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        found = await states(client, transaction_ids)
-        if set(found.values()) <= ENDED:
-            return found
-        if asyncio.get_running_loop().time() > deadline:
-            open_ones = {t: s for t, s in found.items() if s not in ENDED}
-            raise AssertionError(
-                f"not ended within {timeout} s: {open_ones}\nworker log:\n{cluster.log('txcheck-worker')[-3000:]}"
-            )
-        await asyncio.sleep(0.2)
+    found: dict[str, str] = {}
+
+    async def ended() -> bool:
+        found.update(await states(client, transaction_ids))
+        return set(found.values()) <= ENDED
+
+    def why() -> str:
+        open_ones = {t: s for t, s in found.items() if s not in ENDED}
+        return f"still open: {open_ones}\nworker log:\n{cluster.log('txcheck-worker')[-3000:]}"
+
+    await eventually(ended, "every transaction ended", timeout, context=why)
+    return found
 
 
 async def delivered(client: httpx.AsyncClient) -> list[str]:
@@ -176,13 +178,13 @@ async def test_open_transactions_survive_kill_9_of_beat_worker_and_broker_and_en
     async with local_cluster_with_txcheck(tmp_path / "data") as (cluster, client):
         await register(client, receiver, served)
         transactions = [await begin(client, f"{'commit' if n % 2 else 'rollback'} {n}") for n in range(24)]
-        await wait_for(lambda: len(receiver.checks) >= 12, "checks under way", 20)
+        await eventually(lambda: _at_least(receiver.checks, 12), "checks under way", 20)
 
         await cluster.kill("txcheck-beat")
         await cluster.kill("txcheck-worker")  # with checks in flight: unacknowledged, given back after the timeout
         await cluster.restart("txcheck-worker")
         await cluster.restart("txcheck-beat")
-        await wait_for(lambda: len(receiver.checks) >= 36, "checks again after the restarts", 30)
+        await eventually(lambda: _at_least(receiver.checks, 36), "checks again after the restarts", 30)
         await cluster.kill_and_restart("broker-a", client, "orders")
         receiver.unsure = False
 
@@ -196,9 +198,5 @@ async def test_open_transactions_survive_kill_9_of_beat_worker_and_broker_and_en
     assert sorted(ids) == sorted(committed), "a committed message is missing or doubled, or a rolled-back one appeared"
 
 
-async def wait_for(check: Any, what: str, timeout: float) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        await asyncio.sleep(0.1)
+async def _at_least(checks: list[dict[str, Any]], count: int) -> bool:
+    return len(checks) >= count

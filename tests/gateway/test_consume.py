@@ -12,42 +12,20 @@ import pytest
 
 from libs import jsonutil
 from libs.receipt import ReceiptHandle
-from tests.gateway.test_topics import problem_type, register_silent_broker
+from tests.support.gateway_calls import (
+    ack,
+    long_polls_waiting,
+    nack,
+    problem_type,
+    receive,
+    received,
+    register_silent_broker,
+    send_many,
+)
 from tests.support.serving import ServedApp
+from tests.support.waiting import eventually
 
 TEXT = {"body": "order 1 paid", "tag": "paid", "keys": ["order-1"], "properties": {"amount": "42"}}
-
-
-async def send_many(gateway: httpx.AsyncClient, topic: str, count: int, **fields: Any) -> list[str]:
-    """Send `count` messages (bodies m0, m1, ...); their ids, in order."""
-    ids = []
-    for index in range(count):
-        sent = await gateway.post(f"/v1/topics/{topic}/messages", json={"body": f"m{index}", **fields})
-        assert sent.status_code == 201, sent.text
-        ids.append(sent.json()["message_id"])
-    return ids
-
-
-async def receive(gateway: httpx.AsyncClient, group: str, topic: str, **body: Any) -> httpx.Response:
-    return await gateway.post(f"/v1/groups/{group}/topics/{topic}/receive", json=body)
-
-
-async def received(gateway: httpx.AsyncClient, group: str, topic: str, **body: Any) -> list[dict[str, Any]]:
-    answer = await receive(gateway, group, topic, **body)
-    assert answer.status_code == 200, answer.text
-    return list(answer.json()["messages"])
-
-
-async def ack(gateway: httpx.AsyncClient, group: str, handles: list[str]) -> httpx.Response:
-    answer = await gateway.post(f"/v1/groups/{group}/ack", json={"receipt_handles": handles})
-    assert answer.status_code == 200, answer.text
-    return answer
-
-
-async def nack(gateway: httpx.AsyncClient, group: str, handles: list[str], **fields: Any) -> httpx.Response:
-    answer = await gateway.post(f"/v1/groups/{group}/nack", json={"receipt_handles": handles, **fields})
-    assert answer.status_code == 200, answer.text
-    return answer
 
 
 def errors(answer: httpx.Response) -> list[str | None]:
@@ -179,7 +157,7 @@ async def test_long_polling_answers_when_a_message_arrives_on_any_broker(gateway
         return messages, time.monotonic() - started
 
     waiting = asyncio.create_task(received_after_send())
-    await asyncio.sleep(0.3)
+    await eventually(lambda: _a_poll_waiting(gateway), "the receive waits in the gateway")
     assert not waiting.done(), "an empty receive with wait_seconds answered before anything arrived"
     (message_id,) = await send_many(gateway, "waiting", 1)
     messages, elapsed = await asyncio.wait_for(waiting, 5)
@@ -361,3 +339,7 @@ async def test_a_silent_broker_does_not_stop_receive_or_ack(gateway: httpx.Async
     answer = await ack(gateway, "workers", [forged("broker-c"), messages[0]["receipt_handle"]])
     assert errors(answer) == ["broker-unavailable", None]
     assert answer.json()["results"][0]["error"]["status"] == 503
+
+
+async def _a_poll_waiting(gateway: httpx.AsyncClient) -> bool:
+    return await long_polls_waiting(gateway) >= 1

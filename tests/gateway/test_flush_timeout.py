@@ -17,9 +17,9 @@ import redis.asyncio as aioredis
 from libs.store.config import FlushMode
 from services.broker.app import create_app as broker_app
 from services.broker.settings import BrokerSettings
-from tests.gateway.test_topics import problem_type
-from tests.gateway.test_transactions import begin, end, half_copies, register, visible
 from tests.support.disk import stalled_disk
+from tests.support.gateway_calls import problem_type
+from tests.support.gateway_transactions import begin, end, half_copies, register, visible
 from tests.support.serving import ServedApp, start_app
 from tests.support.waiting import eventually
 

@@ -7,8 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.gateway.test_consume import ack, nack, receive, send_many
-from tests.gateway.test_topics import problem_type, register_silent_broker
+from tests.support.gateway_calls import ack, nack, problem_type, receive, register_silent_broker, send_many
 from tests.support.in_process import InProcessApp
 from tests.support.serving import ServedApp
 

@@ -10,9 +10,8 @@ import pytest
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from tests.conftest import in_process
-from tests.gateway.test_consume import received
-from tests.gateway.test_topics import problem_type
+from tests.support.apps import in_process
+from tests.support.gateway_calls import problem_type, received
 from tests.support.serving import ServedApp
 from tests.support.waiting import eventually
 
@@ -67,11 +66,19 @@ async def test_sends_acks_and_admin_calls_are_answered_while_300_long_polls_wait
         assert acked.json()["results"][0]["ok"], acked.text
         assert group_read.status_code == 200, group_read.text
         assert topic_made.status_code == 201, topic_made.text
-        assert not any(p.done() for p in polls), "a long poll ended early: it was not waiting alongside the calls"
+        assert ended_early(polls) == [], "long polls ended early: they were not waiting alongside the calls"
     finally:
         for poll in polls:
             poll.cancel()
         await asyncio.gather(*polls, return_exceptions=True)
+
+
+def ended_early(polls: list[asyncio.Task[httpx.Response]]) -> list[str]:
+    """What each poll that is no longer waiting ended with (an answer, or an error)."""
+    ended = [p for p in polls if p.done() and not p.cancelled()]
+    return [
+        repr(p.exception()) if p.exception() else f"{p.result().status_code} {p.result().text[:200]}" for p in ended
+    ]
 
 
 async def _at_least(value: int, bound: int) -> bool:
@@ -111,7 +118,7 @@ async def test_a_long_poll_past_the_gateways_bound_is_refused_at_once(
         not_waiting = await small_gateway.post("/v1/groups/idlers/topics/idle/receive", json={"wait_seconds": 0})
         assert not_waiting.status_code == 200, not_waiting.text
         assert not_waiting.json()["messages"] == []
-        assert not any(p.done() for p in polls)
+        assert ended_early(polls) == [], "the two waiting polls ended early"
     finally:
         for poll in polls:
             poll.cancel()

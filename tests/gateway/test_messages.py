@@ -2,7 +2,6 @@ import asyncio
 import base64
 import time
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -10,21 +9,12 @@ import pytest
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from tests.conftest import in_process
-from tests.gateway.test_topics import problem_type, register_silent_broker
+from tests.support.apps import in_process
+from tests.support.gateway_calls import long_polls_waiting, problem_type, pull, register_silent_broker, send
 from tests.support.serving import ServedApp
+from tests.support.waiting import eventually
 
 TEXT = {"body": "hello", "tag": "TagA", "keys": ["order-1"], "properties": {"region": "eu", "amount": "42"}}
-
-
-async def send(gateway: httpx.AsyncClient, topic: str, message: Mapping[str, Any], **headers: str) -> httpx.Response:
-    return await gateway.post(f"/v1/topics/{topic}/messages", json=message, headers=headers)
-
-
-async def pull(gateway: httpx.AsyncClient, topic: str, queue: int, broker: str, **params: Any) -> Any:
-    answer = await gateway.get(f"/v1/topics/{topic}/queues/{queue}/messages", params={"broker": broker, **params})
-    assert answer.status_code == 200, answer.text
-    return answer.json()
 
 
 async def test_a_sent_message_is_pulled_back_whole(gateway: httpx.AsyncClient) -> None:
@@ -179,7 +169,7 @@ async def test_long_poll_is_answered_when_a_message_arrives(gateway: httpx.Async
         return [m["body"] for m in answer.json()["messages"]], time.monotonic() - started
 
     waiting = asyncio.create_task(pulled_after_send())
-    await asyncio.sleep(0.3)
+    await eventually(lambda: _a_poll_waiting(gateway), "the pull waits in the gateway")
     assert not waiting.done(), "an empty pull with wait_ms answered before anything arrived"
     for _ in range(4):  # round robin: some of these land on broker-a queue 0
         await send(gateway, "waiting", {"body": "wake"})
@@ -280,3 +270,7 @@ async def test_transaction_topics_cannot_be_read(gateway: httpx.AsyncClient, top
     for answer in (pulled, by_key):
         assert answer.status_code == 400
         assert answer.json()["type"].endswith("/reserved-topic-name")
+
+
+async def _a_poll_waiting(gateway: httpx.AsyncClient) -> bool:
+    return await long_polls_waiting(gateway) >= 1

@@ -13,9 +13,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.gateway.test_consume import nack, received
-from tests.gateway.test_messages import send
-from tests.gateway.test_topics import problem_type
+from tests.support.gateway_calls import nack, problem_type, received, send
 
 
 async def refused(gateway: httpx.AsyncClient, topic: str) -> list[httpx.Response]:

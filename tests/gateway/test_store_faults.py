@@ -13,9 +13,8 @@ from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from libs.store.config import FlushMode
 from services.broker.app import create_app as broker_app
-from tests.conftest import broker_settings, in_process
-from tests.gateway.test_messages import pull, send
-from tests.gateway.test_topics import problem_type
+from tests.support.apps import broker_settings, in_process
+from tests.support.gateway_calls import problem_type, pull, send
 from tests.support.serving import ServedApp, start_app
 
 

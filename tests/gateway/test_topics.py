@@ -3,16 +3,10 @@ import pytest
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from tests.conftest import in_process
+from tests.support.apps import in_process
+from tests.support.gateway_calls import problem_type, register_silent_broker
 from tests.support.in_process import InProcessApp
 from tests.support.serving import ServedApp, free_port
-
-PROBLEM = "application/problem+json"
-
-
-def problem_type(answer: httpx.Response) -> str:
-    assert answer.headers["content-type"] == PROBLEM, answer.text
-    return str(answer.json()["type"]).removeprefix("https://petrel.dev/problems/")
 
 
 async def test_put_creates_the_topic_on_every_broker(gateway: httpx.AsyncClient) -> None:
@@ -90,21 +84,6 @@ async def test_bad_bodies_are_clear_problems(gateway: httpx.AsyncClient) -> None
 
     unknown_type = await gateway.put("/v1/topics/orders", json={"message_type": "URGENT"})
     assert unknown_type.status_code == 422
-
-
-async def register_silent_broker(nameserver: ServedApp, topic: str) -> str:
-    """A broker the nameserver believes alive that answers nothing (as after kill -9)."""
-    address = f"127.0.0.1:{free_port()}"
-    body = {
-        "cluster": "DefaultCluster",
-        "address": address,
-        "data_version": 1,
-        "topics": [{"name": topic, "read_queues": 8, "write_queues": 8}],
-    }
-    async with httpx.AsyncClient() as client:
-        answer = await client.put(f"{nameserver.url}/internal/brokers/broker-c/0", json=body)
-    answer.raise_for_status()
-    return address
 
 
 async def test_a_silent_broker_shows_in_describe_and_fails_put(

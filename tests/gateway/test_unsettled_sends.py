@@ -9,8 +9,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from tests.gateway.test_messages import pull, send
-from tests.gateway.test_topics import problem_type
+from tests.support.gateway_calls import problem_type, pull, send
 from tests.support.serving import ServedApp
 
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from starlette.types import ASGIApp
 
-from tests.support.serving import ServedApp, start_app
-
-ServeApp = Callable[[ASGIApp], str]
-"""Starts an ASGI app under uvicorn on loopback; answers its base URL."""
+from tests.support.serving import ServeApp, ServedApp, start_app
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request
 
 from libs.http.app import service_app
 from libs.settings import ServiceSettings
-from tests.conftest import in_process
+from tests.support.apps import in_process
 
 
 def app_emitting_on_request(data_dir: Path) -> FastAPI:

@@ -17,8 +17,7 @@ from libs.errors import CorruptRecord, ServiceUnavailable, TopicNotFound, Unauth
 from libs.http.app import service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.settings import ServiceSettings
-from tests.libs.conftest import ServeApp
-from tests.support.serving import bound_socket
+from tests.support.serving import ServeApp, bound_socket
 
 FAST_RETRIES = ClientOptions(retries=2, retry_backoff=0.001)
 

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import re
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -18,6 +17,7 @@ import pytest
 from libs.events import EVENTS, EventWriter
 from libs.events.contract import COMMON_FIELDS
 from tests.support.clock import FakeClock
+from tests.support.waiting import wait_until
 
 T0 = datetime(2024, 3, 1, 13, 59, 58, 500_000, tzinfo=UTC).timestamp()
 
@@ -193,10 +193,8 @@ def test_started_writer_flushes_in_the_background(tmp_path: Path, make_writer: C
     writer = make_writer("timer", flush_interval=0.01)
     writer.start()
     writer.emit("delay_fired", message_id="M", topic="t", deliver_at=1, lateness_ms=3)
-    deadline = time.monotonic() + 5
-    while writer.written == 0 and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert writer.written == 1, "the background thread wrote nothing within 5 s"
+    wait_until(lambda: writer.written > 0, "the background thread writes the event")
+    assert writer.written == 1
     path = hour_file(tmp_path, "2024-03-01", "13", service="timer")
     assert [e["event"] for e in read_lines(path)] == ["delay_fired"]
 

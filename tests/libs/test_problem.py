@@ -268,7 +268,7 @@ def rebuilt_from_the_wire(exc: PetrelError) -> PetrelError:
     """What a client does with the problem+json a peer answered for `exc`."""
     problem = json.loads(bytes(error_response(exc, "/segments/0").body))
     cls = PetrelError.from_problem_type(problem["type"])
-    assert cls is not None
+    assert cls is not None, f"the problem type {problem['type']} maps to no error class"
     extensions = {k: v for k, v in problem.items() if k not in {"type", "title", "status", "detail", "instance"}}
     return cls.rebuild(problem["detail"], extensions)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from libs.filters import compile_filter
-from tests.libs.filters.sql92_support import matches
+from tests.support.sql92 import matches
 
 ORDER = {"a": "5", "price": "10.5", "neg": "-3", "big": "12345678901234567890", "name": "apple"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.libs.filters.sql92_support import invalid, matches
+from tests.support.sql92 import invalid, matches
 
 
 @pytest.mark.parametrize(

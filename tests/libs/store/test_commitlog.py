@@ -10,7 +10,7 @@ import pytest
 from libs.codec import decode_record, record_size, stamp_record
 from libs.errors import CorruptRecord, InvalidMessage, OffsetOutOfRange
 from libs.store.commitlog import CommitLog, segment_name
-from tests.libs.store.conftest import T0_MS, record
+from tests.support.store import T0_MS, record
 
 SEGMENT = 4096
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from libs.store.consume_queue import ConsumeQueue, FileHandles
-from tests.libs.store.conftest import Stores, bodies, record
+from tests.support.store import Stores, bodies, record
 
 PER_FILE = 50
 

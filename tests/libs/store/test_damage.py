@@ -13,9 +13,9 @@ import pytest
 
 from libs.store.message_store import MessageStore, PutResult
 from libs.store.recovery import DamagedLog
-from tests.libs.store.conftest import Stores, pull_all, record, stored, write_at
-from tests.libs.store.tools.support import run_cli
 from tests.support.clock import FakeClock
+from tests.support.store import Stores, pull_all, record, stored, write_at
+from tests.support.store_tools import run_cli
 
 COUNT = 120  # two queues; with 64 KiB segments, the log spans two segments
 

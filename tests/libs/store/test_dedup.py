@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from libs.message import Prop
-from tests.libs.store.conftest import T0_MS, Stores, pull_all, record, stored
+from tests.support.store import T0_MS, Stores, pull_all, record, stored
 
 ID = f"{T0_MS:012X}9829373C3E9B000000AA"
 """A message id made at the store's (fake) time."""

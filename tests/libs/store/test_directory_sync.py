@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from libs.store.config import FlushMode
-from tests.libs.store.conftest import Stores, record, stored
+from tests.support.store import Stores, record, stored
 
 
 def synced_directories(monkeypatch: pytest.MonkeyPatch) -> list[Path]:

@@ -14,7 +14,7 @@ from libs.errors import StoreFull
 from libs.store.checkpoint import Checkpoint
 from libs.store.config import FlushMode
 from libs.store.tools.check import check_store
-from tests.libs.store.conftest import Stores, pull_all, record, stored
+from tests.support.store import Stores, pull_all, record, stored
 
 BODY = bytes(1500)
 
@@ -64,7 +64,7 @@ async def test_a_full_disk_refusing_consume_queue_writes_fails_no_durable_put_an
     [first] = stored(await store.put(record("T", 0, b"first")))
     await store.flusher.flush(checkpoint=True)
     before = Checkpoint.read(store.config.checkpoint_path)
-    assert before is not None
+    assert before is not None, "the flush wrote no checkpoint"
     no_space(monkeypatch, "pwrite")
     [second] = stored(await store.put(record("T", 0, b"second")))  # its CommitLog bytes are durable
     assert store.commitlog.flushed_offset >= second.physical_offset + second.size

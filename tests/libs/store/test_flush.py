@@ -13,7 +13,7 @@ from libs.errors import FlushTimeout, StoreReadOnly
 from libs.store.checkpoint import Checkpoint
 from libs.store.config import FlushMode
 from libs.store.message_store import MessageStore
-from tests.libs.store.conftest import Stores, pull_all, record, stored
+from tests.support.store import Stores, pull_all, record, stored
 
 
 def flush_done(store: MessageStore) -> asyncio.Event:
@@ -47,8 +47,8 @@ async def test_a_sync_flush_put_returns_once_its_bytes_are_synced(stores: Stores
     store.commitlog.sync = recording_sync  # type: ignore[method-assign]
     [result] = stored(await store.put(record("T", 0, b"durable")))
     end = result.physical_offset + result.size
-    assert synced
-    assert synced[-1] >= end
+    assert synced, "a SYNC_FLUSH put was answered without a sync"
+    assert synced[-1] >= end, f"the last sync reached {synced[-1]}, the put ends at {end}"
     assert store.commitlog.flushed_offset >= end
 
 

@@ -12,7 +12,8 @@ from libs.filters import compile_filter
 from libs.message import Prop
 from libs.names import SCHEDULE_TOPIC
 from libs.store.message_store import MAX_PULL_BYTES, MAX_UNITS_SCANNED
-from tests.libs.store.conftest import (
+from tests.support.clock import FakeClock
+from tests.support.store import (
     EVER,
     T0_MS,
     Stores,
@@ -21,7 +22,6 @@ from tests.libs.store.conftest import (
     record,
     stored,
 )
-from tests.support.clock import FakeClock
 
 # --- put and pull ------------------------------------------------------------------------------
 

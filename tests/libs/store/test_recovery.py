@@ -14,8 +14,8 @@ from libs.errors import OffsetOutOfRange
 from libs.store.checkpoint import Checkpoint
 from libs.store.config import FlushMode
 from libs.store.message_store import MessageStore
-from tests.libs.store.conftest import EVER, Stores, pull_all, record, stored, write_at
 from tests.support.clock import FakeClock
+from tests.support.store import EVER, Stores, pull_all, record, stored, write_at
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -103,7 +103,7 @@ async def checkpoint_now(store: MessageStore, clock: FakeClock) -> Checkpoint:
     clock.advance(store.config.checkpoint_interval_ms / 1000)
     await store.flusher.flush()
     written = Checkpoint.read(store.config.checkpoint_path)
-    assert written is not None
+    assert written is not None, "the flush wrote no checkpoint"
     assert written.dispatch_offset == store.commitlog.write_offset
     return written
 

@@ -11,26 +11,8 @@ from typing import NamedTuple
 import pytest
 
 from libs.errors import OffsetOutOfRange, StoreFull
-from libs.store.message_store import MessageStore
-from tests.libs.store.conftest import EVER, Stores, bodies, pull_all, record, stored
 from tests.support.clock import FakeClock
-
-BODY = b"r" * 1000  # about 1.1 KB a record: 57 to a 64 KiB segment
-
-
-async def fill(store: MessageStore, count: int) -> list[bytes]:
-    sent = [f"{i:05d}".encode() + BODY for i in range(count)]
-    for i, body in enumerate(sent):
-        await store.put(record("T", 0, body, keys=[f"k{i}"]))
-    await store.flusher.flush()
-    return sent
-
-
-def age(store: MessageStore, segments: int, clock: FakeClock) -> None:
-    """Make the oldest `segments` segments older than the retention time."""
-    old = clock() - store.config.file_reserved_hours * 3600 - 60
-    for segment in store.commitlog.segments[:segments]:
-        os.utime(segment.path, (old, old))
+from tests.support.store import EVER, RETENTION_BODY, Stores, age, bodies, fill, pull_all, record, stored
 
 
 async def test_segments_past_the_retention_time_are_deleted_and_queues_follow(stores: Stores, clock: FakeClock) -> None:
@@ -83,7 +65,7 @@ async def test_the_segment_being_written_is_never_deleted(stores: Stores, clock:
 async def test_a_segment_not_yet_flushed_is_never_deleted(stores: Stores, clock: FakeClock) -> None:
     store = stores.open(file_reserved_hours=1.0)
     for _ in range(100):
-        await store.put(record("T", 0, BODY))
+        await store.put(record("T", 0, RETENTION_BODY))
     age(store, 2, clock)
     assert store.delete_expired(force=True) == 0
     assert store.queue_offsets("T", 0) == (0, 100)
@@ -200,19 +182,19 @@ async def test_a_full_disk_at_a_segment_roll_is_store_full_and_writing_resumes_w
 ) -> None:
     store = stores.open()
     sent: list[bytes] = []
-    size = len(record("T", 0, BODY))
+    size = len(record("T", 0, RETENTION_BODY))
     while store.commitlog.write_offset + size + 8 <= 65536:  # until the next one needs a new segment
-        sent.append(f"{len(sent):05d}".encode() + BODY[5:])
+        sent.append(f"{len(sent):05d}".encode() + RETENTION_BODY[5:])
         await store.put(record("T", 0, sent[-1]))
     assert len(store.commitlog.segments) == 1
     no_space_for(65536, monkeypatch)
-    outcome = await store.put(record("T", 0, BODY))
+    outcome = await store.put(record("T", 0, RETENTION_BODY))
     assert (outcome.stored, type(outcome.failure)) == ([], StoreFull)
     assert pull_all(store, "T", 0) == sent
     monkeypatch.undo()
-    [result] = stored(await store.put(record("T", 0, BODY)))
+    [result] = stored(await store.put(record("T", 0, RETENTION_BODY)))
     assert (result.queue_offset, result.physical_offset) == (len(sent), 65536)
-    assert pull_all(store, "T", 0) == [*sent, BODY]
+    assert pull_all(store, "T", 0) == [*sent, RETENTION_BODY]
 
 
 async def test_a_put_that_meets_a_full_disk_is_stored_exactly_when_its_outcome_says_so(

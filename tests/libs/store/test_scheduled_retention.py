@@ -5,9 +5,8 @@ from __future__ import annotations
 from libs.message import MessageRecord, Prop
 from libs.names import TIMER_TOPIC
 from libs.store.message_store import MessageStore
-from tests.libs.store.conftest import Stores, record, stored
-from tests.libs.store.test_retention import age, fill
 from tests.support.clock import FakeClock
+from tests.support.store import Stores, age, fill, record, stored
 
 
 def scheduled(message_id: str, due: int) -> bytes:

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from libs.store.message_store import MessageStore
-from tests.libs.store.conftest import bodies, crash, make_config, record
 from tests.support.clock import FakeClock
+from tests.support.store import bodies, crash, make_config, record
 
 TOPICS = st.sampled_from(["A", "B"])
 QUEUES = st.integers(0, 2)

@@ -1,21 +1,14 @@
+"""Fixtures for the TimerStore's tests: a store in the test's directory."""
+
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from libs.timer import MessageRef, TimerStore
-
-T0 = 1_700_000_000_000  # a fake "now", ms; a multiple of every precision
-SMALL = {"precision_ms": 100, "window_ms": 10_000, "max_delay_ms": 60_000, "segment_bytes": 56 * 64}
-
-StoreFactory = Callable[..., TimerStore]
-
-
-def ref(n: int) -> MessageRef:
-    return MessageRef(store_id=n % 3, phy_offset=1000 * n, size=100 + n)
+from libs.timer import TimerStore
+from tests.support.timer_store import SMALL, T0, StoreFactory
 
 
 @pytest.fixture

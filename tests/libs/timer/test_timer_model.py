@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from libs.timer import Action, MessageRef, TimerStore
-from tests.libs.timer.conftest import SMALL, T0
+from tests.support.timer_store import SMALL, T0
 
 PRECISION = SMALL["precision_ms"]
 

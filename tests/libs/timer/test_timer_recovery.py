@@ -11,7 +11,7 @@ import pytest
 
 from libs.timer import Action, TimerStore
 from libs.timer.timer_log import RECORD_SIZE
-from tests.libs.timer.conftest import T0, StoreFactory, ref
+from tests.support.timer_store import T0, StoreFactory, ref
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from libs.timer import Action, MessageRef, TimerStore
-from tests.libs.timer.conftest import SMALL, T0, StoreFactory, ref
+from tests.support.timer_store import SMALL, T0, StoreFactory, ref
 
 
 def delivered(store: TimerStore, now_ms: int) -> list[tuple[int, int]]:

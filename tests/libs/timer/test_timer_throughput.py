@@ -4,7 +4,7 @@ import random
 import time
 
 from libs.timer import Action, MessageRef
-from tests.libs.timer.conftest import T0, StoreFactory
+from tests.support.timer_store import T0, StoreFactory
 
 
 def test_100k_entries_enqueue_and_drain(open_store: StoreFactory) -> None:

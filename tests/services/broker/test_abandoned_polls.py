@@ -10,7 +10,7 @@ from libs.broker_api.frames import decode_leased
 from libs.codec import encode_record
 from libs.message import MessageRecord, Prop
 from services.broker.app import create_app
-from tests.conftest import broker_settings
+from tests.support.apps import broker_settings
 from tests.support.serving import ServedApp, serving
 from tests.support.waiting import eventually
 

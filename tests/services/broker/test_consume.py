@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
+import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
 
-from libs.broker_api.frames import decode_leased
-from libs.codec import encode_record, iter_records
+from libs.codec import iter_records
 from libs.message import MessageRecord, Prop
 from libs.receipt import ReceiptHandle
 from services.broker.app import create_app
-from tests.conftest import broker_settings, in_process
+from tests.support.apps import broker_settings, in_process
+from tests.support.broker_calls import bodies, gauge, make_group, put, receive, settle
+from tests.support.clock import FakeClock
 from tests.support.serving import ServedApp
-
-Received = list[tuple[str, int, MessageRecord]]
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -28,54 +29,6 @@ async def broker(nameserver: ServedApp) -> AsyncIterator[httpx.AsyncClient]:
     async for client in in_process(create_app(settings)):
         await client.put("/internal/topics/orders", json={"read_queues": 2, "write_queues": 2})
         yield client
-
-
-async def put(broker: httpx.AsyncClient, *bodies: str, queue_id: int = 0, tag: str = "paid") -> list[str]:
-    records = [
-        encode_record(
-            MessageRecord(
-                topic="orders",
-                body=body.encode(),
-                queue_id=queue_id,
-                properties={Prop.UNIQ_KEY: f"ID-{body}", Prop.TAGS: tag},
-            )
-        )
-        for body in bodies
-    ]
-    answer = await broker.post("/internal/messages", content=b"".join(records))
-    assert answer.status_code == 200, answer.text
-    return [f"ID-{body}" for body in bodies]
-
-
-async def make_group(broker: httpx.AsyncClient, group: str = "billing", **config: Any) -> None:
-    answer = await broker.put(f"/internal/groups/{group}", json=config)
-    assert answer.status_code == 200, answer.text
-
-
-async def receive(broker: httpx.AsyncClient, group: str = "billing", **body: Any) -> Received:
-    answer = await broker.post(
-        f"/internal/groups/{group}/topics/orders/receive",
-        json={"max_messages": 32, "invisible_ms": 30_000} | body,
-    )
-    assert answer.status_code == 200, answer.text
-    leases, records = decode_leased(answer.content)
-    return [
-        (lease.receipt_handle, lease.delivery_attempt, record)
-        for lease, record in zip(leases, iter_records(records), strict=True)
-    ]
-
-
-async def settle(
-    broker: httpx.AsyncClient, verb: str, *handles: str, group: str = "billing", **extra: Any
-) -> list[dict[str, Any]]:
-    answer = await broker.post(f"/internal/groups/{group}/{verb}", json={"receipt_handles": list(handles)} | extra)
-    assert answer.status_code == 200, answer.text
-    results: list[dict[str, Any]] = answer.json()["results"]
-    return results
-
-
-def bodies(received: Received) -> list[str]:
-    return sorted(r.body.decode() for _, _, r in received)
 
 
 async def test_received_messages_are_invisible_until_acked_then_gone(broker: httpx.AsyncClient) -> None:
@@ -129,19 +82,35 @@ async def test_a_nack_brings_the_message_back_through_the_retry_queue(broker: ht
     assert late["error"]["status"] == 409
 
 
-async def test_an_expired_lease_is_a_failed_attempt_retried_after_the_backoff(broker: httpx.AsyncClient) -> None:
+async def test_an_expired_lease_is_a_failed_attempt_retried_after_the_backoff(nameserver: ServedApp) -> None:
     # levels "1s 1s 50ms ...": the first retry uses level 3, 50 ms here; the timer service would
     # deliver it from SCHEDULE_TOPIC_XXXX: without one, it waits there.
-    await make_group(broker)
-    await put(broker, "a")
-    ((handle, _, _),) = await receive(broker, invisible_ms=50)
-    await asyncio.sleep(0.2)
-    (result,) = await settle(broker, "ack", handle)
-    assert result["error"]["type"].endswith("/lease-expired")
-    scheduled = await broker.get("/internal/topics/SCHEDULE_TOPIC_XXXX/queues/2/messages", params={"offset": 0})
-    (copy,) = iter_records(scheduled.content)
-    assert copy.properties[Prop.REAL_TOPIC] == "%RETRY%billing"
-    assert copy.reconsume_times == 1
+    clock = FakeClock(time.time())
+    settings = broker_settings(nameserver, lease_scan_ms=10, delay_levels="1s 1s 50ms 50ms 50ms")
+    async for broker in in_process(create_app(settings, clock=clock)):
+        await broker.put("/internal/topics/orders", json={"read_queues": 2, "write_queues": 2})
+        await make_group(broker)
+        await put(broker, "a")
+        ((handle, _, _),) = await receive(broker, invisible_ms=50)
+        clock.advance(0.2)
+        (result,) = await settle(broker, "ack", handle)
+        assert result["error"]["type"].endswith("/lease-expired"), result
+        await eventually(
+            functools.partial(_retry_scheduled, broker), "the expired lease's retry copy in SCHEDULE_TOPIC_XXXX"
+        )
+        (copy,) = await scheduled_retries(broker)
+        assert copy.properties[Prop.REAL_TOPIC] == "%RETRY%billing"
+        assert copy.reconsume_times == 1
+
+
+async def scheduled_retries(broker: httpx.AsyncClient) -> list[MessageRecord]:
+    """Copies waiting in the schedule queue of delay level 3 (50 ms here)."""
+    answer = await broker.get("/internal/topics/SCHEDULE_TOPIC_XXXX/queues/2/messages", params={"offset": 0})
+    return list(iter_records(answer.content)) if answer.status_code == 200 else []
+
+
+async def _retry_scheduled(broker: httpx.AsyncClient) -> bool:
+    return bool(await scheduled_retries(broker))
 
 
 async def test_after_max_retries_the_message_is_dead_lettered_with_its_reason(broker: httpx.AsyncClient) -> None:
@@ -202,11 +171,15 @@ async def test_broadcast_gives_every_client_every_message(broker: httpx.AsyncCli
 async def test_a_waiting_receive_is_woken_by_a_send(broker: httpx.AsyncClient) -> None:
     await make_group(broker)
     waiting = asyncio.create_task(receive(broker, wait_ms=5_000))
-    await asyncio.sleep(0.1)
-    assert not waiting.done()
+    await eventually(lambda: _polls_waiting(broker, 1), "the receive waits in the broker")
+    assert not waiting.done(), "a receive with wait_ms answered before anything arrived"
     await put(broker, "late", queue_id=1)
     received = await asyncio.wait_for(waiting, 2)
     assert bodies(received) == ["late"]
+
+
+async def _polls_waiting(broker: httpx.AsyncClient, count: int) -> bool:
+    return await gauge(broker, "petrel_broker_long_polls_waiting") == count
 
 
 async def test_reset_rewinds_to_a_time_or_an_offset(broker: httpx.AsyncClient) -> None:

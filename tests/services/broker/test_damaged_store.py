@@ -6,10 +6,10 @@ import pytest
 
 from libs.store.recovery import DamagedLog
 from services.broker.app import create_app
-from tests.conftest import broker_settings, in_process
-from tests.libs.store.tools.support import run_cli
-from tests.services.broker.test_consume import bodies, make_group, put, receive
+from tests.support.apps import broker_settings, in_process
+from tests.support.broker_calls import bodies, make_group, put, receive
 from tests.support.serving import ServedApp
+from tests.support.store_tools import run_cli
 
 
 async def test_a_broker_refuses_to_start_on_mid_log_damage_and_after_a_repair_delivers_every_other_message(

@@ -12,8 +12,8 @@ from libs.codec import encode_record
 from libs.message import MessageRecord, Prop
 from libs.store.config import FlushMode
 from services.broker.app import create_app
-from tests.conftest import broker_settings, in_process
-from tests.services.broker.test_transactions import end, put_half, topic_records
+from tests.support.apps import broker_settings, in_process
+from tests.support.broker_calls import end, put_half, topic_records
 from tests.support.disk import stalled_disk
 from tests.support.serving import ServedApp
 

@@ -6,18 +6,12 @@ import httpx
 
 from services.broker.app import create_app
 from services.broker.consume.pop import COMPACT_TIMERS_FROM
-from tests.conftest import broker_settings, in_process
-from tests.services.broker.test_consume import make_group, put, receive, settle
+from tests.support.apps import broker_settings, in_process
+from tests.support.broker_calls import gauge, make_group, put, receive, settle
 from tests.support.serving import ServedApp
 from tests.support.waiting import eventually
 
 LEASED = 3 * COMPACT_TIMERS_FROM
-
-
-async def gauge(broker: httpx.AsyncClient, name: str) -> float:
-    text = (await broker.get("/metrics")).text
-    (line,) = [line for line in text.splitlines() if line.startswith(name + " ")]
-    return float(line.split()[1])
 
 
 async def test_timers_of_acked_leases_do_not_pile_up(nameserver: ServedApp) -> None:

@@ -14,8 +14,8 @@ import httpx
 
 from services.broker.app import create_app
 from services.broker.settings import BrokerSettings
-from tests.conftest import broker_settings, in_process
-from tests.services.broker.test_consume import bodies, make_group, put, receive, settle
+from tests.support.apps import broker_settings, in_process
+from tests.support.broker_calls import bodies, make_group, put, receive, settle
 from tests.support.serving import ServedApp
 
 STORE_FILES = ("commitlog", "consumequeue", "index", "checkpoint")

@@ -10,8 +10,8 @@ from libs.codec import iter_records
 from services.broker.app import create_app
 from services.broker.consume.redriven import RedrivenMarks
 from services.broker.metadata import RedrivenStore, open_engine
-from tests.conftest import broker_settings, in_process
-from tests.services.broker.test_consume import make_group, put, receive, settle
+from tests.support.apps import broker_settings, in_process
+from tests.support.broker_calls import make_group, put, receive, settle
 from tests.support.serving import ServedApp
 
 

@@ -16,7 +16,7 @@ from services.broker.app import create_app
 from services.broker.metadata import TopicRow, open_engine
 from services.nameserver.app import create_app as nameserver_app
 from services.nameserver.settings import NameserverSettings
-from tests.conftest import broker_settings, in_process
+from tests.support.apps import broker_settings, in_process
 from tests.support.serving import ServedApp, free_port, serving
 
 TOPICS = 100_000

@@ -19,9 +19,8 @@ from libs.message import MessageRecord, Prop
 from libs.names import TIMER_TOPIC
 from libs.store.config import FlushMode
 from services.broker.app import create_app
-from tests.conftest import broker_settings, in_process
-from tests.services.broker.test_consume import make_group, put, receive, settle
-from tests.services.broker.test_transactions import topic_records
+from tests.support.apps import broker_settings, in_process
+from tests.support.broker_calls import make_group, put, receive, settle, topic_records
 from tests.support.disk import stalled_disk
 from tests.support.serving import ServedApp
 

@@ -20,8 +20,8 @@ from libs.filters import compile_filter
 from libs.message import tags_code
 from services.broker.app import create_app
 from services.broker.long_polling import PullWaiters
-from tests.conftest import broker_settings, in_process
-from tests.services.broker.test_consume import make_group, put, receive, settle
+from tests.support.apps import broker_settings, in_process
+from tests.support.broker_calls import make_group, put, receive, settle
 from tests.support.serving import ServedApp
 
 

@@ -11,7 +11,7 @@ from libs.message import MessageRecord, Prop
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from libs.store.consume_queue import UNIT
 from services.broker.app import create_app
-from tests.conftest import broker_settings, in_process
+from tests.support.apps import broker_settings, in_process
 from tests.support.serving import ServedApp
 
 

@@ -8,7 +8,7 @@ from libs.names import is_system_topic
 from services.broker.app import create_app
 from services.nameserver.app import create_app as nameserver_app
 from services.nameserver.settings import NameserverSettings
-from tests.conftest import broker_settings, in_process
+from tests.support.apps import broker_settings, in_process
 from tests.support.serving import ServedApp, free_port, serving
 from tests.support.waiting import eventually
 

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 
 from libs.names import TRANS_OP_HALF_TOPIC
-from tests.services.broker.test_transactions import broker, end, put_half, topic_records
+from services.broker.app import create_app
+from tests.support.apps import broker_settings, in_process
+from tests.support.broker_calls import end, put_half, topic_records
+from tests.support.serving import ServedApp
 
-__all__ = ["broker"]  # the fixture, used by name
+
+@pytest.fixture
+async def broker(nameserver: ServedApp) -> AsyncIterator[httpx.AsyncClient]:
+    async for client in in_process(create_app(broker_settings(nameserver, transaction_check_max=3))):
+        await client.put("/internal/topics/orders", json={"read_queues": 2, "write_queues": 2})
+        yield client
 
 
 async def end_batch(client: httpx.AsyncClient, *ends: tuple[str, str]) -> list[dict[str, Any]]:

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
 
-from libs.codec import encode_record, iter_records
+from libs.codec import encode_record
 from libs.message import MessageRecord, Prop
 from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.broker.app import create_app
-from tests.conftest import broker_settings, in_process
-from tests.services.broker.test_memory_bounds import gauge
+from tests.support.apps import broker_settings, in_process
+from tests.support.broker_calls import end, gauge, put_half, topic_records
 from tests.support.serving import ServedApp
 
 
@@ -23,33 +22,6 @@ async def broker(nameserver: ServedApp) -> AsyncIterator[httpx.AsyncClient]:
     async for client in in_process(create_app(broker_settings(nameserver, transaction_check_max=3))):
         await client.put("/internal/topics/orders", json={"read_queues": 2, "write_queues": 2})
         yield client
-
-
-def half(message_id: str, body: str = "pay order 7", **properties: str) -> bytes:
-    props = {
-        Prop.UNIQ_KEY: message_id,
-        Prop.PRODUCER_GROUP: "shop",
-        Prop.TRANSACTION_PREPARED: "true",
-        Prop.TAGS: "paid",
-    } | properties
-    return encode_record(MessageRecord(topic="orders", body=body.encode(), queue_id=1, properties=props))
-
-
-async def put_half(broker: httpx.AsyncClient, message_id: str, **properties: str) -> dict[str, Any]:
-    answer = await broker.post("/internal/messages", content=half(message_id, **properties))
-    assert answer.status_code == 200, answer.text
-    stored: dict[str, Any] = answer.json()["stored"][0]
-    return stored
-
-
-async def topic_records(broker: httpx.AsyncClient, topic: str, queue: int = 0) -> list[MessageRecord]:
-    answer = await broker.get(f"/internal/topics/{topic}/queues/{queue}/messages", params={"offset": 0, "max": 100})
-    return list(iter_records(answer.content))
-
-
-async def end(broker: httpx.AsyncClient, message_id: str, verb: str, by: str | None = None) -> httpx.Response:
-    body = {"by": by} if by else None
-    return await broker.post(f"/internal/transactions/{message_id}/{verb}", json=body)
 
 
 async def test_a_half_message_is_invisible_until_committed_then_delivered_once(broker: httpx.AsyncClient) -> None:

@@ -5,7 +5,7 @@ import pytest
 
 from services.nameserver.app import create_app
 from services.nameserver.settings import NameserverSettings
-from tests.conftest import in_process
+from tests.support.apps import in_process
 from tests.support.clock import FakeClock
 from tests.support.waiting import eventually
 

@@ -19,14 +19,14 @@ def test_route_spans_every_broker_holding_the_topic() -> None:
 
     route = table.route("orders")
 
-    assert route is not None
+    assert route is not None, "no route for orders"
     assert [(q.broker_name, q.write_queues) for q in route.queues] == [("broker-a", 8), ("broker-b", 4)]
     assert {b.broker_name: b.master for b in route.brokers} == {
         "broker-a": "127.0.0.1:10911",
         "broker-b": "127.0.0.1:10912",
     }
     audit = table.route("audit")
-    assert audit is not None
+    assert audit is not None, "no route for audit"
     assert [q.broker_name for q in audit.queues] == ["broker-a"]
     assert table.route("nothing") is None
 
@@ -53,7 +53,7 @@ def test_broker_silent_past_expiry_is_dropped_with_its_routes() -> None:
 
     assert [i.broker_name for i in expired] == ["broker-a"]
     route = table.route("orders")
-    assert route is not None
+    assert route is not None, "no route for orders"
     assert [q.broker_name for q in route.queues] == ["broker-b"]
     assert [b.broker_name for c in table.clusters().clusters for b in c.brokers] == ["broker-b"]
 
@@ -65,7 +65,9 @@ def test_broker_heard_within_expiry_is_kept() -> None:
     clock.advance(119.9)
 
     assert table.expire_inactive(120) == []
-    assert table.route("orders") is not None
+    route = table.route("orders")
+    assert route is not None, "the route of orders went with its broker"
+    assert [q.broker_name for q in route.queues] == ["broker-a"]
 
 
 def test_heartbeat_tells_an_unknown_or_stale_broker_to_register() -> None:
@@ -85,7 +87,7 @@ def test_slave_adds_an_address_but_not_topics() -> None:
     table.register("broker-a", 1, registration("127.0.0.1:10921"))
 
     route = table.route("orders")
-    assert route is not None
+    assert route is not None, "no route for orders"
     assert route.brokers[0].addresses == {0: "127.0.0.1:10911", 1: "127.0.0.1:10921"}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from libs.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from libs.message import Prop
 from libs.timer import MessageRef
-from tests.services.timer.conftest import Broker, Timer
+from tests.support.timer_service import Broker, Timer
 
 HOUR_MS = 3_600_000
 

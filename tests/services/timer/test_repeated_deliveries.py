@@ -15,10 +15,10 @@ import pytest
 
 from libs.message import Prop
 from libs.store.config import FlushMode
-from tests.services.broker.test_consume import make_group, put, receive, settle
-from tests.services.timer.conftest import Broker, Timer
+from tests.support.broker_calls import make_group, put, receive, settle
 from tests.support.disk import stalled_disk
 from tests.support.serving import ServedApp
+from tests.support.timer_service import Broker, Timer
 
 
 def due_of(stored: dict[str, object]) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,16 +11,13 @@ import httpx
 import pytest
 import redis
 
-from libs.codec import encode_record, iter_records
 from libs.http.client import ClientOptions
-from libs.message import MessageRecord, Prop
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 from services.broker.app import create_app as broker_app
-from services.txcheck.brokers import Broker, Brokers, open_brokers
-from tests.conftest import broker_settings
+from services.txcheck.brokers import Brokers, open_brokers
+from tests.support.apps import broker_settings
 from tests.support.serving import ServedApp, serving
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
+from tests.support.txcheck import REDIS_URL, TxBroker
 
 
 @pytest.fixture
@@ -41,48 +37,6 @@ def redis_client() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(REDIS_URL)
     yield client
     client.close()
-
-
-@dataclass
-class TxBroker:
-    """A broker served on loopback, and the calls a producer and a test make to it."""
-
-    served: ServedApp
-    http: httpx.Client
-    name: str = "broker-a"
-
-    @property
-    def ref(self) -> Broker:
-        return Broker(self.name, self.served.address)
-
-    def put_half(
-        self, message_id: str, props: dict[str, str] | None = None, *, body: bytes = b"pay order 7", group: str = "shop"
-    ) -> dict[str, Any]:
-        properties = {
-            Prop.UNIQ_KEY: message_id,
-            Prop.PRODUCER_GROUP: group,
-            Prop.TRANSACTION_PREPARED: "true",
-            Prop.TAGS: "paid",
-        } | (props or {})
-        record = MessageRecord(topic="orders", body=body, queue_id=1, properties=properties)
-        answer = self.http.post("/internal/messages", content=encode_record(record))
-        assert answer.status_code == 200, answer.text
-        stored: dict[str, Any] = answer.json()["stored"][0]
-        return stored
-
-    def end(self, message_id: str, verb: str) -> httpx.Response:
-        return self.http.post(f"/internal/transactions/{message_id}/{verb}", json={"by": "producer"})
-
-    def state(self, message_id: str) -> dict[str, Any]:
-        answer = self.http.get(f"/internal/transactions/{message_id}")
-        assert answer.status_code == 200, answer.text
-        state: dict[str, Any] = answer.json()
-        return state
-
-    def records(self, topic: str, queue: int = 0) -> list[MessageRecord]:
-        answer = self.http.get(f"/internal/topics/{topic}/queues/{queue}/messages", params={"offset": 0, "max": 1000})
-        assert answer.status_code == 200, answer.text
-        return list(iter_records(answer.content))
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import redis
 from services.txcheck.app import create_app
 from services.txcheck.celery_app import CHECK_QUEUE, CHECK_TASK, SCAN_TASK, create_celery
 from services.txcheck.settings import TxcheckSettings
-from tests.conftest import in_process
-from tests.services.txcheck.conftest import REDIS_URL
+from tests.support.apps import in_process
 from tests.support.serving import free_port
+from tests.support.txcheck import REDIS_URL
 
 
 async def test_ready_when_redis_answers() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,9 +25,9 @@ from services.txcheck.brokers import Brokers
 from services.txcheck.checkback import CheckBack
 from services.txcheck.runtime import RecentProducerGroups
 from services.txcheck.scan import CheckOrder
-from tests.services.txcheck.conftest import TxBroker
 from tests.support.clock import FakeClock
 from tests.support.serving import ServedApp, free_port, serving
+from tests.support.txcheck import TxBroker
 
 
 @dataclass
@@ -35,7 +37,9 @@ class Receiver:
     secret: str
     status: int = 200
     answer: bytes = b'{"status": "COMMIT"}'
-    delay: float = 0.0
+    silent: bool = False
+    """Answer nothing until `released` (a producer slower than any timeout)."""
+    released: threading.Event = field(default_factory=threading.Event)
     before_answer: Any = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
@@ -54,7 +58,8 @@ class Receiver:
             self.requests.append(json.loads(body))
             if self.before_answer is not None:
                 await self.before_answer()
-            await asyncio.sleep(self.delay)
+            if self.silent:
+                await asyncio.to_thread(self.released.wait, 10)
             return Response(self.answer, status_code=self.status, media_type="application/json")
 
         return app
@@ -68,6 +73,7 @@ def receiver(producer_groups: tuple[str, ProducerGroupStore]) -> Iterator[tuple[
     with serving(receiver.app()) as served:
         store.put("shop", f"{served.url}/checkback", secret)
         yield receiver, served
+        receiver.released.set()
 
 
 @pytest.fixture
@@ -171,7 +177,7 @@ def test_a_producer_slower_than_the_timeout_is_unknown(
     checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp]
 ) -> None:
     producer, _ = receiver
-    producer.delay = 1.0
+    producer.silent = True
     assert checkback.check(order_for(tx_broker, tx_broker.put_half("A"))) == "UNKNOWN"
     assert tx_broker.state("A")["state"] == "OPEN"
 
@@ -262,11 +268,14 @@ def test_checks_run_side_by_side_and_only_those_whose_broker_did_not_answer_are_
 ) -> None:
     producer, _ = receiver
 
+    all_four_asked = asyncio.Event()  # set and awaited on the receiver's loop only
+
     async def answer_once_all_four_are_asked() -> None:  # one at a time, each would time out waiting
-        for _ in range(40):
-            if len(producer.requests) >= 4:
-                return
-            await asyncio.sleep(0.05)
+        if len(producer.requests) >= 4:
+            all_four_asked.set()
+        with contextlib.suppress(TimeoutError):  # the asserts below then say which ones were not asked
+            async with asyncio.timeout(5):
+                await all_four_asked.wait()
 
     producer.before_answer = answer_once_all_four_are_asked
     orders = [order_for(tx_broker, tx_broker.put_half(f"A{n}")) for n in range(4)]

@@ -16,9 +16,9 @@ from libs.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.txcheck.brokers import Broker, Brokers
 from services.txcheck.ended import EndedTransactions
 from services.txcheck.scan import SYSTEM_GROUP, CheckOrder, HalfScanner, ScanOptions, due_at, ended_ops
-from tests.services.txcheck.conftest import TxBroker
 from tests.support.clock import FakeClock
 from tests.support.serving import free_port
+from tests.support.txcheck import TxBroker
 
 TIMEOUT_MS = 6000
 IMMUNE = {CHECK_IMMUNITY: "0"}

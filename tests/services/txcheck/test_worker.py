@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,9 +17,9 @@ from libs.broker_api.wire import CHECK_IMMUNITY
 from libs.producer_groups import ProducerGroupStore
 from services.txcheck.celery_app import CHECK_TASK, SCAN_TASK, create_celery
 from services.txcheck.settings import TxcheckSettings
-from tests.services.txcheck.conftest import REDIS_URL, TxBroker
-from tests.services.txcheck.processes import TxcheckProcess
 from tests.support.serving import ServedApp, free_port, serving
+from tests.support.txcheck import REDIS_URL, TxBroker, TxcheckProcess
+from tests.support.waiting import wait_until
 
 IMMUNE = {CHECK_IMMUNITY: "0"}
 
@@ -45,11 +44,8 @@ class Producer:
             webhooks.verify(self.secret, request.headers, body)
             message_id = (await request.json())["message_id"]
             self.requests.append((message_id, request.headers["webhook-id"]))
-            if len(self.requests) <= self.hold_first:
-                for _ in range(200):  # the worker asking is killed meanwhile; let go at the end of the test
-                    if self.released.is_set():
-                        break
-                    await asyncio.sleep(0.05)
+            if len(self.requests) <= self.hold_first:  # the worker asking is killed meanwhile
+                await asyncio.to_thread(self.released.wait, 10)  # let go at the end of the test
             status = self.answers.get(message_id, "UNKNOWN")
             return Response(f'{{"status": "{status}"}}', media_type="application/json")
 
@@ -108,11 +104,7 @@ def send(txcheck_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterat
 
 
 def wait_for(check: Callable[[], bool], what: str, worker: TxcheckProcess, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}; the worker's log:\n{worker.log_tail()}")
-        time.sleep(0.05)
+    wait_until(check, what, timeout, context=lambda: f"the worker's log:\n{worker.log_tail()}")
 
 
 def test_a_scan_on_the_worker_resolves_what_the_producer_says_and_keeps_the_rest_open(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.libs.store.tools.support import Store, written_store
+from tests.support.store_tools import Store, written_store
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from libs.store.message_store import PutResult
 from libs.store.tools import dump
 from libs.store.tools.check import check_store
 from libs.store.tools.shared import Kind, Severity, StoreToolError
-from tests.libs.store.tools.support import (
+from tests.support.store_tools import (
     COUNT,
     SEGMENT,
     T0,

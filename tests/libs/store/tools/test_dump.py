@@ -12,7 +12,7 @@ from libs.codec import encode_record
 from libs.message import MessageRecord, SysFlag, tags_code
 from libs.store.message_store import PutResult
 from libs.store.tools import dump
-from tests.libs.store.tools.support import (
+from tests.support.store_tools import (
     BODY_PAD,
     T0,
     Store,

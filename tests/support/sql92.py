@@ -1,4 +1,4 @@
-"""Helpers shared by the SQL92 filter tests."""
+"""Calls of the SQL92 filter for its tests: does an expression match, what error does it raise."""
 
 from __future__ import annotations
 

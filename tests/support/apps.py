@@ -1,0 +1,36 @@
+"""Services' apps for tests: broker settings on small stores, and an httpx client calling an app in-process."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+
+from services.broker.settings import BrokerSettings
+from tests.support.serving import ServedApp, free_port
+
+SMALL_STORE: dict[str, object] = {
+    "segment_size": 4 * 1024 * 1024 + 64 * 1024,
+    "index_slot_count": 4096,
+    "index_max_entries": 100_000,
+    "cq_units_per_file": 1000,
+}
+"""Store sizes for tests: real files, small enough to preallocate in a blink."""
+
+
+def broker_settings(nameserver: ServedApp | str, name: str = "broker-a", **overrides: object) -> BrokerSettings:
+    """A broker on a free loopback port with a small store, registering with `nameserver`."""
+    port = free_port()
+    address = nameserver if isinstance(nameserver, str) else nameserver.address
+    values = SMALL_STORE | {"port": port, "broker_name": name, "nameservers": [address]} | overrides
+    return BrokerSettings(**values)  # type: ignore[arg-type]
+
+
+async def in_process(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client calling the app in-process, with its lifespan running."""
+    async with LifespanManager(app) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield client

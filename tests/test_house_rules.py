@@ -1,0 +1,108 @@
+"""The test suite's own rules, checked so they cannot rot.
+
+A test module imports no other test module (shared helpers live in `tests/support`);
+no test file outside `tests/support` defines its own clock (use `FakeClock`) or waits
+on the wall clock with a sleep (await an event, or poll with `tests.support.waiting`).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+TESTS = Path(__file__).parent
+SUPPORT = TESTS / "support"
+
+NOT_YET: dict[str, str] = {
+    "gateway/conftest.py": "tests.conftest",
+}
+"""Imports of a test module not yet moved to tests.support, by file (owned by another branch of issue 11).
+
+Each entry must still be true: once the file imports from tests.support, delete its entry here.
+"""
+
+
+def suite_files() -> Iterator[Path]:
+    for path in sorted(TESTS.rglob("*.py")):
+        if SUPPORT not in path.parents:
+            yield path
+
+
+def imported_modules(tree: ast.Module) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+        elif isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+
+
+def is_test_module(module: str) -> bool:
+    return (module == "tests" or module.startswith("tests.")) and not (
+        module == "tests.support" or module.startswith("tests.support.")
+    )
+
+
+def cross_imports() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for path in suite_files():
+        tree = ast.parse(path.read_text(), str(path))
+        modules = sorted({m for m in imported_modules(tree) if is_test_module(m)})
+        if modules:
+            found[path.relative_to(TESTS).as_posix()] = modules
+    return found
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    found = cross_imports()
+    offenders = {f: m for f, m in found.items() if f not in NOT_YET}
+    assert offenders == {}, (
+        f"test files import other test modules (move the shared helpers to tests/support): {offenders}"
+    )
+
+
+def test_every_pending_exception_is_still_needed() -> None:
+    found = cross_imports()
+    stale = {f: m for f, m in NOT_YET.items() if m not in found.get(f, [])}
+    assert stale == {}, f"these files no longer import a test module; delete their entries from NOT_YET: {stale}"
+
+
+def test_no_test_file_defines_a_clock() -> None:
+    clocks = [
+        f"{path.relative_to(TESTS).as_posix()}:{node.lineno} class {node.name}"
+        for path in suite_files()
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Clock")
+    ]
+    assert clocks == [], f"test files define their own clock (use tests.support.clock.FakeClock): {clocks}"
+
+
+SLOW_PEERS: dict[str, str] = {
+    "e2e/test_transactions.py": "a producer that answers slowly, so checks are in flight when txcheck is killed",
+}
+"""Files whose sleep is the behaviour under test (a peer that takes its time), not a wait."""
+
+
+def sleeps(tree: ast.Module) -> Iterator[int]:
+    """Lines calling time.sleep or asyncio.sleep with anything but 0 (a yield to the loop)."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "sleep"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in {"time", "asyncio"}
+            and not (node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == 0)
+        ):
+            yield node.lineno
+
+
+def test_no_test_waits_on_the_wall_clock() -> None:
+    found = {
+        path.relative_to(TESTS).as_posix(): lines
+        for path in suite_files()
+        if (lines := list(sleeps(ast.parse(path.read_text(), str(path)))))
+    }
+    offenders = {f: lines for f, lines in found.items() if f not in SLOW_PEERS}
+    assert offenders == {}, f"tests sleep (await an event, or use tests.support.waiting): {offenders}"
+    assert set(SLOW_PEERS) <= set(found), f"no longer sleeping, delete from SLOW_PEERS: {set(SLOW_PEERS) - set(found)}"
