@@ -10,10 +10,8 @@ import pytest
 from services.broker.app import create_app as broker_app
 from services.nameserver.app import create_app as nameserver_app
 from services.nameserver.settings import NameserverSettings
-from tests.support.apps import broker_settings, in_process
+from tests.support.apps import broker_settings
 from tests.support.serving import ServedApp, serving
-
-__all__ = ["broker_settings", "in_process"]  # until tests/gateway/conftest.py imports them from tests.support.apps
 
 
 @pytest.fixture(autouse=True)

@@ -14,14 +14,6 @@ from pathlib import Path
 TESTS = Path(__file__).parent
 SUPPORT = TESTS / "support"
 
-NOT_YET: dict[str, str] = {
-    "gateway/conftest.py": "tests.conftest",
-}
-"""Imports of a test module not yet moved to tests.support, by file (owned by another branch of issue 11).
-
-Each entry must still be true: once the file imports from tests.support, delete its entry here.
-"""
-
 
 def suite_files() -> Iterator[Path]:
     for path in sorted(TESTS.rglob("*.py")):
@@ -54,17 +46,10 @@ def cross_imports() -> dict[str, list[str]]:
 
 
 def test_no_test_module_imports_another_test_module() -> None:
-    found = cross_imports()
-    offenders = {f: m for f, m in found.items() if f not in NOT_YET}
+    offenders = cross_imports()
     assert offenders == {}, (
         f"test files import other test modules (move the shared helpers to tests/support): {offenders}"
     )
-
-
-def test_every_pending_exception_is_still_needed() -> None:
-    found = cross_imports()
-    stale = {f: m for f, m in NOT_YET.items() if m not in found.get(f, [])}
-    assert stale == {}, f"these files no longer import a test module; delete their entries from NOT_YET: {stale}"
 
 
 def test_no_test_file_defines_a_clock() -> None:

@@ -25,7 +25,7 @@ from libs.http.asgi import AsgiTransport, running
 from libs.http.transport import AiohttpTransport, Transport
 from services.broker.app import create_app as broker_app
 from services.broker.settings import BrokerSettings
-from tests.conftest import broker_settings, in_process
+from tests.support.apps import broker_settings, in_process
 from tests.support.in_process import InProcessApp
 from tests.support.serving import ServedApp, start_app
 
