@@ -31,7 +31,7 @@ from libs.errors import InvalidRequest, PetrelError
 from libs.filters import FilterType, MessageFilter, compile_filter
 from libs.http.app import json_body, parse_json
 from libs.http.disconnect import client_gone
-from libs.problem import PROBLEM_RESPONSES
+from libs.problem import PROBLEM_RESPONSES, entry_problem
 from services.broker.consume.groups import Subscription
 from services.broker.consume.pop import Receive
 from services.broker.consume.progress import group_lag, reset_offsets
@@ -138,8 +138,7 @@ async def ready(
 
 
 def _handle_error(handle: str, exc: PetrelError) -> dict[str, object]:
-    error = {"type": exc.problem_type(), "title": exc.title, "status": exc.status, "detail": exc.detail}
-    return {"receipt_handle": handle, "ok": False, "error": error}
+    return {"receipt_handle": handle, "ok": False, "error": entry_problem(exc)}
 
 
 def _results(results: list[dict[str, object]]) -> Response:
