@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
@@ -45,7 +46,10 @@ per kind of error (`https://petrel.dev/problems/<slug>`).
 """
 
 
-def create_app(settings: GatewaySettings, *, transport: Transport | None = None) -> FastAPI:
+def create_app(
+    settings: GatewaySettings, *, transport: Transport | None = None, clock: Callable[[], float] = time.time
+) -> FastAPI:
+    # `clock` (seconds) is the wall clock of born timestamps, due times and lookup windows; tests pass a fake one.
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
@@ -75,6 +79,7 @@ def create_app(settings: GatewaySettings, *, transport: Transport | None = None)
                         born_host=f"{settings.host}:{settings.port}",
                         delay_levels=len(settings.delay_levels),
                         max_delay_ms=int(settings.max_delay_days * 86_400_000),
+                        clock=clock,
                     ),
                     internal=client,
                     idempotency=IdempotencyKeys(redis, settings.idempotency_lease_ms),
@@ -82,6 +87,7 @@ def create_app(settings: GatewaySettings, *, transport: Transport | None = None)
                     masters=MasterDirectory(nameservers, settings.route_refresh_seconds),
                     producer_groups=ProducerGroups(ProducerGroupStore(metadata)),
                     transaction_ends=TransactionEnds(brokers),
+                    clock=clock,
                 )
                 yield {"gateway": context}
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, cast
 
@@ -32,6 +33,11 @@ class GatewayContext:
     masters: MasterDirectory
     producer_groups: ProducerGroups
     transaction_ends: TransactionEnds
+    clock: Callable[[], float]
+    """The wall clock (seconds) of time windows and due times; tests pass a FakeClock."""
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
 
 
 def gateway_context(request: Request) -> GatewayContext:

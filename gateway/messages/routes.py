@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Annotated, Any
@@ -150,7 +149,7 @@ async def get_message(ctx: Context, message_id: str) -> Message:
     or dead-lettered one is answered as first stored (its dead letters: /v1/groups/{group}/dlq).
     """
     born = id_time(message_id)
-    now = int(time.time() * 1000)
+    now = ctx.now_ms()
     params: dict[str, str | int] = {"begin": max(0, born - 60_000), "end": now + 60_000, "public": "true"}
     found: list[Message] = []
     for name, _, raw in await ask_every_broker(ctx, lambda n, a: ctx.brokers.query_id(n, a, message_id, params)):
@@ -174,7 +173,7 @@ async def query_by_key(
 ) -> MessageList:
     """Messages of the topic sent with `key`, stored between begin and end, newest first (a user topic's)."""
     validate_readable_topic(topic)
-    now = int(time.time() * 1000)
+    now = ctx.now_ms()
     begin_ms = parse_time_ms(begin, "begin") if begin else now - 72 * 3600 * 1000
     end_ms = parse_time_ms(end, "end") if end else now + 60_000
     if begin_ms > end_ms:

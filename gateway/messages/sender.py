@@ -24,7 +24,7 @@ import base64
 import binascii
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
@@ -115,7 +115,10 @@ class Sender:
         born_host: str,
         delay_levels: int = 18,
         max_delay_ms: int = 30 * 86_400_000,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        self.clock = clock
+        """The wall clock (seconds): born timestamps and delivery times are measured on it."""
         self.delay_levels = delay_levels
         self.max_delay_ms = max_delay_ms
         self.routes = routes
@@ -155,7 +158,7 @@ class Sender:
             properties[Prop.KEYS] = KEY_SEPARATOR.join(_key(k) for k in message.keys)
         if message.message_group is not None:
             properties[Prop.MESSAGE_GROUP] = message.message_group
-        now = int(time.time() * 1000)
+        now = int(self.clock() * 1000)
         warning = self._schedule(message, properties, now)
         record = MessageRecord(
             topic=topic,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from fastapi import APIRouter, Request, Response
 
 from gateway.context import Context
@@ -35,7 +33,7 @@ async def get_timer_stats(ctx: Context) -> TimerStats:
 async def cancel_schedule(ctx: Context, message_id: str, request: Request) -> Response:
     """Cancel a scheduled message that is not yet due: it will never be delivered."""
     born = id_time(message_id)
-    params = {"begin": max(0, born - 60_000), "end": int(time.time() * 1000) + 60_000}
+    params = {"begin": max(0, born - 60_000), "end": ctx.now_ms() + 60_000}
     found = [
         (broker, record)
         for broker, _, raw in await ask_every_broker(ctx, lambda n, a: ctx.brokers.query_id(n, a, message_id, params))
@@ -47,7 +45,7 @@ async def cancel_schedule(ctx: Context, message_id: str, request: Request) -> Re
     if not scheduled:
         raise MessageNotFound(f"no scheduled message has id {message_id}")
     broker, record = scheduled[0]
-    if due_at(record) <= int(time.time() * 1000):
+    if due_at(record) <= ctx.now_ms():
         raise AlreadyDelivered(f"message {message_id} was due at {due_at(record)} and is being delivered")
     try:
         await ctx.internal.json(

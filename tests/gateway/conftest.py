@@ -11,7 +11,8 @@ connections, stop and start them, call their URLs with a plain HTTP client): the
 brokers are served on loopback as before.
 """
 
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -42,6 +43,12 @@ def broker_overrides() -> dict[str, Any]:
 def gateway_overrides() -> dict[str, Any]:
     """Settings of the test's gateway (a test module overrides this fixture)."""
     return {}
+
+
+@pytest.fixture
+def gateway_clock() -> Callable[[], float]:
+    """The test's gateway's wall clock (a test module overrides this fixture with a FakeClock)."""
+    return time.time
 
 
 @pytest.fixture
@@ -90,8 +97,12 @@ async def brokers(
 
 @pytest.fixture
 async def gateway(
-    nameserver: ServedApp, brokers: dict[str, Any], gateway_overrides: dict[str, Any], transport: Transport
+    nameserver: ServedApp,
+    brokers: dict[str, Any],
+    gateway_overrides: dict[str, Any],
+    transport: Transport,
+    gateway_clock: Callable[[], float],
 ) -> AsyncIterator[httpx.AsyncClient]:
     settings = GatewaySettings(nameservers=[nameserver.address], **gateway_overrides)
-    async for client in in_process(create_app(settings, transport=transport)):
+    async for client in in_process(create_app(settings, transport=transport, clock=gateway_clock)):
         yield client
