@@ -15,6 +15,7 @@ from libs.codec import BLANK_MAGIC, CRC_AT, encode_record, peek_frame
 from libs.message import MessageRecord
 from libs.store.config import StoreConfig
 from libs.store.results import PutResult
+from libs.store.tools.repair import repair_store
 from services.etl.commitlog_source import COLUMNS, SHORT_NAME, commitlog_daily, register_commitlog_source
 from tests.support.clock import FakeClock
 from tests.support.store import T0_MS, make_config, make_store, stored, write_at
@@ -79,23 +80,24 @@ def ms(value: int) -> dt.datetime:
     return dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(milliseconds=value)
 
 
-def expected(spark: SparkSession, sent: list[Sent], results: list[PutResult], *, body: bool = False) -> DataFrame:
+def expected(spark: SparkSession, results: list[PutResult], kept: list[int], *, body: bool = False) -> DataFrame:
+    """The rows of the messages SENT[i] for i in `kept`, as the store answered their puts."""
     rows = [
         (
-            s.topic,
-            s.queue_id,
-            put.queue_offset,
-            put.physical_offset,
+            SENT[i].topic,
+            SENT[i].queue_id,
+            results[i].queue_offset,
+            results[i].physical_offset,
             ms(born(i)),
-            ms(put.store_timestamp),
-            s.tag,
-            list(s.keys),
-            properties(i, s),
-            len(s.body),
+            ms(results[i].store_timestamp),
+            SENT[i].tag,
+            list(SENT[i].keys),
+            properties(i, SENT[i]),
+            len(SENT[i].body),
             f"ID{i}",
-            *((s.body,) if body else ()),
+            *((SENT[i].body,) if body else ()),
         )
-        for i, (s, put) in enumerate(zip(sent, results, strict=True))
+        for i in kept
     ]
     return spark.createDataFrame(rows, f"{COLUMNS}, body binary" if body else COLUMNS)
 
@@ -117,7 +119,7 @@ async def test_every_segment_is_a_partition_and_every_message_a_row(spark: Spark
     frame = read(spark, config)
 
     assert frame.rdd.getNumPartitions() == len(segments) == 3
-    assertDataFrameEqual(frame, expected(spark, SENT, results), checkRowOrder=True)
+    assertDataFrameEqual(frame, expected(spark, results, list(range(7))), checkRowOrder=True)
 
 
 async def test_the_body_only_when_asked(spark: SparkSession, tmp_path: Path) -> None:
@@ -125,7 +127,7 @@ async def test_the_body_only_when_asked(spark: SparkSession, tmp_path: Path) -> 
     config = make_config(tmp_path, segment_size=SEGMENT)
 
     assert "body" not in read(spark, config).columns
-    assertDataFrameEqual(read(spark, config, body="true"), expected(spark, SENT[:2], results, body=True))
+    assertDataFrameEqual(read(spark, config, body="true"), expected(spark, results, [0, 1], body=True))
 
 
 @pytest.mark.parametrize("tear", ["half a record after the last", "the last record's CRC"])
@@ -141,10 +143,12 @@ async def test_a_torn_tail_ends_the_read_as_recovery_would_cut_it(
         write_at(config, last.physical_offset + CRC_AT, b"\xde\xad\xbe\xef")
 
     kept = 5 if tear.startswith("half") else 4
-    assertDataFrameEqual(read(spark, config), expected(spark, SENT[:kept], results[:kept]))
+    assertDataFrameEqual(read(spark, config), expected(spark, results, list(range(kept))))
 
 
-async def test_a_damaged_record_mid_log_fails_the_read_naming_it(spark: SparkSession, tmp_path: Path) -> None:
+async def test_a_damaged_record_mid_log_fails_the_read_naming_it_until_repaired(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     results = await write_store(tmp_path, SENT[:5])
     config = make_config(tmp_path, segment_size=SEGMENT)
     damaged = results[1].physical_offset
@@ -157,6 +161,24 @@ async def test_a_damaged_record_mid_log_fails_the_read_naming_it(spark: SparkSes
     assert "DamagedSegment" in message, message
     assert f"has a damaged record at offset {damaged} (CRC mismatch" in message, message
     assert f"petrel store repair {tmp_path}" in message, message
+
+    assert [q.offset for q in repair_store(tmp_path)] == [damaged]
+    assertDataFrameEqual(read(spark, config), expected(spark, results, [0, 2, 3, 4]), checkRowOrder=True)
+
+
+def test_a_path_that_is_no_directory_is_refused_by_name(spark: SparkSession, tmp_path: Path) -> None:
+    register_commitlog_source(spark)
+    missing = tmp_path / "brokers" / "broker-a"
+
+    with pytest.raises(PySparkException, match="is not a directory: give a broker's <data dir>/commitlog"):
+        spark.read.format(SHORT_NAME).load(str(missing)).collect()
+
+
+def test_an_empty_commitlog_is_an_empty_frame(spark: SparkSession, tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    config.commitlog_dir.mkdir()
+
+    assertDataFrameEqual(read(spark, config), spark.createDataFrame([], COLUMNS))
 
 
 async def test_commitlog_daily_counts_messages_and_bytes_per_topic_stored_that_day(
