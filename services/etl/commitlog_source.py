@@ -261,9 +261,10 @@ def register_commitlog_source(spark: SparkSession) -> None:
 def commitlog_daily(spark: SparkSession, commitlog_uri: str, date: dt.date) -> DataFrame:
     """Messages and body bytes per topic stored on `date` (by store_timestamp, in UTC): dt, topic, messages, bytes.
 
-    Topics are the stored ones: a scheduled message counts under the timer's topic when
-    scheduled and under its own when delivered, a retry or dead letter under its group's
-    topic, as the CommitLog holds them.
+    Topics are the stored ones, as the CommitLog holds them: a scheduled message counts
+    under a schedule topic (libs.names) when scheduled and under its own when delivered,
+    a transaction's half message under the half topic and again under its own when
+    committed, a retry or dead letter under its group's topic.
     """
     register_commitlog_source(spark)
     start = dt.datetime.combine(date, dt.time(), tzinfo=dt.UTC)
