@@ -35,6 +35,7 @@ def settings_from(args: argparse.Namespace) -> EtlSettings:
 
 def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO is every gateway call
 
 
 def daily(args: argparse.Namespace) -> int:

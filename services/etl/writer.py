@@ -25,10 +25,12 @@ def partition_uri(warehouse: str, table: str, day: date) -> str:
 
 def write_table(spark: SparkSession, frame: DataFrame, warehouse: str, table: str, day: date) -> int:
     """Write D's rows of a table (partitioned by `dt`); how many there were."""
+    cached_here = not frame.is_cached
     frame = frame.cache()
     rows = frame.count()
     if rows == 0:
         delete(spark, partition_uri(warehouse, table, day))
     frame.write.mode("overwrite").partitionBy("dt").option("compression", "zstd").parquet(table_uri(warehouse, table))
-    frame.unpersist()
+    if cached_here:
+        frame.unpersist()
     return rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,9 @@ def test_petrel_etl_daily_writes_the_tables_and_sums_up(tmp_path: Path) -> None:
     petrel = Path(sys.executable).with_name("petrel")
     command = [str(petrel), "etl", "daily", "--date", DAY, "--events", events.as_uri()]
     command += ["--warehouse", warehouse.as_uri(), "--master", "local[2]"]
+    env = {**os.environ, "PETREL_ETL_SHUFFLE_PARTITIONS": "2"}
 
-    done = subprocess.run(command, capture_output=True, text=True, timeout=110, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=110, check=False, env=env)
 
     assert done.returncode == 0, done.stderr[-3000:]
     summary = done.stdout.splitlines()
