@@ -2,7 +2,8 @@
 
 `events` reads a day's events with one explicit schema and quarantines what does not
 fit the contract; `tables` computes the daily tables from the good rows; `writer` writes
-them partitioned by `dt` (a rerun replaces exactly that day); `job` runs it all and
-`submit` hands a non-local master to `spark-submit`. Spark is imported only inside
-functions, so importing this package never starts (or even loads) it.
+them partitioned by `dt` (a rerun replaces exactly that day); `job` runs it all;
+`command` is `petrel etl daily`, which runs `job` here on a local master and hands any
+other to `submit` (spark-submit). `command`, `settings` and `submit` do not import pyspark:
+the `petrel` command loads Spark only when a job runs here.
 """

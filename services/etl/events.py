@@ -92,10 +92,17 @@ class EventLog:
     quarantine: DataFrame
     lines: DataFrame
     """One row per line of D's own folder (folder_dt == D): what `lines read` counts."""
+    source: DataFrame
+    """Every line read (cached: the good rows and the quarantine both come from it)."""
 
     @property
     def events(self) -> DataFrame:
         return self.window.where("in_day")
+
+    def release(self) -> None:
+        """Drop what reading cached: a long-lived session (a scheduler's) runs day after day."""
+        for frame in (self.window, self.quarantine, self.source):
+            frame.unpersist()
 
 
 def read_event_log(spark: SparkSession, events_uri: str, day: date, lookback_days: int) -> EventLog:
@@ -113,7 +120,7 @@ def read_event_log(spark: SparkSession, events_uri: str, day: date, lookback_day
     bad = checked.where(F.col("reason").isNotNull() & (F.col("folder_dt") == day.isoformat()))
     quarantine = bad.select(F.col("folder_dt").alias("dt"), "raw", "reason", "detail", "source_file")
     own = lines.where(F.col("folder_dt") == day.isoformat())
-    return EventLog(day=day, window=good.cache(), quarantine=quarantine.cache(), lines=own)
+    return EventLog(day=day, window=good.cache(), quarantine=quarantine.cache(), lines=own, source=lines)
 
 
 def _folder(events_uri: str, day: date) -> str:

@@ -73,28 +73,33 @@ def run_daily(spark: SparkSession, settings: EtlSettings, day: date) -> DailyRun
     started = time.monotonic()
     log.info("reading the events of %s from %s (%d day(s) either side)", day, settings.events, settings.lookback_days)
     event_log = read_event_log(spark, settings.events, day, settings.lookback_days)
-    written: dict[str, int] = {}
-    for name, compute in tables(spark, event_log).items():
-        log.info("writing %s", name)
-        written[name] = write_table(spark, compute(), settings.warehouse, name, day)
-    return DailyRun(
-        day=day,
-        warehouse=settings.warehouse,
-        lines_read=event_log.lines.count(),
-        events=event_log.events.count(),
-        quarantined=written["quarantine"],
-        tables=written,
-        seconds=time.monotonic() - started,
-    )
+    try:
+        written: dict[str, int] = {}
+        for name, compute in tables(spark, event_log).items():
+            log.info("writing %s", name)
+            written[name] = write_table(spark, compute(), settings.warehouse, name, day)
+        return DailyRun(
+            day=day,
+            warehouse=settings.warehouse,
+            lines_read=event_log.lines.count(),
+            events=event_log.events.count(),
+            quarantined=written["quarantine"],
+            tables=written,
+            seconds=time.monotonic() - started,
+        )
+    finally:
+        event_log.release()
 
 
 def run_local(settings: EtlSettings, day: date) -> DailyRun:
-    """In this process, on the settings' local master."""
+    """In this process, on the settings' local master (or in the session already running here, which stays)."""
+    running = SparkSession.getActiveSession()
     spark = build_session(settings)
     try:
         return run_daily(spark, settings, day)
     finally:
-        spark.stop()
+        if running is None:
+            spark.stop()
 
 
 def main(argv: list[str] | None = None) -> None:  # the driver spark-submit runs

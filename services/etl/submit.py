@@ -37,7 +37,6 @@ def submit_command(settings: EtlSettings, day: date) -> list[str]:
     """The spark-submit command line that runs D's job on `settings.master`."""
     confs = {
         **settings.spark_conf(),
-        "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
     return [

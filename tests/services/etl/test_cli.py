@@ -1,39 +1,48 @@
-"""`petrel etl daily` end to end on local[2]: its summary, and the Parquet tables it leaves."""
+"""`petrel etl daily` end to end on local[2] (in this process's shared session): its summary, its Parquet tables."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from pyspark.sql import SparkSession
+
+from deploy.cli import main
 from tests.support.event_files import DAY, write_november_22
 
 
-def test_petrel_etl_daily_writes_the_tables_and_sums_up(tmp_path: Path) -> None:
+def test_petrel_etl_daily_writes_the_tables_and_sums_up(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     events, warehouse = tmp_path / "events", tmp_path / "warehouse"
     write_november_22(events)
-    petrel = Path(sys.executable).with_name("petrel")
-    command = [str(petrel), "etl", "daily", "--date", DAY, "--events", events.as_uri()]
-    command += ["--warehouse", warehouse.as_uri(), "--master", "local[2]"]
-    env = {**os.environ, "PETREL_ETL_SHUFFLE_PARTITIONS": "2"}
+    monkeypatch.setenv("PETREL_ETL_SHUFFLE_PARTITIONS", "2")
+    argv = ["etl", "daily", "--date", DAY, "--events", events.as_uri(), "--warehouse", warehouse.as_uri()]
 
-    done = subprocess.run(command, capture_output=True, text=True, timeout=110, check=False, env=env)
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--master", "local[2]"])
 
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = done.stdout.splitlines()
+    assert exited.value.code == 0
+    summary = capsys.readouterr().out.splitlines()
     assert summary[0].startswith(f"petrel etl daily {DAY}: done in ")
-    assert summary[1:5] == [
+    assert summary[1:] == [
         "  lines read           31",
         "  events in            28",
         "  quarantined           4",
         f"tables written under {warehouse.as_uri()}:",
+        "  topic_hourly                5 rows",
+        "  group_hourly                4 rows",
+        "  delay_daily                 2 rows",
+        "  transaction_daily           1 rows",
+        "  message_journey             8 rows",
+        "  data_quality                7 rows",
+        "  quarantine                  4 rows",
     ]
-    assert "  topic_hourly                5 rows" in summary
-    assert "  message_journey             8 rows" in summary
     for table in ("topic_hourly", "group_hourly", "message_journey", "data_quality", "quarantine"):
         assert list((warehouse / table / f"dt={DAY}").glob("*.zstd.parquet")), f"no {table} Parquet for {DAY}"
-    assert "reading the events of 2026-11-22" in done.stderr
+    assert not spark.sparkContext._jsc.sc().isStopped(), "the job stopped a session it did not start"
 
 
 def test_the_petrel_command_does_not_load_pyspark_until_a_job_runs() -> None:
