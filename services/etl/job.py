@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 
+from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
 from services.etl.command import add_daily_arguments, configure_logging, settings_from
@@ -93,7 +94,7 @@ def run_daily(spark: SparkSession, settings: EtlSettings, day: date) -> DailyRun
 
 def run_local(settings: EtlSettings, day: date) -> DailyRun:
     """In this process, on the settings' local master (or in the session already running here, which stays)."""
-    running = SparkSession.getActiveSession()
+    running = SparkContext._active_spark_context  # process-wide; getActiveSession() is only this thread's
     spark = build_session(settings)
     try:
         return run_daily(spark, settings, day)
