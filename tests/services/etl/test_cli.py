@@ -1,15 +1,21 @@
-"""`petrel etl daily` end to end on local[2] (in this process's shared session): its summary, its Parquet tables."""
+"""`petrel etl daily` end to end on local[2] (in this process's shared session): its summary, its Parquet tables;
+the spark-submit command a cluster master gets."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 
+import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
 from deploy.cli import main
+from services.etl import job as job_module
+from services.etl.settings import EtlSettings
+from services.etl.submit import submit_command
 from tests.support.event_files import DAY, write_november_22
 
 
@@ -55,3 +61,30 @@ def test_the_petrel_command_does_not_load_pyspark_until_a_job_runs() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_cluster_master_runs_the_same_job_file_through_spark_submit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    settings = EtlSettings(
+        master="spark://127.0.0.1:7077", events_uri="hdfs:///petrel/events", warehouse_uri="hdfs:///petrel/warehouse"
+    )
+
+    command = submit_command(settings, date(2026, 11, 22))
+
+    assert command[0] == str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+    assert command[1:5] == ["--master", "spark://127.0.0.1:7077", "--deploy-mode", "client"]
+    assert "spark.sql.sources.partitionOverwriteMode=dynamic" in command
+    assert f"spark.pyspark.driver.python={sys.executable}" in command
+    job = command.index(str(Path(job_module.__file__)))
+    assert command[job + 1 :] == [
+        "--date",
+        "2026-11-22",
+        "--events",
+        "hdfs:///petrel/events",
+        "--warehouse",
+        "hdfs:///petrel/warehouse",
+        "--master",
+        "spark://127.0.0.1:7077",
+        "--lookback-days",
+        "1",
+    ]
