@@ -4,7 +4,8 @@ A message's start is its `sent` (or its transaction's `transaction_half`); a sch
 message's latencies count from its due time (`delay_scheduled`'s `deliver_at`), not
 from its send. The group's events are looked up in every folder read, so a message
 sent late on D and delivered just after midnight still has its delivery. A message no
-group received has one row with a null group.
+group received has one row with a null group. A redelivery from a group's retry queue
+names that queue's topic (`%RETRY%<group>`): the message's own topic is the one kept.
 
 final_state, first match wins: `acked`; `redriven` (dead-lettered, then sent back by
 an operator); `dead_lettered`; `in_flight` (delivered, not settled); `rolled_back`
@@ -17,6 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from libs.names import RETRY_PREFIX
 from services.etl.frames import conform, day_of, schema
 
 GROUP_EVENTS = ("delivered", "acked", "nacked", "retried", "dead_lettered", "redriven")
@@ -54,13 +56,23 @@ def group_progress(window: DataFrame) -> DataFrame:
 
     rows = window.where(F.col("event").isin(*GROUP_EVENTS) & F.col("group").isNotNull())
     return rows.groupBy("message_id", "group").agg(
-        F.first("topic", ignorenulls=True).alias("group_topic"),
+        F.first(F.when(~F.col("topic").startswith(RETRY_PREFIX), F.col("topic")), ignorenulls=True).alias(
+            "group_topic"
+        ),
         F.min(ts_of("delivered")).alias("delivered_ts"),
         F.min(ts_of("acked")).alias("acked_ts"),
         F.max(ts_of("dead_lettered")).alias("dead_lettered_ts"),
         F.max(ts_of("redriven")).alias("redriven_ts"),
         F.max(F.when(F.col("event") == "delivered", F.col("delivery_attempt"))).alias("attempts"),
     )
+
+
+def own_topics(window: DataFrame, rows: DataFrame) -> DataFrame:
+    """`rows` with a retry queue's topic (a redelivery's `delivered`, `acked`, `nacked`) replaced by the message's."""
+    sent = sends(window).select("message_id", F.col("topic").alias("sent_topic"))
+    retried = F.col("topic").startswith(RETRY_PREFIX)
+    own = F.when(retried, F.coalesce("sent_topic", "topic")).otherwise(F.col("topic"))
+    return rows.join(sent, "message_id", "left").withColumn("topic", own).drop("sent_topic")
 
 
 def message_journey(window: DataFrame) -> DataFrame:

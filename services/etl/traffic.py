@@ -7,6 +7,7 @@ topic_hourly counts `sent` events (bytes: their `size`), `delayed` ones (sent wi
 each group event, and the latencies of the messages first delivered (acked) in the hour:
 from the send, or for a scheduled message from its due time, to the first delivery (the
 first ack), p50/p95/p99 in milliseconds (percentile_approx); null when there were none.
+A redelivery from the group's retry queue counts under the message's own topic.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from services.etl.frames import conform, count_of, day_of, percentiles, schema
-from services.etl.journey import GROUP_EVENTS, group_progress, sends
+from services.etl.journey import GROUP_EVENTS, group_progress, own_topics, sends
 
 
 def topic_hourly_schema() -> StructType:
@@ -47,7 +48,9 @@ def topic_hourly(window: DataFrame) -> DataFrame:
 
 def group_hourly(window: DataFrame) -> DataFrame:
     rows = window.where("in_day").where(F.col("event").isin(*GROUP_EVENTS) & F.col("group").isNotNull())
-    counts = rows.groupBy("group", "topic", "hour").agg(*(count_of(event) for event in GROUP_EVENTS))
+    counts = (
+        own_topics(window, rows).groupBy("group", "topic", "hour").agg(*(count_of(event) for event in GROUP_EVENTS))
+    )
     keys = ["group", "topic", "hour"]
     hourly = counts.join(_latencies(window, "delivered_ts", "delivery"), keys, "full")
     hourly = hourly.join(_latencies(window, "acked_ts", "ack"), keys, "full")

@@ -73,7 +73,7 @@ def _stored(message_id: str, topic: str, group: str, attempt: int, offset: int) 
 def november_22() -> list[dict[str, Any]]:
     """A day of stories on 2026-11-22, each event in the folder of its `ts` (the late one aside: `late_send`).
 
-    m1 sent, delivered, acked (g1); m2 nacked, retried, redelivered and dead-lettered by
+    m1 sent, delivered, acked (g1); m2 nacked, retried, redelivered (from g1's retry queue) and dead-lettered by
     g1, acked by g2; m3 scheduled for 12:00, fired 500 ms late, acked; m5 scheduled then
     cancelled; t1 committed by its producer and acked; t2 rolled back after a check-back;
     one roll of the timer (no topic). m0 is the day before's.
@@ -114,7 +114,7 @@ def november_22() -> list[dict[str, Any]]:
         line("retried", at(f"{DAY} 10:10:03"), message_id="m2", topic=o, group="g1", delivery_attempt=1, delay_ms=1000),
         line("delivered", at(f"{DAY} 10:10:04"), **_stored("m2", o, "g2", 1, 2)),
         line("acked", at(f"{DAY} 10:10:05"), **_stored("m2", o, "g2", 1, 2)),
-        line("delivered", at(f"{DAY} 10:20"), **_stored("m2", o, "g1", 2, 2)),
+        line("delivered", at(f"{DAY} 10:20"), **_stored("m2", "%RETRY%g1", "g1", 2, 0)),  # from the retry queue
         line(
             "dead_lettered", at(f"{DAY} 10:20:01"), message_id="m2", topic=o, group="g1", delivery_attempt=2, reason="x"
         ),
