@@ -1,5 +1,5 @@
 """The `petrel` command: `up`, `openapi`, `settings-reference`, `bench`, `store check|dump|repair`,
-`checkback-receiver`."""
+`checkback-receiver`, `etl daily`."""
 
 from __future__ import annotations
 
@@ -60,6 +60,14 @@ def _store_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     d.add_argument("--consumequeue", nargs=2, metavar=("TOPIC", "QUEUE"), help="print this queue's units instead")
 
 
+def _etl_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from services.etl.command import add_daily_arguments
+
+    e = sub.add_parser("etl", help="the nightly Spark ETL over the exported events (pyspark: the etl extra)")
+    jobs = e.add_subparsers(dest="job", required=True)
+    add_daily_arguments(jobs.add_parser("daily", help="compute one UTC day's tables from the lifecycle events"))
+
+
 def _store(args: argparse.Namespace) -> int:
     from libs.errors import CorruptRecord
     from libs.store.tools import dump
@@ -115,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     _up_parser(sub)
     _store_parser(sub)
+    _etl_parser(sub)
     o = sub.add_parser("openapi", help="write the services' OpenAPI specs to openapi/")
     o.add_argument("--check", action="store_true", help="only check; exit 1 when a committed spec is stale")
     o.add_argument("--dir", type=Path, default=Path("openapi"))
@@ -166,6 +175,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command == "store":
         sys.exit(_store(args))
+    if args.command == "etl":
+        from services.etl.command import daily
+
+        sys.exit(daily(args))
     if args.command == "checkback-receiver":
         from deploy.checkback_receiver import run
 

@@ -44,6 +44,7 @@ Lists (`host:port` addresses) are comma-separated; durations say their unit in t
 def services() -> dict[str, type[ServiceSettings]]:
     from gateway.settings import GatewaySettings
     from services.broker.settings import BrokerSettings
+    from services.etl.settings import EtlSettings
     from services.nameserver.settings import NameserverSettings
     from services.timer.settings import TimerSettings
     from services.txcheck.settings import TxcheckSettings
@@ -54,6 +55,7 @@ def services() -> dict[str, type[ServiceSettings]]:
         "broker": BrokerSettings,
         "timer": TimerSettings,
         "txcheck": TxcheckSettings,
+        "etl": EtlSettings,
     }
 
 
@@ -71,8 +73,9 @@ def render() -> str:
     for service, cls in classes.items():
         prefix = str(cls.model_config.get("env_prefix", "PETREL_"))
         lines += ["", f"## {service} (`{cls.__module__}.{cls.__name__}`)", "", _header()]
+        omitted = cls.shared_fields() | getattr(cls, "reference_omits", frozenset())
         for name, field in cls.model_fields.items():
-            if name not in cls.shared_fields():
+            if name not in omitted:
                 lines.append(_row(f"{prefix}{name.upper()}", field, description=_inherited(cls, name)))
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,63 @@
+"""ETL settings (env prefix `PETREL_ETL_`; the data directory: `PETREL_DATA_DIR`)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from libs.settings import ServiceSettings
+
+
+class EtlSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="PETREL_ETL_", extra="ignore")
+
+    reference_omits: ClassVar[frozenset[str]] = frozenset({"host", "port"})
+    """The job listens nowhere: docs/settings.md leaves these inherited fields out."""
+
+    events_uri: str | None = Field(
+        default=None,
+        description="where the lifecycle events are read (file://, hdfs://, s3a://); "
+        "default: file://<data_dir>/export/events",
+    )
+    warehouse_uri: str | None = Field(
+        default=None,
+        description="where the tables are written (file://, hdfs://, s3a://); default: file://<data_dir>/warehouse",
+    )
+    master: str = Field(
+        default="local[*]",
+        description="the Spark master: local[N] runs in this process; spark://, yarn or k8s:// go through spark-submit",
+    )
+    lookback_days: int = Field(
+        default=1,
+        ge=0,
+        le=7,
+        description="days' folders either side of a date also read: an event belongs to the day of its ts, "
+        "whatever folder it was written to (a late event of D is in D+1's files)",
+    )
+    shuffle_partitions: int = Field(default=8, ge=1, description="spark.sql.shuffle.partitions of the job")
+    ui_enabled: bool = Field(default=False, description="start the Spark web UI while the job runs")
+
+    @property
+    def runs_locally(self) -> bool:
+        """local, local[N], local[*]: the job runs in this process; any other master through spark-submit."""
+        return self.master == "local" or self.master.startswith("local[")
+
+    def spark_conf(self) -> dict[str, str]:
+        """What the job needs of any session it runs in (the tests build theirs with the same)."""
+        return {
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.sources.partitionOverwriteMode": "dynamic",
+            "spark.sql.parquet.compression.codec": "zstd",
+            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
+            "spark.ui.enabled": str(self.ui_enabled).lower(),
+        }
+
+    @property
+    def events(self) -> str:
+        return self.events_uri or (self.data_dir / "export" / "events").resolve().as_uri()
+
+    @property
+    def warehouse(self) -> str:
+        return self.warehouse_uri or (self.data_dir / "warehouse").resolve().as_uri()

@@ -1,0 +1,27 @@
+"""Asking Hadoop's FileSystem about a URI (file://, hdfs://, s3a://) the way the executors would see it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+
+def exists(spark: SparkSession, uri: str) -> bool:
+    filesystem, path = _filesystem(spark, uri)
+    return bool(filesystem.exists(path))
+
+
+def delete(spark: SparkSession, uri: str) -> None:
+    """Delete a directory and all under it, if it is there."""
+    filesystem, path = _filesystem(spark, uri)
+    if filesystem.exists(path):
+        filesystem.delete(path, True)
+
+
+def _filesystem(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm  # py4j: Hadoop's FileSystem has no Python API
+    if jvm is None:
+        raise RuntimeError("the SparkContext has no JVM: it was stopped")
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path

@@ -1,0 +1,70 @@
+"""topic_hourly and group_hourly: what was sent per topic, and what each consumer group did with it, per hour.
+
+An hour is the UTC hour of the event's `ts` (`hour`, a timestamp at the hour's start).
+topic_hourly counts `sent` events (bytes: their `size`), `delayed` ones (sent with a
+`delay_ms`, or scheduled: a `delay_scheduled` of the same message was read) and
+`transactional` ones (`transaction_half`: a transaction's send). group_hourly counts
+each group event, and the latencies of the messages first delivered (acked) in the hour:
+from the send, or for a scheduled message from its due time, to the first delivery (the
+first ack), p50/p95/p99 in milliseconds (percentile_approx); null when there were none.
+A redelivery from the group's retry queue counts under the message's own topic.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from services.etl.frames import conform, count_of, day_of, percentiles, schema
+from services.etl.journey import GROUP_EVENTS, group_progress, own_topics, sends
+
+
+def topic_hourly_schema() -> StructType:
+    return schema("topic STRING, hour TIMESTAMP, sent BIGINT, bytes_sent BIGINT, delayed BIGINT, transactional BIGINT")
+
+
+def group_hourly_schema() -> StructType:
+    counts = ", ".join(f"{event} BIGINT" for event in GROUP_EVENTS)
+    latencies = ", ".join(f"{kind}_{p}_ms BIGINT" for kind in ("delivery", "ack") for p in ("p50", "p95", "p99"))
+    return schema(f"group STRING, topic STRING, hour TIMESTAMP, {counts}, {latencies}")
+
+
+def topic_hourly(window: DataFrame) -> DataFrame:
+    scheduled = window.where(F.col("event") == "delay_scheduled").select("message_id").distinct()
+    scheduled = scheduled.withColumn("scheduled", F.lit(True))
+    rows = window.where("in_day").where(F.col("event").isin("sent", "transaction_half"))
+    rows = rows.join(scheduled, "message_id", "left")
+    is_sent = F.col("event") == "sent"
+    delayed = is_sent & (F.coalesce("scheduled", F.lit(False)) | (F.coalesce("delay_ms", F.lit(0)) > 0))
+    hourly = rows.groupBy("topic", "hour").agg(
+        count_of("sent"),
+        F.sum(F.when(is_sent, F.coalesce("size", F.lit(0))).otherwise(0)).alias("bytes_sent"),
+        F.sum(F.when(delayed, 1).otherwise(0)).alias("delayed"),
+        count_of("transaction_half").alias("transactional"),
+    )
+    return conform(hourly.withColumn("dt", day_of("hour")), topic_hourly_schema())
+
+
+def group_hourly(window: DataFrame) -> DataFrame:
+    rows = window.where("in_day").where(F.col("event").isin(*GROUP_EVENTS) & F.col("group").isNotNull())
+    counts = (
+        own_topics(window, rows).groupBy("group", "topic", "hour").agg(*(count_of(event) for event in GROUP_EVENTS))
+    )
+    keys = ["group", "topic", "hour"]
+    hourly = counts.join(_latencies(window, "delivered_ts", "delivery"), keys, "full")
+    hourly = hourly.join(_latencies(window, "acked_ts", "ack"), keys, "full")
+    hourly = hourly.fillna(0, subset=list(GROUP_EVENTS))
+    return conform(hourly.withColumn("dt", day_of("hour")), group_hourly_schema())
+
+
+def _latencies(window: DataFrame, reached: str, prefix: str) -> DataFrame:
+    """(group, topic, hour reached) -> p50/p95/p99 of reached - start, for the `reached` ms that fall on the day."""
+    day = window.where("in_day").select("dt").distinct()
+    start = sends(window).select("message_id", F.coalesce("due_ts", "sent_ts").alias("start_ts"))
+    progress = group_progress(window).where(F.col(reached).isNotNull()).join(start, "message_id")
+    progress = progress.withColumn("hour", F.date_trunc("hour", F.timestamp_millis(reached)))
+    progress = progress.withColumn("dt", day_of("hour")).join(day, "dt")
+    latency = F.col(reached) - F.col("start_ts")
+    grouped = progress.groupBy("group", F.col("group_topic").alias("topic"), "hour")
+    return grouped.agg(*percentiles(latency, prefix))

@@ -1,0 +1,192 @@
+"""The daily job on 2026-11-22's stories (tests.support.event_files): each table row for row as written, reruns
+replacing exactly their day, the late send, the quarantine, an empty day.
+
+One file, so the story's runs (a session fixture) are made once, on one worker.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql.types import StructType
+from pyspark.testing import assertDataFrameEqual
+
+from services.etl.delays import delay_daily_schema
+from services.etl.frames import schema
+from services.etl.job import DailyRun, run_daily
+from services.etl.journey import message_journey_schema
+from services.etl.quality import data_quality_schema
+from services.etl.settings import EtlSettings
+from services.etl.traffic import group_hourly_schema, topic_hourly_schema
+from services.etl.transactions import transaction_daily_schema
+from tests.support.event_files import DAY
+
+D = DAY
+NEXT_DAY = "2026-11-23"
+
+
+@pytest.fixture
+def written(spark: SparkSession, warehouse: Path, story_runs: dict[str, DailyRun]) -> Written:
+    return Written(spark, warehouse)
+
+
+class Written:
+    """D's rows of a table the job wrote, read back with the table's own schema."""
+
+    def __init__(self, spark: SparkSession, warehouse: Path) -> None:
+        self.spark, self.warehouse = spark, warehouse
+
+    def table(self, name: str, schema: StructType) -> DataFrame:
+        return self.spark.read.schema(schema).parquet(str(self.warehouse / name)).where(f"dt = '{D}'")
+
+
+def t(clock: str, day: str = D) -> datetime:
+    return datetime.fromisoformat(f"{day} {clock}")
+
+
+def test_topic_hourly_counts_sends_bytes_delays_and_halves(spark: SparkSession, written: Written) -> None:
+    expected = [
+        ("payments", t("09:00"), 0, 0, 0, 2, D),
+        ("orders", t("10:00"), 2, 150, 0, 0, D),
+        ("orders", t("11:00"), 1, 30, 1, 0, D),
+        ("orders", t("13:00"), 1, 20, 1, 0, D),
+        ("orders", t("23:00"), 1, 10, 0, 0, D),
+    ]
+    actual = written.table("topic_hourly", topic_hourly_schema())
+    assertDataFrameEqual(actual, spark.createDataFrame(expected, topic_hourly_schema()))
+
+
+def test_group_hourly_counts_each_groups_events_and_latencies(spark: SparkSession, written: Written) -> None:
+    expected = [
+        # group topic hour: delivered acked nacked retried dead_lettered redriven, delivery p50-p99, ack p50-p99
+        ("g1", "payments", t("09:00"), 1, 1, 0, 0, 0, 0, 2000, 2000, 2000, 3000, 3000, 3000, D),
+        ("g1", "orders", t("10:00"), 3, 1, 1, 1, 1, 0, 1000, 2000, 2000, 3000, 3000, 3000, D),
+        ("g2", "orders", t("10:00"), 1, 1, 0, 0, 0, 0, 4000, 4000, 4000, 5000, 5000, 5000, D),
+        ("g1", "orders", t("12:00"), 1, 1, 0, 0, 0, 0, 1000, 1000, 1000, 2000, 2000, 2000, D),
+    ]
+    actual = written.table("group_hourly", group_hourly_schema())
+    assertDataFrameEqual(actual, spark.createDataFrame(expected, group_hourly_schema()))
+
+
+def test_message_journey_follows_each_message_per_group(spark: SparkSession, written: Written) -> None:
+    expected = [
+        ("m1", "orders", "g1", t("10:05"), None, t("10:05:01"), t("10:05:03"), None, 1, "acked", D),
+        ("m2", "orders", "g1", t("10:10"), None, t("10:10:02"), None, t("10:20:01"), 2, "dead_lettered", D),
+        ("m2", "orders", "g2", t("10:10"), None, t("10:10:04"), t("10:10:05"), None, 1, "acked", D),
+        ("m3", "orders", "g1", t("11:30"), t("12:00"), t("12:00:01"), t("12:00:02"), None, 1, "acked", D),
+        ("m4", "orders", "g1", t("23:59:30"), None, t("00:00:10", "2026-11-23"), None, None, 1, "in_flight", D),
+        ("m5", "orders", None, t("13:00"), t("15:00"), None, None, None, 0, "not_delivered", D),
+        ("t1", "payments", "g1", t("09:00"), None, t("09:00:02"), t("09:00:03"), None, 1, "acked", D),
+        ("t2", "payments", None, t("09:30"), None, None, None, None, 0, "rolled_back", D),
+    ]
+    actual = written.table("message_journey", message_journey_schema())
+    assertDataFrameEqual(actual, spark.createDataFrame(expected, message_journey_schema()))
+
+
+def test_delay_daily_counts_what_became_of_scheduled_messages(spark: SparkSession, written: Written) -> None:
+    expected = [
+        ("orders", 2, 1, 1, 0, 0, 0, 500, 500, 500, D),
+        (None, 0, 0, 0, 1, 0, 0, None, None, None, D),
+    ]
+    actual = written.table("delay_daily", delay_daily_schema())
+    assertDataFrameEqual(actual, spark.createDataFrame(expected, delay_daily_schema()))
+
+
+def test_transaction_daily_says_who_ended_each_transaction(spark: SparkSession, written: Written) -> None:
+    expected = [("payments", 2, 1, 1, 1, 0, 0, 1, 0, 1, 40, 40, 40, D)]
+    actual = written.table("transaction_daily", transaction_daily_schema())
+    assertDataFrameEqual(actual, spark.createDataFrame(expected, transaction_daily_schema()))
+
+
+def test_data_quality_counts_lines_events_late_ones_and_each_quarantine_reason(
+    spark: SparkSession, written: Written
+) -> None:
+    expected = [
+        ("lines_read", None, 31, D),
+        ("events", None, 28, D),
+        ("late_events", None, 1, D),
+        ("quarantined", "malformed_json", 1, D),
+        ("quarantined", "wrong_type", 1, D),
+        ("quarantined", "unknown_event", 1, D),
+        ("quarantined", "missing_field", 1, D),
+    ]
+    actual = written.table("data_quality", data_quality_schema())
+    assertDataFrameEqual(actual, spark.createDataFrame(expected, data_quality_schema()))
+
+
+def test_quarantine_keeps_each_bad_line_with_its_reason_and_file(written: Written) -> None:
+    quarantine = written.table("quarantine", quarantine_schema())
+    rows = quarantine.select("raw", "reason", "detail", "dt").collect()
+    assert sorted(rows, key=lambda r: r.reason) == [
+        Row(raw="{not json", reason="malformed_json", detail=None, dt=D),
+        Row(raw=rows_raw(rows, "missing_field"), reason="missing_field", detail="missing message_id", dt=D),
+        Row(raw=rows_raw(rows, "unknown_event"), reason="unknown_event", detail="event exploded", dt=D),
+        Row(raw=rows_raw(rows, "wrong_type"), reason="wrong_type", detail=None, dt=D),
+    ]
+    files = {row.source_file for row in quarantine.select("source_file").collect()}
+    assert [f.endswith(f"/dt={D}/hour=10/test-7.jsonl") for f in files] == [True]
+
+
+def quarantine_schema() -> StructType:
+    return schema("raw STRING, reason STRING, detail STRING, source_file STRING")
+
+
+def rows_raw(rows: list[Row], reason: str) -> str:
+    return str(next(row.raw for row in rows if row.reason == reason))
+
+
+TABLES = ["topic_hourly", "group_hourly", "delay_daily", "transaction_daily", "message_journey", "data_quality"]
+
+
+def files(partition: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in partition.iterdir()}
+
+
+def test_a_rerun_writes_the_same_rows_and_leaves_other_days_alone(
+    spark: SparkSession, story_settings: EtlSettings, warehouse: Path, story_runs: dict[str, DailyRun]
+) -> None:
+    before = {table: spark.read.parquet(str(warehouse / table)).collect() for table in TABLES}
+    next_day = files(warehouse / "data_quality" / f"dt={NEXT_DAY}")
+
+    again = run_daily(spark, story_settings, date.fromisoformat(DAY))
+
+    assert again.tables == story_runs[DAY].tables
+    for table in TABLES:
+        assertDataFrameEqual(spark.read.parquet(str(warehouse / table)), before[table])
+    assert files(warehouse / "data_quality" / f"dt={NEXT_DAY}") == next_day
+    assert sorted(p.name for p in (warehouse / "data_quality").glob("dt=*")) == [f"dt={DAY}", f"dt={NEXT_DAY}"]
+
+
+def test_the_late_send_counts_in_its_own_day_not_in_its_folders(
+    spark: SparkSession, warehouse: Path, story_runs: dict[str, DailyRun]
+) -> None:
+    hours = spark.read.parquet(str(warehouse / "topic_hourly")).where("hour >= '2026-11-22 23:00'")
+    dt_hour_sent = [(str(r.dt), r.hour.hour, r.sent) for r in hours.collect()]  # dt: read back as a date
+    assert dt_hour_sent == [(DAY, 23, 1)]
+    the_23rd = story_runs[NEXT_DAY]
+    assert (the_23rd.lines_read, the_23rd.events) == (2, 1)  # the late send and m4's delivery; the delivery
+    assert the_23rd.tables["topic_hourly"] == 0
+
+
+def test_corrupt_lines_are_counted_in_the_summary(story_runs: dict[str, DailyRun]) -> None:
+    run = story_runs[DAY]
+    assert (run.lines_read, run.events, run.quarantined) == (31, 28, 4)
+    assert run.tables["quarantine"] == 4
+
+
+def test_an_empty_day_writes_empty_tables_and_deletes_what_a_run_before_left(
+    spark: SparkSession, story_settings: EtlSettings, warehouse: Path, story_runs: dict[str, DailyRun]
+) -> None:
+    stale = warehouse / "topic_hourly" / "dt=2026-11-25"
+    stale.mkdir()
+    (stale / "part-0.parquet").write_bytes(b"")
+
+    run = run_daily(spark, story_settings, date(2026, 11, 25))
+
+    assert run.tables == dict.fromkeys(run.tables, 0) | {"data_quality": 7}
+    assert (run.lines_read, run.events, run.quarantined) == (0, 0, 0)
+    assert not stale.exists()
+    assert (warehouse / "topic_hourly" / f"dt={DAY}").is_dir()
