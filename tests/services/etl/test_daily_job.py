@@ -6,6 +6,9 @@ One file, so the story's runs (a session fixture) are made once, on one worker.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import date, datetime
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from services.etl.settings import EtlSettings
 from services.etl.traffic import group_hourly_schema, topic_hourly_schema
 from services.etl.transactions import transaction_daily_schema
 from tests.support.event_files import DAY
+from tests.support.spark_standalone import standalone_cluster
 
 D = DAY
 NEXT_DAY = "2026-11-23"
@@ -190,3 +194,32 @@ def test_an_empty_day_writes_empty_tables_and_deletes_what_a_run_before_left(
     assert (run.lines_read, run.events, run.quarantined) == (0, 0, 0)
     assert not stale.exists()
     assert (warehouse / "topic_hourly" / f"dt={DAY}").is_dir()
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_a_spark_standalone_cluster_writes_the_same_rows_as_local(
+    spark: SparkSession,
+    story_settings: EtlSettings,
+    warehouse: Path,
+    story_runs: dict[str, DailyRun],
+    tmp_path: Path,
+) -> None:
+    on_cluster = tmp_path / "cluster-warehouse"
+    with standalone_cluster(tmp_path) as cluster:
+        command = [str(Path(sys.executable).with_name("petrel")), "etl", "daily", "--date", D]
+        command += ["--events", story_settings.events, "--warehouse", on_cluster.as_uri()]
+        command += ["--master", cluster.master_url, "--lookback-days", "1"]
+        env = {**os.environ, "SPARK_HOME": str(cluster.spark_home)}
+        run = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=240)
+
+    assert run.returncode == 0, (
+        f"petrel etl daily on {cluster.master_url} failed:\n{run.stdout[-3000:]}{run.stderr[-3000:]}"
+    )
+    assert f"petrel etl daily {D}: done" in run.stdout + run.stderr
+    assert "Registering app petrel-etl" in cluster.master_log(), "the job did not run on the standalone master"
+    for table in [*TABLES, "quarantine"]:
+        assertDataFrameEqual(
+            spark.read.parquet(str(on_cluster / table)).where(f"dt = '{D}'"),
+            spark.read.parquet(str(warehouse / table)).where(f"dt = '{D}'"),
+        )
