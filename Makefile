@@ -23,7 +23,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
-# Everything but the e2e tests (real processes on loopback): a minute or so.
+# Everything but the e2e tests (real processes on loopback): about two minutes.
 test-fast: $(STAMP)
 	$(BIN)/pytest -n 2 --dist loadfile -m "not e2e" $(PYTEST_ARGS)
 

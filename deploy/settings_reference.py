@@ -115,6 +115,9 @@ def _row(variable: str, field: FieldInfo, extra: str = "", description: str | No
 
 
 def _type(field: FieldInfo) -> str:
+    extra = field.json_schema_extra
+    if isinstance(extra, dict) and isinstance(extra.get("env_type"), str):
+        return str(extra["env_type"])  # a field parsed from text: what the variable holds, not what it becomes
     return _type_name(field.annotation)
 
 

@@ -122,6 +122,7 @@ class DelayLevelSettings(ServiceSettings):
     delay_levels: DelayLevelTable = Field(
         default=DEFAULT_DELAY_LEVELS,
         validate_default=True,
+        json_schema_extra={"env_type": "durations, space-separated"},
         description="the delay-level table, level 1 first, e.g. '1s 5s 10s 30s 1m'; one value for the cluster",
     )
 
