@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import socket
 import threading
 import time
@@ -16,6 +17,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -27,9 +29,31 @@ ServeApp = Callable[[ASGIApp], str]
 
 
 def free_port() -> int:
+    """A port free now, below the kernel's ephemeral range.
+
+    A port the kernel hands out for `bind(0)` or an outgoing connection can be taken by
+    another process (a Spark JVM of the other test worker binds many) between this
+    answer and the server's bind; below that range only a deliberate bind takes it.
+    """
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(10_000, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 def bound_socket(port: int = 0) -> socket.socket:
@@ -38,7 +62,11 @@ def bound_socket(port: int = 0) -> socket.socket:
     # Accepted connections inherit it. Without it, asyncio's loop (unlike uvloop, which `serve` uses)
     # leaves Nagle on, and each answer written in two parts waits ~40 ms for the peer's delayed ACK.
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind(("127.0.0.1", port))
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError:
+        sock.close()
+        raise
     return sock
 
 
