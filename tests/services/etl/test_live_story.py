@@ -77,10 +77,10 @@ class Story:
                 ("sent", self.plain): 1,
                 ("acked", self.plain): 1,
                 ("redriven", self.redriven): 1,
+                ("sent", self.delayed): 1,
                 ("delay_scheduled", self.delayed): 1,
                 ("delay_fired", self.delayed): 1,
                 ("acked", self.delayed): 1,
-                ("transaction_half", self.committed): 1,
                 ("transaction_commit", self.committed): 1,
                 ("acked", self.committed): 1,
                 ("transaction_rollback", self.rolled_back): 1,
@@ -89,6 +89,7 @@ class Story:
                 ("acked", self.checked_back): 1,
             }
         )
+        wanted.update(("transaction_half", m) for m in (self.committed, self.rolled_back, self.checked_back))
         for poison in (self.poison, self.redriven):
             wanted.update({("sent", poison): 1, ("delivered", poison): ATTEMPTS, ("nacked", poison): ATTEMPTS})
             wanted.update({("retried", poison): MAX_RETRIES, ("dead_lettered", poison): 1})
