@@ -8,12 +8,12 @@ go to every process alike.
 
 from __future__ import annotations
 
-import hashlib
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from libs.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from libs.settings import cluster_key_prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +116,5 @@ def _port(service: str, port: int) -> dict[str, str]:
 
 
 def _prefix(options: UpOptions, service: str) -> str:
-    """A service's Redis keys and Celery queues (txcheck's, the ETL's), apart from those of other clusters
-    sharing the Redis.
-
-    Derived from the data directory: a cluster restarted on the same data finds its queues again.
-    """
-    digest = hashlib.sha256(str(options.data_dir.resolve()).encode()).hexdigest()[:10]
-    return f"petrel:{service}:{digest}:"
+    """txcheck's and the ETL's Redis keys and Celery queues, apart from those of other clusters sharing the Redis."""
+    return cluster_key_prefix(service, options.data_dir)

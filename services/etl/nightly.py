@@ -3,7 +3,8 @@
 
 - `create_celery(settings)` builds the Celery app; nothing is built at import time. Redis is
   the broker (no result backend); the task's queue and the lock are under `redis_key_prefix`,
-  which `petrel up` derives from the data directory, so clusters sharing a Redis stay apart.
+  by default derived from the data directory (as `petrel up` does), so clusters sharing a
+  Redis stay apart and `python -m services.etl now` next to a cluster takes its lock.
 - The task takes the day before from the clock when it runs, not when beat sent it: a message
   beat sent expires at the next UTC midnight, so a run that waited never takes the wrong day.
 - It takes the lock without waiting; a run that finds it held logs "skipped: a run holds the
@@ -65,7 +66,7 @@ def state_dir(settings: EtlSettings) -> Path:
 
 
 def lock_key(settings: EtlSettings) -> str:
-    return f"{settings.redis_key_prefix}nightly.lock"
+    return f"{settings.key_prefix}nightly.lock"
 
 
 def yesterday(clock: Clock) -> date:
@@ -191,7 +192,7 @@ def celery_config(settings: EtlSettings) -> dict[str, Any]:
         "broker_url": settings.redis_url,
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {
-            "global_keyprefix": settings.redis_key_prefix,
+            "global_keyprefix": settings.key_prefix,
             "socket_timeout": 10,
             "socket_connect_timeout": 5,
         },

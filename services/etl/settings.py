@@ -12,7 +12,7 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from libs.settings import ServiceSettings
+from libs.settings import ServiceSettings, cluster_key_prefix
 
 
 class EtlSettings(ServiceSettings):
@@ -56,9 +56,10 @@ class EtlSettings(ServiceSettings):
         ge=60,
         description="a nightly run still going after this is stopped (its Redis lock lasts a minute longer)",
     )
-    redis_key_prefix: str = Field(
-        default="petrel:etl:",
-        description="prefix of the nightly run's Redis lock and Celery queue (`petrel up` makes one per data dir)",
+    redis_key_prefix: str | None = Field(
+        default=None,
+        description="prefix of the nightly run's Redis lock and Celery queue; default: petrel:etl:<hash of the "
+        "data dir>: (as `petrel up` gives its processes: clusters sharing a Redis stay apart)",
     )
 
     @field_validator("nightly_at")
@@ -67,6 +68,10 @@ class EtlSettings(ServiceSettings):
         if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", value):
             raise ValueError(f"nightly_at {value!r} is not a UTC time HH:MM (00:00 to 23:59)")
         return value
+
+    @property
+    def key_prefix(self) -> str:
+        return self.redis_key_prefix or cluster_key_prefix("etl", self.data_dir)
 
     @property
     def nightly_hour_minute(self) -> tuple[int, int]:

@@ -9,6 +9,7 @@ from deploy.plan import ProcessSpec, UpOptions, broker_name, plan_cluster
 from deploy.redis_server import RedisNotAvailable, private_redis_command, redis_answers
 from deploy.supervisor import StartupFailed, Supervisor
 from deploy.up import _with_etl_setting, up
+from services.etl.settings import EtlSettings
 from tests.support.serving import free_port
 
 
@@ -63,6 +64,7 @@ def test_plan_starts_the_nightly_etls_worker_and_beat_on_a_redis_prefix_of_the_c
     assert worker.env["PETREL_DATA_DIR"] == "here"
     prefix = worker.env["PETREL_ETL_REDIS_KEY_PREFIX"]
     assert prefix.startswith("petrel:etl:")
+    assert prefix == EtlSettings(data_dir=Path("here")).key_prefix, "`python -m services.etl now` would miss the lock"
     assert prefix.removeprefix("petrel:etl:") == specs["txcheck"].env["PETREL_TXCHECK_REDIS_KEY_PREFIX"].removeprefix(
         "petrel:txcheck:"
     )

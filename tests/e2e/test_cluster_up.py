@@ -15,7 +15,6 @@ import httpx
 import pytest
 import redis
 
-from deploy.plan import UpOptions, plan_cluster
 from services.etl.nightly import NIGHTLY_TASK, create_celery, lock_key
 from services.etl.settings import EtlSettings
 from tests.support.serving import free_port
@@ -160,9 +159,8 @@ def test_cluster_serves_routes_survives_a_dead_broker_and_stops_clean(cluster: C
 def the_etl_worker_takes_a_nightly_run_from_its_queue(cluster: Cluster) -> None:
     """A run sent as beat sends it, under the cluster's Redis prefix, while the lock is held: the worker skips it
     (a real run would start Spark)."""
-    plan = plan_cluster(UpOptions(data_dir=cluster.data_dir), "redis://127.0.0.1:6379/0")
-    prefix = next(spec.env["PETREL_ETL_REDIS_KEY_PREFIX"] for spec in plan if spec.name == "etl-worker")
-    settings = EtlSettings(redis_key_prefix=prefix)
+    settings = EtlSettings(data_dir=cluster.data_dir)  # the prefix `python -m services.etl now` would use
+    prefix = settings.key_prefix
     client = redis.Redis.from_url(settings.redis_url)
     try:
         client.set(lock_key(settings), "a run", ex=60)

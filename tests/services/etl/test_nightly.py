@@ -149,7 +149,7 @@ def test_a_failed_job_is_the_runs_exit_status_and_frees_the_lock(
     assert run_nightly(settings, client, clock, RecordedJob(status=3)) == 3
 
     assert "nightly run of 2026-11-22 failed: the job exited with 3" in nightly_log.text
-    assert client.exists(f"{settings.redis_key_prefix}nightly.lock") == 0
+    assert client.exists(f"{settings.key_prefix}nightly.lock") == 0
 
 
 def test_without_pyspark_the_task_fails_saying_so(settings: EtlSettings, monkeypatch: pytest.MonkeyPatch) -> None:
