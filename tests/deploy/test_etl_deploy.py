@@ -109,3 +109,9 @@ def test_spark_submit_sh_names_the_setting_it_lacks(tmp_path: Path) -> None:
 
     assert run.returncode == 1
     assert "set PETREL_ETL_MASTER: spark://host:7077, yarn or k8s://..." in run.stderr.decode()
+
+
+def test_docs_etl_md_shows_the_crontab_as_it_is() -> None:
+    page = (DEPLOY.parents[1] / "docs" / "etl.md").read_text()
+    shown = page.split("```crontab\n", 1)[1].split("```", 1)[0]
+    assert shown in (DEPLOY / "crontab").read_text()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import uuid
@@ -150,6 +151,26 @@ def test_a_failed_job_is_the_runs_exit_status_and_frees_the_lock(
 
     assert "nightly run of 2026-11-22 failed: the job exited with 3" in nightly_log.text
     assert client.exists(f"{settings.key_prefix}nightly.lock") == 0
+
+
+def test_now_runs_here_and_skips_while_the_clusters_run_holds_the_lock(client: redis.Redis, tmp_path: Path) -> None:
+    cluster = EtlSettings(data_dir=tmp_path, redis_url=REDIS_URL)  # the prefix petrel up gives its worker
+    client.set(f"{cluster.key_prefix}nightly.lock", "the worker's run", ex=60)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PETREL_")}
+    try:
+        now = subprocess.run(
+            [sys.executable, "-m", "services.etl", "now"],
+            env=env | {"PETREL_DATA_DIR": str(tmp_path), "PETREL_REDIS_URL": REDIS_URL},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        client.delete(f"{cluster.key_prefix}nightly.lock")
+
+    assert now.returncode == 1, now.stderr
+    assert "skipped: a run holds the lock" in now.stderr
 
 
 def test_without_pyspark_the_task_fails_saying_so(settings: EtlSettings, monkeypatch: pytest.MonkeyPatch) -> None:
