@@ -40,6 +40,7 @@ from celery import Celery
 from celery.schedules import crontab
 from redis.exceptions import LockError
 
+from services.etl.command import daily_arguments
 from services.etl.settings import EtlSettings
 from services.etl.submit import SparkSubmitNotFound, spark_submit
 
@@ -76,23 +77,7 @@ def yesterday(clock: Clock) -> date:
 
 def job_command(settings: EtlSettings, day: date) -> list[str]:
     """`petrel etl daily` for `day`, with these settings' events, warehouse, master and lookback."""
-    return [
-        sys.executable,
-        "-m",
-        "deploy",
-        "etl",
-        "daily",
-        "--date",
-        day.isoformat(),
-        "--events",
-        settings.events,
-        "--warehouse",
-        settings.warehouse,
-        "--master",
-        settings.master,
-        "--lookback-days",
-        str(settings.lookback_days),
-    ]
+    return [sys.executable, "-m", "deploy", "etl", "daily", *daily_arguments(settings, day)]
 
 
 def check_installed(settings: EtlSettings) -> None:
