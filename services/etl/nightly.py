@@ -13,7 +13,8 @@
 - The job is `python -m deploy etl daily --date D ...` (the `petrel` command): Spark's JVM and
   its memory go when the run ends, and a crash of Spark never takes the worker down. Its
   output goes line by line into the worker's log; its exit status is the task's result.
-  Past `nightly_time_limit_seconds` it is stopped, with every process it started.
+  Past `nightly_time_limit_seconds` it is stopped, with every process it started; so it is
+  when the worker is told to stop (a new night runs it again, or `python -m services.etl now`).
 - The worker runs one task at a time (solo pool): nothing else ever waits behind a run.
 
 pyspark is not imported here: a worker without it starts, and its runs fail saying so.
@@ -38,6 +39,7 @@ from typing import Any
 import redis
 from celery import Celery
 from celery.schedules import crontab
+from celery.signals import worker_shutting_down
 from redis.exceptions import LockError
 
 from services.etl.command import daily_arguments
@@ -92,29 +94,54 @@ def check_installed(settings: EtlSettings) -> None:
         raise EtlNotInstalled(f"the nightly ETL cannot run: {exc}") from exc
 
 
+class JobRunner:
+    """Runs the job in a session of its own, its output into this log, and stops it (with every process it
+    started: Spark's JVM, Python workers) past its time limit, when its run fails, or when `stop` is called
+    (the worker is shutting down: no job outlives the worker that started it)."""
+
+    def __init__(self) -> None:
+        self._running: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+
+    def run(self, command: list[str], time_limit: float) -> int:
+        log.info("running %s", shlex.join(command))
+        with subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,  # its JVM and Python workers share its process group: stopped together
+        ) as job:
+            watchdog = threading.Timer(time_limit, _past_time_limit, args=(job, time_limit))
+            watchdog.daemon = True
+            with self._lock:
+                self._running = job
+            watchdog.start()
+            try:
+                assert job.stdout is not None
+                for line in job.stdout:
+                    log.info("| %s", line.rstrip("\n"))
+                return job.wait()
+            finally:
+                watchdog.cancel()
+                _stop(job)
+                with self._lock:
+                    self._running = None
+
+    def stop(self) -> None:
+        """Stop the job running now, if any (its run then ends with the job's exit status)."""
+        with self._lock:
+            job = self._running
+        if job is not None:
+            log.warning("stopping the running job (pid %d)", job.pid)
+            _stop(job)
+
+
 def run_job(command: list[str], time_limit: float) -> int:
-    """Run the job in its own session, its output into this log; stop it (and its children) past `time_limit`."""
-    log.info("running %s", shlex.join(command))
-    with subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        start_new_session=True,  # its JVM and Python workers share its process group: stopped together
-    ) as job:
-        watchdog = threading.Timer(time_limit, _past_time_limit, args=(job, time_limit))
-        watchdog.daemon = True
-        watchdog.start()
-        try:
-            assert job.stdout is not None
-            for line in job.stdout:
-                log.info("| %s", line.rstrip("\n"))
-            return job.wait()
-        finally:
-            watchdog.cancel()
-            _stop(job)  # the worker is stopping (or this thread failed): no job outlives its run
+    """The job, run once by a runner of its own (as `python -m services.etl now` does)."""
+    return JobRunner().run(command, time_limit)
 
 
 def _past_time_limit(job: subprocess.Popen[str], time_limit: float) -> None:
@@ -197,6 +224,7 @@ def celery_config(settings: EtlSettings) -> dict[str, Any]:
 def create_celery(settings: EtlSettings, clock: Clock = time.time) -> Celery:
     app = Celery("etl", set_as_current=False)
     app.conf.update(celery_config(settings))
+    runner = JobRunner()
 
     # acknowledged on receipt: a run a dead worker left is not run again by another (the lock would
     # refuse it anyway); a missed night is rerun with `python -m services.etl now` or `petrel etl daily`
@@ -205,8 +233,11 @@ def create_celery(settings: EtlSettings, clock: Clock = time.time) -> Celery:
         """Run the job for yesterday (UTC), unless a run holds the lock."""
         client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
         try:
-            return run_nightly(settings, client, clock)
+            return run_nightly(settings, client, clock, runner.run)
         finally:
             client.close()
 
+    # SIGTERM (petrel up stopping): a warm shutdown would wait for the run, and the supervisor kills a worker
+    # that takes more than 10 s, leaving its job behind; the job is stopped instead, the run ends failed
+    worker_shutting_down.connect(lambda **_: runner.stop(), weak=False)
     return app

@@ -24,6 +24,7 @@ from services.etl import nightly
 from services.etl.nightly import (
     NIGHTLY_TASK,
     EtlNotInstalled,
+    JobRunner,
     celery_config,
     create_celery,
     run_job,
@@ -206,22 +207,48 @@ def test_a_nightly_time_that_is_not_hh_mm_is_refused(written: str) -> None:
         EtlSettings(nightly_at=written)
 
 
+SPAWNER = (
+    "import subprocess, sys\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()'])\n"
+    "print('child', child.pid, flush=True)\n"
+    "child.wait()\n"
+)
+"""A job that starts a process of its own (as Spark's JVM is) and waits for it."""
+
+
+def spawned_child(log: pytest.LogCaptureFixture) -> int | None:
+    lines = [r.getMessage() for r in log.records if r.getMessage().startswith("| child ")]
+    return int(lines[0].split()[2]) if lines else None
+
+
 def test_a_job_past_its_time_limit_is_stopped_with_every_process_it_started(
     nightly_log: pytest.LogCaptureFixture,
 ) -> None:
-    spawner = (
-        "import subprocess, sys\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()'])\n"
-        "print('child', child.pid, flush=True)\n"
-        "child.wait()\n"
-    )
-
-    status = run_job([sys.executable, "-c", spawner], time_limit=1.0)
+    status = run_job([sys.executable, "-c", SPAWNER], time_limit=1.0)
 
     assert status == -signal.SIGTERM
     assert "the job ran past its time limit of 1 s; stopping it" in nightly_log.text
-    child = int(next(r.getMessage() for r in nightly_log.records if r.getMessage().startswith("| child ")).split()[2])
+    child = spawned_child(nightly_log)
+    assert child is not None, nightly_log.text
     wait_until(lambda: not running(child), "the job's own child stopped with it")
+
+
+def test_a_stopping_worker_stops_the_running_job_with_every_process_it_started(
+    nightly_log: pytest.LogCaptureFixture,
+) -> None:
+    runner, statuses = JobRunner(), []
+    run = threading.Thread(target=lambda: statuses.append(runner.run([sys.executable, "-c", SPAWNER], 600)))
+    run.start()
+    wait_until(lambda: spawned_child(nightly_log) is not None, "the job started its child", 30)
+
+    runner.stop()
+    run.join(30)
+
+    assert statuses == [-signal.SIGTERM]
+    child = spawned_child(nightly_log)
+    assert child is not None
+    wait_until(lambda: not running(child), "the job's own child stopped with it")
+    runner.stop()  # nothing running: nothing to do
 
 
 def running(pid: int) -> bool:
