@@ -30,6 +30,12 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the delay-level table every process gets as PETREL_DELAY_LEVELS (default: that variable, "
         f"else '{d.delay_levels}')",
     )
+    p.add_argument(
+        "--no-etl",
+        dest="etl",
+        action="store_false",
+        help="leave out the nightly ETL's Celery worker and beat (so does PETREL_ETL_NIGHTLY=false)",
+    )
 
 
 def _store_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -151,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
             timer_port=args.timer_port,
             txcheck_port=args.txcheck_port,
             delay_levels=args.delay_levels,
+            etl=args.etl,
         )
         sys.exit(up(options, args.redis_url))
     if args.command == "openapi":

@@ -8,12 +8,12 @@ go to every process alike.
 
 from __future__ import annotations
 
-import hashlib
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from libs.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from libs.settings import cluster_key_prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,8 @@ class UpOptions:
     startup_timeout: float = 60.0
     delay_levels: str = DEFAULT_DELAY_LEVELS
     """PETREL_DELAY_LEVELS of every process: the gateway, the brokers and the timer must agree on it."""
+    etl: bool = True
+    """the nightly ETL's Celery worker and beat (`--no-etl`, PETREL_ETL_NIGHTLY=false: left out)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +62,8 @@ def broker_name(index: int) -> str:
 
 
 def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
-    """In start order: nameservers, brokers, timer, txcheck (health, Celery worker, beat), gateway."""
+    """In start order: nameservers, brokers, timer, txcheck (health, Celery worker, beat), the nightly ETL's
+    Celery worker and beat (unless `options.etl` is false), gateway."""
     if options.brokers < 1 or options.nameservers < 1:
         raise ValueError("a cluster needs at least one nameserver and one broker")
     parse_delay_levels(options.delay_levels)  # refused here, before any process starts, rather than by each
@@ -88,11 +91,17 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
         ProcessSpec("timer", "services.timer", options.timer_port, shared | _port("TIMER", options.timer_port))
     )
     txcheck_env = (
-        shared | _port("TXCHECK", options.txcheck_port) | {"PETREL_TXCHECK_REDIS_KEY_PREFIX": _prefix(options)}
+        shared
+        | _port("TXCHECK", options.txcheck_port)
+        | {"PETREL_TXCHECK_REDIS_KEY_PREFIX": _prefix(options, "txcheck")}
     )
     specs.append(ProcessSpec("txcheck", "services.txcheck", options.txcheck_port, txcheck_env))
     specs.append(ProcessSpec("txcheck-worker", "services.txcheck", 0, txcheck_env, args=("worker",)))
     specs.append(ProcessSpec("txcheck-beat", "services.txcheck", 0, txcheck_env, args=("beat",)))
+    if options.etl:
+        etl_env = shared | {"PETREL_ETL_REDIS_KEY_PREFIX": _prefix(options, "etl")}
+        specs.append(ProcessSpec("etl-worker", "services.etl", 0, etl_env, args=("worker",)))
+        specs.append(ProcessSpec("etl-beat", "services.etl", 0, etl_env, args=("beat",)))
     gateway_env = (
         shared
         | _port("GATEWAY", options.gateway_port)
@@ -106,10 +115,6 @@ def _port(service: str, port: int) -> dict[str, str]:
     return {f"PETREL_{service}_PORT": str(port)}
 
 
-def _prefix(options: UpOptions) -> str:
-    """txcheck's Redis keys and Celery queues, apart from those of other clusters sharing the Redis.
-
-    Derived from the data directory: a cluster restarted on the same data finds its queues again.
-    """
-    digest = hashlib.sha256(str(options.data_dir.resolve()).encode()).hexdigest()[:10]
-    return f"petrel:txcheck:{digest}:"
+def _prefix(options: UpOptions, service: str) -> str:
+    """txcheck's and the ETL's Redis keys and Celery queues, apart from those of other clusters sharing the Redis."""
+    return cluster_key_prefix(service, options.data_dir)

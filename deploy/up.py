@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import sys
 from types import FrameType
@@ -9,6 +10,7 @@ from types import FrameType
 from deploy.plan import ProcessSpec, UpOptions, plan_cluster
 from deploy.redis_server import DEFAULT_REDIS_URL, RedisNotAvailable, private_redis_command, redis_answers
 from deploy.supervisor import StartupFailed, Supervisor, port_in_use
+from services.etl.settings import EtlSettings
 
 
 def up(options: UpOptions, redis_url: str | None) -> int:
@@ -20,6 +22,7 @@ def up(options: UpOptions, redis_url: str | None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
+        options = _with_etl_setting(options)
         url = redis_url or _redis(supervisor, options)
         specs = plan_cluster(options, url)
         supervisor.check_ports(specs)
@@ -36,6 +39,14 @@ def up(options: UpOptions, redis_url: str | None) -> int:
     supervisor.stop_all()
     print("[petrel] stopped", flush=True)
     return 0
+
+
+def _with_etl_setting(options: UpOptions) -> UpOptions:
+    """PETREL_ETL_NIGHTLY=false leaves the nightly ETL out, as --no-etl does; its settings (PETREL_ETL_*, which
+    every child gets) are refused here, before any process starts, rather than by its worker and beat."""
+    if not options.etl:
+        return options
+    return options if EtlSettings().nightly else dataclasses.replace(options, etl=False)
 
 
 def _redis(supervisor: Supervisor, options: UpOptions) -> str:

@@ -21,6 +21,7 @@ the table would schedule one level at two different times.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Annotated, Any, cast
 
@@ -154,3 +155,10 @@ class _SharedEnvSource(EnvSettingsSource):
     def __call__(self) -> dict[str, Any]:
         shared = cast(type[ServiceSettings], self.settings_cls).shared_fields()
         return {name: value for name, value in super().__call__().items() if name in shared}
+
+
+def cluster_key_prefix(service: str, data_dir: Path) -> str:
+    """`petrel:<service>:<hash of the data directory>:`: a service's Redis keys and Celery queues, apart from
+    those of other clusters sharing the Redis; a cluster restarted on the same data finds them again."""
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:10]
+    return f"petrel:{service}:{digest}:"

@@ -7,4 +7,6 @@ them partitioned by `dt` (a rerun replaces exactly that day); `job` runs it all;
 other to `submit` (spark-submit). `command`, `settings` and `submit` do not import pyspark:
 the `petrel` command loads Spark only when a job runs here. `commitlog_source` is the
 `petrel-commitlog` data source: a broker's CommitLog segments read as a DataFrame.
+`nightly` runs `petrel etl daily` for yesterday every night from Celery beat
+(`python -m services.etl worker | beat | now`; `petrel up` starts the worker and beat).
 """

@@ -22,6 +22,22 @@ def add_daily_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lookback-days", type=int, help="days' folders either side of the date also read (default: 1)")
 
 
+def daily_arguments(settings: EtlSettings, day: date) -> list[str]:
+    """The job's arguments that run `day` with these settings (settings_from's inverse)."""
+    return [
+        "--date",
+        day.isoformat(),
+        "--events",
+        settings.events,
+        "--warehouse",
+        settings.warehouse,
+        "--master",
+        settings.master,
+        "--lookback-days",
+        str(settings.lookback_days),
+    ]
+
+
 def settings_from(args: argparse.Namespace) -> EtlSettings:
     """The environment's settings, with what the command line gives instead."""
     given = {

@@ -1,13 +1,18 @@
-"""ETL settings (env prefix `PETREL_ETL_`; the data directory: `PETREL_DATA_DIR`)."""
+"""ETL settings (env prefix `PETREL_ETL_`; the data directory: `PETREL_DATA_DIR`).
+
+The `nightly*` fields and `redis_key_prefix` are the nightly schedule's (`services.etl.nightly`);
+the job itself reads the others.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from libs.settings import ServiceSettings
+from libs.settings import ServiceSettings, cluster_key_prefix
 
 
 class EtlSettings(ServiceSettings):
@@ -38,6 +43,40 @@ class EtlSettings(ServiceSettings):
     )
     shuffle_partitions: int = Field(default=8, ge=1, description="spark.sql.shuffle.partitions of the job")
     ui_enabled: bool = Field(default=False, description="start the Spark web UI while the job runs")
+    nightly: bool = Field(
+        default=True,
+        description="`petrel up` starts the nightly run's Celery worker and beat (false: leaves them out, "
+        "as `petrel up --no-etl` does)",
+    )
+    nightly_at: str = Field(
+        default="02:30", description="HH:MM, UTC: when beat starts the nightly run of the day before"
+    )
+    nightly_time_limit_seconds: int = Field(
+        default=6 * 3600,
+        ge=60,
+        description="a nightly run still going after this is stopped (its Redis lock lasts a minute longer)",
+    )
+    redis_key_prefix: str | None = Field(
+        default=None,
+        description="prefix of the nightly run's Redis lock and Celery queue; default: petrel:etl:<hash of the "
+        "data dir>: (as `petrel up` gives its processes: clusters sharing a Redis stay apart)",
+    )
+
+    @field_validator("nightly_at")
+    @classmethod
+    def _hour_and_minute(cls, value: str) -> str:
+        if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", value):
+            raise ValueError(f"nightly_at {value!r} is not a UTC time HH:MM (00:00 to 23:59)")
+        return value
+
+    @property
+    def key_prefix(self) -> str:
+        return self.redis_key_prefix or cluster_key_prefix("etl", self.data_dir)
+
+    @property
+    def nightly_hour_minute(self) -> tuple[int, int]:
+        hour, minute = self.nightly_at.split(":")
+        return int(hour), int(minute)
 
     @property
     def runs_locally(self) -> bool:

@@ -15,6 +15,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
+from services.etl.command import daily_arguments
 from services.etl.settings import EtlSettings
 
 
@@ -49,16 +50,7 @@ def submit_command(settings: EtlSettings, day: date) -> list[str]:
         "petrel-etl",
         *(arg for key, value in confs.items() for arg in ("--conf", f"{key}={value}")),
         str(Path(__file__).with_name("job.py")),
-        "--date",
-        day.isoformat(),
-        "--events",
-        settings.events,
-        "--warehouse",
-        settings.warehouse,
-        "--master",
-        settings.master,
-        "--lookback-days",
-        str(settings.lookback_days),
+        *daily_arguments(settings, day),
     ]
 
 

@@ -1,4 +1,5 @@
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -7,6 +8,8 @@ import pytest
 from deploy.plan import ProcessSpec, UpOptions, broker_name, plan_cluster
 from deploy.redis_server import RedisNotAvailable, private_redis_command, redis_answers
 from deploy.supervisor import StartupFailed, Supervisor
+from deploy.up import _with_etl_setting, up
+from services.etl.settings import EtlSettings
 from tests.support.serving import free_port
 
 
@@ -33,19 +36,82 @@ def test_plan_starts_nameservers_first_and_the_gateway_last() -> None:
         "txcheck",
         "txcheck-worker",
         "txcheck-beat",
+        "etl-worker",
+        "etl-beat",
         "gateway",
     ]
     assert [s.port for s in specs if s.module == "services.broker"] == [10911, 10912, 10913]
     assert specs[2].env["PETREL_NAMESERVERS"] == "127.0.0.1:9876,127.0.0.1:9877"
     assert specs[2].env["PETREL_BROKER_BROKER_NAME"] == "broker-a"
-    worker, beat = specs[-3], specs[-2]
+    worker, beat = specs[-5], specs[-4]
     assert (worker.module, worker.args, worker.port) == ("services.txcheck", ("worker",), 0)
     assert (beat.module, beat.args, beat.port) == ("services.txcheck", ("beat",), 0)
     assert worker.env["PETREL_REDIS_URL"] == beat.env["PETREL_REDIS_URL"] == "redis://127.0.0.1:6379/0"
     prefix = worker.env["PETREL_TXCHECK_REDIS_KEY_PREFIX"]
-    assert prefix == beat.env["PETREL_TXCHECK_REDIS_KEY_PREFIX"] == specs[-4].env["PETREL_TXCHECK_REDIS_KEY_PREFIX"]
+    assert prefix == beat.env["PETREL_TXCHECK_REDIS_KEY_PREFIX"] == specs[-6].env["PETREL_TXCHECK_REDIS_KEY_PREFIX"]
     other = plan_cluster(UpOptions(data_dir=Path("elsewhere")), "redis://127.0.0.1:6379/0")
-    assert other[-2].env["PETREL_TXCHECK_REDIS_KEY_PREFIX"] != prefix, "two clusters would share Celery queues"
+    assert other[-4].env["PETREL_TXCHECK_REDIS_KEY_PREFIX"] != prefix, "two clusters would share Celery queues"
+
+
+def test_plan_starts_the_nightly_etls_worker_and_beat_on_a_redis_prefix_of_the_clusters_own() -> None:
+    specs = {s.name: s for s in plan_cluster(UpOptions(data_dir=Path("here")), "redis://127.0.0.1:6379/0")}
+    worker, beat = specs["etl-worker"], specs["etl-beat"]
+
+    assert (worker.module, worker.args, worker.port) == ("services.etl", ("worker",), 0)
+    assert (beat.module, beat.args, beat.port) == ("services.etl", ("beat",), 0)
+    assert worker.env == beat.env
+    assert worker.env["PETREL_REDIS_URL"] == "redis://127.0.0.1:6379/0"
+    assert worker.env["PETREL_DATA_DIR"] == "here"
+    prefix = worker.env["PETREL_ETL_REDIS_KEY_PREFIX"]
+    assert prefix.startswith("petrel:etl:")
+    assert prefix == EtlSettings(data_dir=Path("here")).key_prefix, "`python -m services.etl now` would miss the lock"
+    assert prefix.removeprefix("petrel:etl:") == specs["txcheck"].env["PETREL_TXCHECK_REDIS_KEY_PREFIX"].removeprefix(
+        "petrel:txcheck:"
+    )
+    other = {s.name: s for s in plan_cluster(UpOptions(data_dir=Path("elsewhere")), "redis://127.0.0.1:6379/0")}
+    assert other["etl-worker"].env["PETREL_ETL_REDIS_KEY_PREFIX"] != prefix, "two clusters would share a lock"
+
+
+def test_no_etl_leaves_the_nightly_etl_out_of_the_plan() -> None:
+    names = [s.name for s in plan_cluster(UpOptions(etl=False), "redis://127.0.0.1:6379/0")]
+    assert names == ["nameserver", "broker-a", "timer", "txcheck", "txcheck-worker", "txcheck-beat", "gateway"]
+
+
+def test_petrel_up_no_etl_and_the_setting_both_leave_the_etl_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    from deploy.cli import main
+
+    started: list[UpOptions] = []
+
+    def up_here(options: UpOptions, redis_url: str | None) -> int:
+        started.append(options)
+        return 0
+
+    monkeypatch.setattr("deploy.up.up", up_here)
+    for argv in (["up"], ["up", "--no-etl"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+    assert [options.etl for options in started] == [True, False]
+
+    monkeypatch.setenv("PETREL_ETL_NIGHTLY", "false")
+    assert _with_etl_setting(UpOptions()).etl is False
+    monkeypatch.setenv("PETREL_ETL_NIGHTLY", "true")
+    assert _with_etl_setting(UpOptions()).etl is True
+    assert _with_etl_setting(UpOptions(etl=False)).etl is False
+
+
+def test_petrel_up_refuses_a_malformed_nightly_time_before_starting_anything(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PETREL_ETL_NIGHTLY_AT", "2:30")
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert up(UpOptions(data_dir=tmp_path), "redis://127.0.0.1:6379/0") == 1
+    finally:
+        for signum, handler in handlers.items():  # up() takes Ctrl-C for the cluster's shutdown
+            signal.signal(signum, handler)
+
+    assert "nightly_at '2:30' is not a UTC time HH:MM (00:00 to 23:59)" in capsys.readouterr().err
+    assert not (tmp_path / "logs").exists(), "a process was started"
 
 
 def test_plan_gives_every_process_the_same_delay_level_table() -> None:

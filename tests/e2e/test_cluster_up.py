@@ -13,7 +13,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
+from services.etl.nightly import NIGHTLY_TASK, create_celery, lock_key
+from services.etl.settings import EtlSettings
 from tests.support.serving import free_port
 from tests.support.waiting import wait_until
 
@@ -114,10 +117,12 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 def test_cluster_serves_routes_survives_a_dead_broker_and_stops_clean(cluster: Cluster) -> None:
     pids = cluster.all_pids()
-    assert len(pids) == 8, cluster.state()
+    assert len(pids) == 10, cluster.state()
     worker = cluster.pid_of("txcheck-worker")
     wait_until(lambda: bool(pool_processes(worker)), "the Celery worker's pool processes", 20)
     pids += pool_processes(worker)
+
+    the_etl_worker_takes_a_nightly_run_from_its_queue(cluster)
 
     created = httpx.put(f"{cluster.gateway}/v1/topics/orders", timeout=10)
     assert created.status_code == 201, created.text
@@ -147,6 +152,27 @@ def test_cluster_serves_routes_survives_a_dead_broker_and_stops_clean(cluster: C
     assert "beat: Starting" in (cluster.data_dir / "logs" / "txcheck-beat.log").read_text()
     assert "ready." in (cluster.data_dir / "logs" / "txcheck-worker.log").read_text()
     assert list((cluster.data_dir / "txcheck").glob("beat-schedule*")), "beat's schedule is not in the data dir"
+    assert "beat: Starting" in (cluster.data_dir / "logs" / "etl-beat.log").read_text()
+    assert list((cluster.data_dir / "etl").glob("beat-schedule*")), "the ETL beat's schedule is not in the data dir"
+
+
+def the_etl_worker_takes_a_nightly_run_from_its_queue(cluster: Cluster) -> None:
+    """A run sent as beat sends it, under the cluster's Redis prefix, while the lock is held: the worker skips it
+    (a real run would start Spark)."""
+    settings = EtlSettings(data_dir=cluster.data_dir)  # the prefix `python -m services.etl now` would use
+    prefix = settings.key_prefix
+    client = redis.Redis.from_url(settings.redis_url)
+    try:
+        client.set(lock_key(settings), "a run", ex=60)
+        with create_celery(settings) as app:
+            app.send_task(NIGHTLY_TASK)
+        log = cluster.data_dir / "logs" / "etl-worker.log"
+        wait_until(lambda: "skipped: a run holds the lock" in log.read_text(), "the ETL worker took the run", 20)
+    finally:
+        keys = list(client.scan_iter(match=prefix + "*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
 
 
 def pool_processes(pid: int) -> list[int]:
