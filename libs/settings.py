@@ -54,7 +54,7 @@ class ServiceSettings(BaseSettings):
     nameservers: AddressList = Field(default=["127.0.0.1:9876"], description="every nameserver's host:port")
     redis_url: str = Field(
         default="redis://127.0.0.1:6379/0",
-        description="the gateway's Idempotency-Key records; txcheck's Celery queues and locks",
+        description="the gateway's Idempotency-Key records; txcheck's and the nightly ETL's Celery queues and locks",
     )
     log_level: str = Field(default="info", description="debug, info, warning or error")
     events_enabled: bool = Field(
