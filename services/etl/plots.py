@@ -1,0 +1,163 @@
+"""The report's charts: a day's rows (dicts, as the tables hold them) drawn as PNG bytes with matplotlib.
+
+Each chart is a `Figure` drawn on the Agg canvas (no pyplot: no display, no global
+figure state), hours on a 0-23 UTC axis. A chart is asked for only when it has rows:
+the page shows "no data" instead.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+Record = Mapping[str, Any]
+
+HOURS = range(24)
+PALETTE = ("#1f6fb2", "#e07b28", "#2f9e57", "#c23b3b", "#7a56b8", "#8c6d46", "#d462a6", "#6b7280")
+PERCENTILE_STYLES = (("p50", "-", "o"), ("p95", "--", "s"), ("p99", ":", "^"))
+LATENESS_COLORS = ("#8fb8de", "#1f6fb2", "#0b3c66")
+FAILURE_COUNTS = (("nacked", "#e0a528"), ("retried", "#e07b28"), ("dead_lettered", "#c23b3b"))
+WIDTH, HEIGHT, DPI = 10.0, 3.4, 100
+
+
+def duration(ms: float) -> str:
+    """850 ms, 1.2 s, 3.5 min: a latency as a person reads it."""
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.3g} s"
+    return f"{ms / 60_000:.3g} min"
+
+
+def group_label(row: Record) -> str:
+    return f"{row['group']} · {row['topic']}"
+
+
+def throughput(rows: Sequence[Record]) -> bytes:
+    """Messages sent per hour, stacked by topic."""
+    figure, axes = _figure()
+    below = [0] * len(HOURS)
+    for color, (topic, by_hour) in zip(_colors(), _per_hour(rows, "topic", "sent").items(), strict=False):
+        sent = [by_hour.get(h, 0) for h in HOURS]
+        axes.bar(HOURS, sent, bottom=below, width=0.8, color=color, label=topic)
+        below = [b + n for b, n in zip(below, sent, strict=True)]
+    _hour_axis(axes)
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_ylabel("messages sent")
+    _legend(axes, "topic")
+    return _png(figure)
+
+
+def latencies(rows: Sequence[Record]) -> bytes:
+    """Send to first delivery, and to first ack, per hour: p50/p95/p99 of each group on each topic."""
+    figure = Figure(figsize=(WIDTH, HEIGHT + 0.4), layout="constrained")
+    left, right = figure.subplots(1, 2, sharey=True)
+    series = sorted({group_label(row) for row in rows})
+    colors = dict(zip(series, _colors(), strict=False))
+    for axes, kind, title in ((left, "delivery", "send → first delivery"), (right, "ack", "send → first ack")):
+        for label in series:
+            own = [row for row in rows if group_label(row) == label]
+            for percentile, line, marker in PERCENTILE_STYLES:
+                values = {row["hour"]: row[f"{kind}_{percentile}_ms"] for row in own}
+                points = [_number(values.get(h)) for h in HOURS]
+                axes.plot(HOURS, points, linestyle=line, marker=marker, markersize=4, color=colors[label])
+        axes.set_title(title, fontsize=10)
+        _hour_axis(axes)
+    left.yaxis.set_major_formatter(FuncFormatter(lambda ms, _: duration(ms)))
+    left.set_ylim(bottom=0)
+    handles = [left.plot([], [], color=colors[label], linewidth=3)[0] for label in series]
+    styles = [left.plot([], [], color="#444", linestyle=s, marker=m)[0] for _, s, m in PERCENTILE_STYLES]
+    left.legend(styles, [p for p, _, _ in PERCENTILE_STYLES], loc="upper left", frameon=False, fontsize=9)
+    _legend(right, "group · topic", handles, series)
+    return _png(figure)
+
+
+def failures(totals: Sequence[Record]) -> bytes:
+    """The day's nacks, retries and dead letters of each group on each topic, side by side."""
+    labels = [group_label(row) for row in totals]
+    figure, axes = _figure(height=max(1.6, 0.9 + 0.55 * len(labels)))
+    bar = 0.8 / len(FAILURE_COUNTS)
+    for i, (column, color) in enumerate(FAILURE_COUNTS):
+        positions = [n + (i - 1) * bar for n in range(len(labels))]
+        counts = [row[column] for row in totals]
+        bars = axes.barh(positions, counts, height=bar, color=color, label=column.replace("_", " "))
+        axes.bar_label(bars, labels=[f"{n:,}" if n else "" for n in counts], padding=3, fontsize=8)
+    axes.set_yticks(range(len(labels)), labels)
+    axes.invert_yaxis()
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("messages")
+    axes.margins(x=0.08)
+    _legend(axes)
+    return _png(figure)
+
+
+def lateness(rows: Sequence[Record]) -> bytes:
+    """How late fired scheduled messages reached their topic: p50/p95/p99 per topic."""
+    figure, axes = _figure(height=max(1.6, 0.9 + 0.55 * len(rows)))
+    bar = 0.8 / len(PERCENTILE_STYLES)
+    for i, ((percentile, _, _), color) in enumerate(zip(PERCENTILE_STYLES, LATENESS_COLORS, strict=True)):
+        values = [_number(row[f"lateness_{percentile}_ms"]) for row in rows]
+        bars = axes.barh([n + (i - 1) * bar for n in range(len(rows))], values, height=bar, color=color)
+        axes.bar_label(bars, labels=[duration(v) for v in values], padding=3, fontsize=8)
+        bars.set_label(percentile)
+    axes.set_yticks(range(len(rows)), [str(row["topic"]) for row in rows])
+    axes.invert_yaxis()
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda ms, _: duration(ms)))
+    axes.set_xlabel("after the due time")
+    axes.margins(x=0.12)
+    _legend(axes)
+    return _png(figure)
+
+
+def _figure(height: float = HEIGHT) -> tuple[Figure, Axes]:
+    figure = Figure(figsize=(WIDTH, height), layout="constrained")
+    axes = figure.subplots()
+    for side in ("top", "right"):
+        axes.spines[side].set_visible(False)
+    axes.grid(axis="both", color="#e5e7eb", linewidth=0.8)
+    axes.set_axisbelow(True)
+    return figure, axes
+
+
+def _legend(axes: Axes, title: str | None = None, *entries: Any) -> None:
+    """Beside the chart, where it hides no data."""
+    axes.legend(*entries, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=9, title=title)
+
+
+def _hour_axis(axes: Axes) -> None:
+    axes.set_xlim(-0.5, 23.5)
+    axes.set_xticks(range(0, 24, 2), [f"{h:02d}" for h in range(0, 24, 2)])
+    axes.set_xlabel("hour (UTC)")
+    for side in ("top", "right"):
+        axes.spines[side].set_visible(False)
+    axes.grid(color="#e5e7eb", linewidth=0.8)
+    axes.set_axisbelow(True)
+
+
+def _per_hour(rows: Iterable[Record], key: str, value: str) -> dict[str, dict[int, int]]:
+    series: dict[str, dict[int, int]] = {}
+    for row in sorted(rows, key=lambda r: str(r[key])):
+        by_hour = series.setdefault(str(row[key]), {})
+        by_hour[row["hour"]] = by_hour.get(row["hour"], 0) + (row[value] or 0)
+    return series
+
+
+def _colors() -> Iterable[str]:
+    while True:
+        yield from PALETTE
+
+
+def _number(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _png(figure: Figure) -> bytes:
+    out = io.BytesIO()
+    figure.savefig(out, format="png", dpi=DPI, facecolor="white", metadata={"Software": None})
+    return out.getvalue()
