@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
 
 Record = Mapping[str, Any]
 
@@ -23,7 +24,9 @@ PALETTE = ("#1f6fb2", "#e07b28", "#2f9e57", "#c23b3b", "#7a56b8", "#8c6d46", "#d
 PERCENTILE_STYLES = (("p50", "-", "o"), ("p95", "--", "s"), ("p99", ":", "^"))
 LATENESS_COLORS = ("#8fb8de", "#1f6fb2", "#0b3c66")
 FAILURE_COUNTS = (("nacked", "#e0a528"), ("retried", "#e07b28"), ("dead_lettered", "#c23b3b"))
-WIDTH, HEIGHT, DPI = 10.0, 3.4, 100
+DURATION_UNITS = ((60_000, "min"), (1000, "s"), (1, "ms"))
+MIN_HOURS = 6
+WIDTH, HEIGHT, DPI = 10.0, 2.8, 100
 
 
 def duration(ms: float) -> str:
@@ -47,7 +50,7 @@ def throughput(rows: Sequence[Record]) -> bytes:
         sent = [by_hour.get(h, 0) for h in HOURS]
         axes.bar(HOURS, sent, bottom=below, width=0.8, color=color, label=topic)
         below = [b + n for b, n in zip(below, sent, strict=True)]
-    _hour_axis(axes)
+    _hour_axis(axes, {row["hour"] for row in rows})
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel("messages sent")
     _legend(axes, "topic")
@@ -61,16 +64,17 @@ def latencies(rows: Sequence[Record]) -> bytes:
     series = sorted({group_label(row) for row in rows})
     colors = dict(zip(series, _colors(), strict=False))
     for axes, kind, title in ((left, "delivery", "send → first delivery"), (right, "ack", "send → first ack")):
-        for label in series:
+        for n, label in enumerate(series):
             own = [row for row in rows if group_label(row) == label]
+            beside = [h + (n - (len(series) - 1) / 2) * 0.8 / max(len(series), 3) for h in HOURS]  # no overlaps
             for percentile, line, marker in PERCENTILE_STYLES:
                 values = {row["hour"]: row[f"{kind}_{percentile}_ms"] for row in own}
                 points = [_number(values.get(h)) for h in HOURS]
-                axes.plot(HOURS, points, linestyle=line, marker=marker, markersize=4, color=colors[label])
+                axes.plot(beside, points, linestyle=line, marker=marker, markersize=5, color=colors[label])
         axes.set_title(title, fontsize=10)
-        _hour_axis(axes)
-    left.yaxis.set_major_formatter(FuncFormatter(lambda ms, _: duration(ms)))
-    left.set_ylim(bottom=0)
+        _hour_axis(axes, {row["hour"] for row in rows})
+    columns = [f"{kind}_{p}_ms" for kind in ("delivery", "ack") for p, _, _ in PERCENTILE_STYLES]
+    left.set_ylim(0, _duration_axis(left.yaxis, max(row[c] or 0 for row in rows for c in columns)))
     handles = [left.plot([], [], color=colors[label], linewidth=3)[0] for label in series]
     styles = [left.plot([], [], color="#444", linestyle=s, marker=m)[0] for _, s, m in PERCENTILE_STYLES]
     left.legend(styles, [p for p, _, _ in PERCENTILE_STYLES], loc="upper left", frameon=False, fontsize=9)
@@ -81,7 +85,7 @@ def latencies(rows: Sequence[Record]) -> bytes:
 def failures(totals: Sequence[Record]) -> bytes:
     """The day's nacks, retries and dead letters of each group on each topic, side by side."""
     labels = [group_label(row) for row in totals]
-    figure, axes = _figure(height=max(1.6, 0.9 + 0.55 * len(labels)))
+    figure, axes = _figure(height=max(1.5, 0.8 + 0.45 * len(labels)))
     bar = 0.8 / len(FAILURE_COUNTS)
     for i, (column, color) in enumerate(FAILURE_COUNTS):
         positions = [n + (i - 1) * bar for n in range(len(labels))]
@@ -99,7 +103,7 @@ def failures(totals: Sequence[Record]) -> bytes:
 
 def lateness(rows: Sequence[Record]) -> bytes:
     """How late fired scheduled messages reached their topic: p50/p95/p99 per topic."""
-    figure, axes = _figure(height=max(1.6, 0.9 + 0.55 * len(rows)))
+    figure, axes = _figure(height=max(1.5, 0.8 + 0.45 * len(rows)))
     bar = 0.8 / len(PERCENTILE_STYLES)
     for i, ((percentile, _, _), color) in enumerate(zip(PERCENTILE_STYLES, LATENESS_COLORS, strict=True)):
         values = [_number(row[f"lateness_{percentile}_ms"]) for row in rows]
@@ -108,9 +112,9 @@ def lateness(rows: Sequence[Record]) -> bytes:
         bars.set_label(percentile)
     axes.set_yticks(range(len(rows)), [str(row["topic"]) for row in rows])
     axes.invert_yaxis()
-    axes.xaxis.set_major_formatter(FuncFormatter(lambda ms, _: duration(ms)))
+    largest = max(row[f"lateness_{p}_ms"] or 0 for row in rows for p, _, _ in PERCENTILE_STYLES)
+    axes.set_xlim(0, _duration_axis(axes.xaxis, largest) * 1.12)  # room for the labels
     axes.set_xlabel("after the due time")
-    axes.margins(x=0.12)
     _legend(axes)
     return _png(figure)
 
@@ -125,14 +129,31 @@ def _figure(height: float = HEIGHT) -> tuple[Figure, Axes]:
     return figure, axes
 
 
+def _duration_axis(axis: Axis, largest_ms: float) -> float:
+    """Ticks at round numbers of the unit that suits the largest value (ms, s, min); the last tick's ms."""
+    unit, name = next((unit, name) for unit, name in DURATION_UNITS if largest_ms >= unit or unit == 1)
+    ticks = [tick for tick in MaxNLocator(nbins=6).tick_values(0, max(largest_ms / unit, 1)) if tick >= 0]
+    axis.set_major_locator(FixedLocator([tick * unit for tick in ticks]))
+    axis.set_major_formatter(FuncFormatter(lambda ms, _: f"{ms / unit:g} {name}"))
+    return float(ticks[-1] * unit)
+
+
 def _legend(axes: Axes, title: str | None = None, *entries: Any) -> None:
     """Beside the chart, where it hides no data."""
     axes.legend(*entries, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=9, title=title)
 
 
-def _hour_axis(axes: Axes) -> None:
-    axes.set_xlim(-0.5, 23.5)
-    axes.set_xticks(range(0, 24, 2), [f"{h:02d}" for h in range(0, 24, 2)])
+def _hour_axis(axes: Axes, hours: set[int]) -> None:
+    """The hours that have rows, an hour either side, at least MIN_HOURS of the day."""
+    first, last = max(min(hours) - 1, 0), min(max(hours) + 1, 23)
+    missing = MIN_HOURS - (last - first + 1)
+    if missing > 0:
+        first = max(first - missing // 2, 0)
+        last = min(first + MIN_HOURS - 1, 23)
+        first = max(last - MIN_HOURS + 1, 0)
+    step = 1 if last - first < 12 else 2
+    axes.set_xlim(first - 0.5, last + 0.5)
+    axes.set_xticks(range(first, last + 1, step), [f"{h:02d}" for h in range(first, last + 1, step)])
     axes.set_xlabel("hour (UTC)")
     for side in ("top", "right"):
         axes.spines[side].set_visible(False)

@@ -10,6 +10,7 @@ their rows for D are collected here; a table with no partition for D has no rows
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import date
 from typing import Any
 
@@ -25,6 +26,14 @@ from services.etl.traffic import group_hourly_schema, topic_hourly_schema
 from services.etl.writer import partition_uri
 
 log = logging.getLogger("petrel.etl")
+
+DRAWN: dict[str, Callable[[], StructType]] = {
+    "topic_hourly": topic_hourly_schema,
+    "group_hourly": group_hourly_schema,
+    "delay_daily": delay_daily_schema,
+    "data_quality": data_quality_schema,
+}
+"""The tables whose rows the report draws (the others: only counted), with their schemas."""
 
 REPORTS = "reports"
 """The warehouse's folder of reports, beside the tables."""
@@ -43,35 +52,29 @@ def write_report(spark: SparkSession, warehouse: str, day: date) -> str:
 
 
 def read_day(spark: SparkSession, warehouse: str, day: date) -> DayTables:
-    def rows(table: str, schema: StructType) -> list[dict[str, Any]]:
-        frame = _partition(spark, warehouse, table, day, schema)
-        if frame is None:
-            return []
-        if "hour" in frame.columns:  # the hour of day in the session's zone (UTC), not the driver's
-            frame = frame.withColumn("hour", F.hour("hour"))
-        return [row.asDict() for row in frame.collect()]
-
-    return DayTables(
-        day=day,
-        warehouse=warehouse,
-        topic_hourly=rows("topic_hourly", topic_hourly_schema()),
-        group_hourly=rows("group_hourly", group_hourly_schema()),
-        delay_daily=rows("delay_daily", delay_daily_schema()),
-        data_quality=rows("data_quality", data_quality_schema()),
-        row_counts=row_counts(spark, warehouse, day),
-    )
-
-
-def row_counts(spark: SparkSession, warehouse: str, day: date) -> dict[str, int]:
-    """Every table of the warehouse (each folder but the reports'): its rows for D, 0 without a D partition."""
-    if not exists(spark, warehouse):
-        return {}
-    counts = {}
-    for table in list_folders(spark, warehouse):
-        if table != REPORTS and not table.startswith((".", "_")):
+    drawn = {table: _rows(spark, warehouse, table, day, schema()) for table, schema in DRAWN.items()}
+    counts = {table: len(rows) for table, rows in drawn.items()}
+    for table in _tables(spark, warehouse):
+        if table not in counts:
             frame = _partition(spark, warehouse, table, day, None)
             counts[table] = 0 if frame is None else frame.count()
-    return counts
+    return DayTables(day=day, warehouse=warehouse, row_counts=dict(sorted(counts.items())), **drawn)
+
+
+def _rows(spark: SparkSession, warehouse: str, table: str, day: date, schema: StructType) -> list[dict[str, Any]]:
+    frame = _partition(spark, warehouse, table, day, schema)
+    if frame is None:
+        return []
+    if "hour" in frame.columns:  # the hour of day in the session's zone (UTC), not the driver's
+        frame = frame.withColumn("hour", F.hour("hour"))
+    return [row.asDict() for row in frame.collect()]
+
+
+def _tables(spark: SparkSession, warehouse: str) -> list[str]:
+    """Every table of the warehouse: each folder but the reports'."""
+    if not exists(spark, warehouse):
+        return []
+    return [name for name in list_folders(spark, warehouse) if name != REPORTS and not name.startswith((".", "_"))]
 
 
 def _partition(

@@ -36,14 +36,15 @@ STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1f2937;
        margin: 0 auto; max-width: 1040px; padding: 24px; background: #fff; }
 h1 { font-size: 24px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 0 0 8px; }
-.sub { color: #6b7280; margin: 0 0 16px; }
-.facts { display: flex; gap: 12px; flex-wrap: wrap; margin-bottom: 12px; }
+.sub { color: #6b7280; margin: 0 0 10px; }
+.facts { display: flex; gap: 28px; flex-wrap: wrap; align-items: flex-start; margin-bottom: 4px; }
+.boxes { display: grid; grid-template-columns: repeat(2, 1fr); gap: 10px; }
 .fact { border: 1px solid #e5e7eb; border-radius: 8px; padding: 8px 14px; min-width: 110px; }
 .fact b { display: block; font-size: 20px; } .fact span { color: #6b7280; font-size: 13px; }
 .fact.bad b { color: #c23b3b; }
-section { border-top: 1px solid #e5e7eb; padding: 16px 0; }
+section { border-top: 1px solid #e5e7eb; padding: 12px 0; }
 img { max-width: 100%; display: block; }
-table { border-collapse: collapse; font-size: 13px; margin-top: 8px; }
+table { border-collapse: collapse; font-size: 13px; margin-top: 6px; }
 th, td { padding: 3px 10px; text-align: right; border-bottom: 1px solid #f0f1f3; }
 th { color: #6b7280; font-weight: 600; } th:first-child, td.name { text-align: left; }
 .no-data { border: 1px dashed #cbd5e1; border-radius: 8px; padding: 28px; text-align: center;
@@ -93,8 +94,7 @@ def _header(tables: DayTables) -> str:
     return (
         f"<h1>Petrel ETL report: {tables.day.isoformat()}</h1>"
         f'<p class="sub">the tables under {escape(tables.warehouse)}, dt={tables.day.isoformat()} (UTC)</p>'
-        f'<div class="facts">{boxes}</div>'
-        f'<div class="facts"><div>{counts}</div><div>{quarantined if reasons else ""}</div></div>'
+        f'<div class="facts"><div class="boxes">{boxes}</div><div>{counts}</div><div>{quarantined}</div></div>'
     )
 
 
