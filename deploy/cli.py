@@ -1,5 +1,5 @@
 """The `petrel` command: `up`, `openapi`, `settings-reference`, `bench`, `store check|dump|repair`,
-`checkback-receiver`, `etl daily`."""
+`checkback-receiver`, `etl daily`, `etl report`."""
 
 from __future__ import annotations
 
@@ -67,11 +67,12 @@ def _store_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _etl_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from services.etl.command import add_daily_arguments
+    from services.etl.command import add_daily_arguments, add_report_arguments
 
     e = sub.add_parser("etl", help="the nightly Spark ETL over the exported events (pyspark: the etl extra)")
     jobs = e.add_subparsers(dest="job", required=True)
     add_daily_arguments(jobs.add_parser("daily", help="compute one UTC day's tables from the lifecycle events"))
+    add_report_arguments(jobs.add_parser("report", help="draw a day's HTML report again from its written tables"))
 
 
 def _store(args: argparse.Namespace) -> int:
@@ -183,9 +184,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "store":
         sys.exit(_store(args))
     if args.command == "etl":
-        from services.etl.command import daily
+        from services.etl.command import daily, report
 
-        sys.exit(daily(args))
+        sys.exit(report(args) if args.job == "report" else daily(args))
     if args.command == "checkback-receiver":
         from deploy.checkback_receiver import run
 

@@ -1,4 +1,5 @@
-"""`petrel etl daily`: its arguments, and where it runs (here on a local master, else through spark-submit).
+"""`petrel etl daily`: its arguments, and where it runs (here on a local master, else through spark-submit);
+`petrel etl report`: a day's report drawn again.
 
 Nothing here imports pyspark: `petrel --help` and the other commands stay light.
 """
@@ -38,13 +39,19 @@ def daily_arguments(settings: EtlSettings, day: date) -> list[str]:
     ]
 
 
+def add_report_arguments(p: argparse.ArgumentParser) -> None:
+    """`petrel etl report`'s: the day whose tables are drawn again, and their warehouse."""
+    p.add_argument("--date", required=True, type=date.fromisoformat, help="the UTC day, YYYY-MM-DD")
+    p.add_argument("--warehouse", help="the tables' URI (default: file://<data_dir>/warehouse)")
+
+
 def settings_from(args: argparse.Namespace) -> EtlSettings:
     """The environment's settings, with what the command line gives instead."""
     given = {
-        "events_uri": args.events,
+        "events_uri": getattr(args, "events", None),
         "warehouse_uri": args.warehouse,
-        "master": args.master,
-        "lookback_days": args.lookback_days,
+        "master": getattr(args, "master", None),
+        "lookback_days": getattr(args, "lookback_days", None),
     }
     return EtlSettings(**{name: value for name, value in given.items() if value is not None})
 
@@ -70,3 +77,13 @@ def daily(args: argparse.Namespace) -> int:
     except SparkSubmitNotFound as exc:
         print(f"petrel etl daily: {exc}", file=sys.stderr)
         return 1
+
+
+def report(args: argparse.Namespace) -> int:
+    """Draw one day's report again from the tables written (in this process, on a local master)."""
+    configure_logging()
+    from services.etl.job import report_local  # noqa: PLC0415  # pyspark is loaded only when a job runs
+
+    settings = settings_from(args).model_copy(update={"master": "local[*]"})  # small tables: no cluster needed
+    print(f"report: {report_local(settings, args.date)}", flush=True)
+    return 0

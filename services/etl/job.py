@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -21,6 +22,7 @@ from services.etl.delays import delay_daily
 from services.etl.events import EventLog, read_event_log
 from services.etl.journey import message_journey
 from services.etl.quality import data_quality
+from services.etl.report import write_report
 from services.etl.session import build_session
 from services.etl.settings import EtlSettings
 from services.etl.traffic import group_hourly, topic_hourly
@@ -40,6 +42,8 @@ class DailyRun:
     tables: dict[str, int] = field(default_factory=dict)
     """table -> rows written for D"""
     seconds: float = 0.0
+    report: str = ""
+    """the report's URI"""
 
     def summary(self) -> str:
         width = max(len(name) for name in self.tables) if self.tables else 0
@@ -52,6 +56,7 @@ class DailyRun:
                 f"  quarantined  {self.quarantined:>10,}",
                 f"tables written under {self.warehouse}:",
                 *rows,
+                f"report: {self.report}",
             ]
         )
 
@@ -79,6 +84,7 @@ def run_daily(spark: SparkSession, settings: EtlSettings, day: date) -> DailyRun
         for name, compute in tables(spark, event_log).items():
             log.info("writing %s", name)
             written[name] = write_table(spark, compute(), settings.warehouse, name, day)
+        report = write_report(spark, settings.warehouse, day)
         return DailyRun(
             day=day,
             warehouse=settings.warehouse,
@@ -87,6 +93,7 @@ def run_daily(spark: SparkSession, settings: EtlSettings, day: date) -> DailyRun
             quarantined=written["quarantine"],
             tables=written,
             seconds=time.monotonic() - started,
+            report=report,
         )
     finally:
         event_log.release()
@@ -94,10 +101,23 @@ def run_daily(spark: SparkSession, settings: EtlSettings, day: date) -> DailyRun
 
 def run_local(settings: EtlSettings, day: date) -> DailyRun:
     """In this process, on the settings' local master (or in the session already running here, which stays)."""
+    with local_session(settings) as spark:
+        return run_daily(spark, settings, day)
+
+
+def report_local(settings: EtlSettings, day: date) -> str:
+    """D's report drawn again from the tables written, in this process; its URI."""
+    with local_session(settings) as spark:
+        return write_report(spark, settings.warehouse, day)
+
+
+@contextmanager
+def local_session(settings: EtlSettings) -> Iterator[SparkSession]:
+    """The settings' local session, stopped after unless it was already running here (it then stays)."""
     running = SparkContext._active_spark_context  # process-wide; getActiveSession() is only this thread's
     spark = build_session(settings)
     try:
-        return run_daily(spark, settings, day)
+        yield spark
     finally:
         if running is None:
             spark.stop()

@@ -45,6 +45,7 @@ def test_petrel_etl_daily_writes_the_tables_and_sums_up(
         "  message_journey             8 rows",
         "  data_quality                7 rows",
         "  quarantine                  4 rows",
+        f"report: {warehouse.as_uri()}/reports/dt={DAY}/index.html",
     ]
     for table in ("topic_hourly", "group_hourly", "message_journey", "data_quality", "quarantine"):
         assert list((warehouse / table / f"dt={DAY}").glob("*.zstd.parquet")), f"no {table} Parquet for {DAY}"

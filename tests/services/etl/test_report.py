@@ -1,0 +1,107 @@
+"""The HTML report of a day: written by the daily job beside its tables, one self-contained file whose charts
+are PNGs inside it and whose tables hold the story's numbers; a day without rows reads "no data"."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from datetime import date
+from pathlib import Path
+
+import pytest
+from matplotlib.image import imread
+from pyspark.sql import SparkSession
+
+from deploy.cli import main
+from services.etl.job import DailyRun
+from services.etl.report import write_report
+from tests.support.event_files import DAY
+
+IMAGE = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+
+
+def tables_of(page: str) -> list[list[list[str]]]:
+    """Each <table> of the page: its rows (the header's first), each a list of the cells' text."""
+    return [
+        [re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)]
+        for table in re.findall(r"<table>(.*?)</table>", page)
+    ]
+
+
+def test_the_daily_run_writes_one_self_contained_page_beside_the_tables(
+    warehouse: Path, story_runs: dict[str, DailyRun]
+) -> None:
+    page_file = warehouse / "reports" / f"dt={DAY}" / "index.html"
+    assert story_runs[DAY].report == f"{warehouse.as_uri()}/reports/dt={DAY}/index.html"
+    assert story_runs[DAY].summary().splitlines()[-1] == f"report: {story_runs[DAY].report}"
+    page = page_file.read_text()
+
+    assert re.findall(r'(?:src|href)="(?!data:)[^"]*"', page) == [], "the page loads something from elsewhere"
+    assert "<script" not in page
+    assert "<link" not in page
+    images = [imread(io.BytesIO(base64.b64decode(data)), format="png") for data in IMAGE.findall(page)]
+    assert len(images) == 4, "one chart each: throughput, latencies, retries and dead letters, lateness"
+    assert all(image.shape[0] > 100 and image.shape[1] > 600 for image in images)
+    assert "no data" not in page
+
+
+def test_the_reports_tables_hold_the_storys_numbers(warehouse: Path, story_runs: dict[str, DailyRun]) -> None:
+    page = (warehouse / "reports" / f"dt={DAY}" / "index.html").read_text()
+
+    assert re.findall(r"<b>([\d,]+)</b><span>([a-z ]+)</span>", page) == [
+        ("31", "lines read"),
+        ("28", "events in"),
+        ("1", "late events"),
+        ("4", "quarantined"),
+    ]
+    counts, reasons, throughput, latencies, failures, delays = tables_of(page)
+    assert counts[1:] == [[table, str(rows)] for table, rows in sorted(story_runs[DAY].tables.items())]
+    assert reasons[1:] == [["malformed_json", "1"], ["wrong_type", "1"], ["unknown_event", "1"], ["missing_field", "1"]]
+    assert throughput == [
+        ["topic", "sent", "bytes sent", "delayed", "transactional", "busiest hour"],
+        ["orders", "5", "210", "2", "0", "10:00"],
+        ["payments", "0", "0", "0", "2", "-"],
+    ]
+    assert latencies[1:] == [
+        ["g1", "orders", "10:00", "1,000", "2,000", "2,000", "3,000", "3,000", "3,000"],
+        ["g1", "orders", "12:00", "1,000", "1,000", "1,000", "2,000", "2,000", "2,000"],
+        ["g1", "payments", "09:00", "2,000", "2,000", "2,000", "3,000", "3,000", "3,000"],
+        ["g2", "orders", "10:00", "4,000", "4,000", "4,000", "5,000", "5,000", "5,000"],
+    ]
+    assert failures == [
+        ["group", "topic", "delivered", "acked", "nacked", "retried", "dead lettered", "redriven"],
+        ["g1", "orders", "4", "2", "1", "1", "1", "0"],
+        ["g1", "payments", "1", "1", "0", "0", "0", "0"],
+        ["g2", "orders", "1", "1", "0", "0", "0", "0"],
+    ]
+    assert delays[1:] == [
+        ["(timer)", "0", "0", "0", "1", "0", "0", "-", "-", "-"],
+        ["orders", "2", "1", "1", "0", "0", "0", "500", "500", "500"],
+    ]
+
+
+def test_a_day_without_rows_reads_no_data_in_every_section(
+    spark: SparkSession, warehouse: Path, story_runs: dict[str, DailyRun]
+) -> None:
+    uri = write_report(spark, warehouse.as_uri(), date(2026, 12, 1))
+
+    page = Path(uri.removeprefix("file://")).read_text()
+    assert page.count('<div class="no-data">no data: no rows for 2026-12-01</div>') == 4
+    assert IMAGE.findall(page) == []
+    assert re.findall(r"<b>([\d,]+)</b><span>([a-z ]+)</span>", page)[0] == ("0", "lines read")
+    assert tables_of(page)[0][1:] == [[table, "0"] for table in sorted(story_runs[DAY].tables)]
+
+
+def test_petrel_etl_report_draws_a_day_again_from_its_tables(
+    warehouse: Path, story_runs: dict[str, DailyRun], capsys: pytest.CaptureFixture[str]
+) -> None:
+    page_file = warehouse / "reports" / f"dt={DAY}" / "index.html"
+    page_file.unlink()
+
+    with pytest.raises(SystemExit) as exited:
+        main(["etl", "report", "--date", DAY, "--warehouse", warehouse.as_uri()])
+
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.splitlines() == [f"report: {story_runs[DAY].report}"]
+    assert len(IMAGE.findall(page_file.read_text())) == 4
