@@ -22,7 +22,8 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
-PAGE_TIMEOUT_SECONDS = 90
+PAGE_TIMEOUT_SECONDS = 240
+"""A bound for a hung page, not a speed target: docs/etl.md starts two Spark JVMs, a minute each under load."""
 
 
 def shell_env() -> dict[str, str]:
