@@ -8,6 +8,9 @@ each group event, and the latencies of the messages first delivered (acked) in t
 from the send, or for a scheduled message from its due time, to the first delivery (the
 first ack), p50/p95/p99 in milliseconds (percentile_approx); null when there were none.
 A redelivery from the group's retry queue counts under the message's own topic.
+`lag_end` and `oldest_unacked_age_ms` are the group's lag at the hour's end and the age
+of its oldest waiting message (services.etl.lag says exactly which messages wait); an
+hour with lag and no events has a row too, its counts 0.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pyspark.sql.types import StructType
 
 from services.etl.frames import conform, count_of, day_of, percentiles, schema
 from services.etl.journey import GROUP_EVENTS, group_progress, own_topics, sends
+from services.etl.lag import hourly_lag
 
 
 def topic_hourly_schema() -> StructType:
@@ -27,7 +31,8 @@ def topic_hourly_schema() -> StructType:
 def group_hourly_schema() -> StructType:
     counts = ", ".join(f"{event} BIGINT" for event in GROUP_EVENTS)
     latencies = ", ".join(f"{kind}_{p}_ms BIGINT" for kind in ("delivery", "ack") for p in ("p50", "p95", "p99"))
-    return schema(f"group STRING, topic STRING, hour TIMESTAMP, {counts}, {latencies}")
+    lag = "lag_end BIGINT, oldest_unacked_age_ms BIGINT"
+    return schema(f"group STRING, topic STRING, hour TIMESTAMP, {counts}, {latencies}, {lag}")
 
 
 def topic_hourly(window: DataFrame) -> DataFrame:
@@ -54,7 +59,8 @@ def group_hourly(window: DataFrame) -> DataFrame:
     keys = ["group", "topic", "hour"]
     hourly = counts.join(_latencies(window, "delivered_ts", "delivery"), keys, "full")
     hourly = hourly.join(_latencies(window, "acked_ts", "ack"), keys, "full")
-    hourly = hourly.fillna(0, subset=list(GROUP_EVENTS))
+    hourly = hourly.join(hourly_lag(window), keys, "full")
+    hourly = hourly.fillna(0, subset=[*GROUP_EVENTS, "lag_end"])
     return conform(hourly.withColumn("dt", day_of("hour")), group_hourly_schema())
 
 
