@@ -20,6 +20,11 @@ def add_daily_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warehouse", help="the tables' URI (default: file://<data_dir>/warehouse)")
     p.add_argument("--master", help="local[*] (default), local[N], spark://host:port, yarn, k8s://...")
     p.add_argument("--lookback-days", type=int, help="days' folders either side of the date also read (default: 1)")
+    p.add_argument(
+        "--commitlog",
+        help="brokers' CommitLog dirs to reconcile with the events, comma separated "
+        "(default: every <data_dir>/brokers/*/commitlog there is)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> EtlSettings:
@@ -29,6 +34,7 @@ def settings_from(args: argparse.Namespace) -> EtlSettings:
         "warehouse_uri": args.warehouse,
         "master": args.master,
         "lookback_days": args.lookback_days,
+        "commitlog_uris": args.commitlog,
     }
     return EtlSettings(**{name: value for name, value in given.items() if value is not None})
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from functools import cache
 
 from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
@@ -21,6 +22,7 @@ from services.etl.delays import delay_daily
 from services.etl.events import EventLog, read_event_log
 from services.etl.journey import message_journey
 from services.etl.quality import data_quality
+from services.etl.reconciliation import commitlog_daily, mismatches, reconcile
 from services.etl.session import build_session
 from services.etl.settings import EtlSettings
 from services.etl.traffic import group_hourly, topic_hourly
@@ -56,16 +58,21 @@ class DailyRun:
         )
 
 
-def tables(spark: SparkSession, event_log: EventLog) -> dict[str, Callable[[], DataFrame]]:
-    """Every table of the job, by name, each computed when asked."""
+def tables(
+    spark: SparkSession, event_log: EventLog, commitlogs: Sequence[str] = ()
+) -> dict[str, Callable[[], DataFrame]]:
+    """Every table of the job, by name, each computed when asked; commitlog_daily when there are CommitLogs."""
     window = event_log.window
+    reconciled = cache(lambda: reconcile(spark, commitlogs, window, event_log.day))
+    checked = {"commitlog_daily": lambda: commitlog_daily(spark, reconciled())} if commitlogs else {}
     return {
         "topic_hourly": lambda: topic_hourly(window),
         "group_hourly": lambda: group_hourly(window),
         "delay_daily": lambda: delay_daily(window),
         "transaction_daily": lambda: transaction_daily(window),
         "message_journey": lambda: message_journey(window),
-        "data_quality": lambda: data_quality(spark, event_log),
+        **checked,
+        "data_quality": lambda: data_quality(spark, event_log, mismatches(reconciled()) if commitlogs else []),
         "quarantine": lambda: event_log.quarantine,
     }
 
@@ -76,7 +83,7 @@ def run_daily(spark: SparkSession, settings: EtlSettings, day: date) -> DailyRun
     event_log = read_event_log(spark, settings.events, day, settings.lookback_days)
     try:
         written: dict[str, int] = {}
-        for name, compute in tables(spark, event_log).items():
+        for name, compute in tables(spark, event_log, settings.commitlogs).items():
             log.info("writing %s", name)
             written[name] = write_table(spark, compute(), settings.warehouse, name, day)
         return DailyRun(

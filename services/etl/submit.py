@@ -59,6 +59,7 @@ def submit_command(settings: EtlSettings, day: date) -> list[str]:
         settings.master,
         "--lookback-days",
         str(settings.lookback_days),
+        *(["--commitlog", ",".join(settings.commitlogs)] if settings.commitlogs else []),
     ]
 
 
