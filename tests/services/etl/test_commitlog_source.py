@@ -18,7 +18,8 @@ from libs.store.config import StoreConfig
 from libs.store.results import PutResult
 from libs.store.tools.repair import repair_store
 from services.etl.commitlog_source import COLUMNS, SHORT_NAME, register_commitlog_source
-from services.etl.job import run_daily
+from services.etl.events import read_event_log
+from services.etl.job import tables
 from services.etl.reconciliation import commitlog_daily_schema
 from services.etl.settings import EtlSettings
 from tests.support.clock import FakeClock
@@ -65,16 +66,26 @@ def born(i: int) -> int:
     return T0_MS - 500 - i
 
 
-async def write_store(root: Path, sent: list[Sent], *, step_seconds: float = 1.0) -> list[PutResult]:
-    """A store on `root` holding `sent`, one put each, the clock `step_seconds` apart; closed cleanly."""
+async def write_store(root: Path, sent: list[Sent]) -> list[PutResult]:
+    """A store on `root` holding `sent`, one put each, a second apart; closed cleanly."""
+    return await write_records(
+        root,
+        [
+            MessageRecord(
+                topic=s.topic, body=s.body, queue_id=s.queue_id, properties=properties(i, s), born_timestamp=born(i)
+            )
+            for i, s in enumerate(sent)
+        ],
+    )
+
+
+async def write_records(root: Path, records: list[MessageRecord], *, step_seconds: float = 1.0) -> list[PutResult]:
+    """A store on `root` holding `records` as given, one put each from T0, `step_seconds` apart; closed cleanly."""
     clock = FakeClock()
     store = make_store(root, clock, segment_size=SEGMENT)
     results = []
-    for i, s in enumerate(sent):
-        message = MessageRecord(
-            topic=s.topic, body=s.body, queue_id=s.queue_id, properties=properties(i, s), born_timestamp=born(i)
-        )
-        results += stored(await store.put(encode_record(message)))
+    for record in records:
+        results += stored(await store.put(encode_record(record)))
         clock.advance(step_seconds)
     await store.flusher.flush()
     await store.close()
@@ -200,13 +211,14 @@ STORED = [
     copy("%RETRY%g1", "ID0", b"a" * 100),  # a retry
     copy("%DLQ%g1", "ID0", b"a" * 100),  # then a dead letter
 ]
-"""What a broker stores for a day: orders' two messages four times more, payments' two (one with no send event)."""
+"""A broker's day: two messages of orders (and four more copies of them), two of payments (one no event sent)."""
+TX = {"transaction_id": "broker-a:ID3", "producer_group": "pg"}
 
 
 async def test_the_daily_job_reconciles_what_was_stored_with_what_the_events_say(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    await write_records(tmp_path / "broker-a", STORED)
+    await write_records(tmp_path / "broker-a", STORED, step_seconds=60)
     day = ms(T0_MS).date().isoformat()  # 2023-11-14: the records are a minute apart from 22:13:20
     events = tmp_path / "events"
     write_lines(
@@ -224,29 +236,15 @@ async def test_the_daily_job_reconciles_what_was_stored_with_what_the_events_say
         commitlog_uris=str(make_config(tmp_path / "broker-a").commitlog_dir),
     )
 
-    run = run_daily(spark, settings, dt.date.fromisoformat(day))
+    event_log = read_event_log(spark, settings.events, dt.date.fromisoformat(day), settings.lookback_days)
+    job_tables = tables(spark, event_log, settings.commitlogs)  # the job's, without writing the others
+    reconciled, quality = job_tables["commitlog_daily"](), job_tables["data_quality"]()
 
-    assert run.tables["commitlog_daily"] == 2
-    table = spark.read.schema(commitlog_daily_schema()).parquet(str(tmp_path / "warehouse" / "commitlog_daily"))
-    reconciled = table.where(f"dt = '{day}'")
     expected = [("orders", 2, 300, 2, 470, True, day), ("payments", 2, 305, 1, 0, False, day)]
     assertDataFrameEqual(reconciled, spark.createDataFrame(expected, commitlog_daily_schema()))
-    quality = spark.read.parquet(str(tmp_path / "warehouse" / "data_quality")).where("measure = 'reconciliation'")
-    assert [(r.detail, r["count"]) for r in quality.collect()] == [("payments", 1)]
-
-
-TX = {"transaction_id": "broker-a:ID3", "producer_group": "pg"}
-
-
-async def write_records(root: Path, records: list[MessageRecord]) -> None:
-    """A store on `root` holding `records` as given, a minute apart from T0; closed cleanly."""
-    clock = FakeClock()
-    store = make_store(root, clock, segment_size=SEGMENT)
-    for record in records:
-        stored(await store.put(encode_record(record)))
-        clock.advance(60)
-    await store.flusher.flush()
-    await store.close()
+    mismatches = quality.where("measure = 'reconciliation'").select("detail", "count").collect()
+    assert [tuple(row) for row in mismatches] == [("payments", 1)]
+    event_log.release()
 
 
 def test_the_job_reads_the_local_brokers_commitlogs_unless_told_which(tmp_path: Path) -> None:
