@@ -67,7 +67,7 @@ def tables(
     checked = {"commitlog_daily": lambda: commitlog_daily(spark, reconciled())} if commitlogs else {}
     return {
         "topic_hourly": lambda: topic_hourly(window),
-        "group_hourly": lambda: group_hourly(window),
+        "group_hourly": lambda: group_hourly(window, event_log.day),
         "delay_daily": lambda: delay_daily(window),
         "transaction_daily": lambda: transaction_daily(window),
         "message_journey": lambda: message_journey(window),

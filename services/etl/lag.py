@@ -15,10 +15,15 @@ judged by the last dead-lettering and the last redrive).
 `lag_end`: the pairs waiting at the hour's end (available before it, not settled before
 it); `oldest_unacked_age_ms`: the hour's end minus the earliest availability among them
 (null when none wait). An hour has a lag row when something waits at its end, events or
-not: a group that stalls shows its lag every hour of D until the end of the day.
+not: a group that stalls shows its lag every hour of D until the end of the day, and a
+day with no events of its own still shows what waits from the days before it. Only the
+days read are known (D and `lookback_days` either side): a message whose events all lie
+further back is in no lag.
 """
 
 from __future__ import annotations
+
+from datetime import UTC, date, datetime, time
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -28,12 +33,15 @@ from services.etl.journey import group_progress, sends
 HOUR_MS = 3_600_000
 
 
-def hourly_lag(window: DataFrame) -> DataFrame:
-    """(group, topic, hour of D) -> lag_end, oldest_unacked_age_ms, for every hour ending with a pair waiting."""
-    day_start = window.where("in_day").select(F.unix_millis(F.to_timestamp("dt")).alias("day_ms")).distinct()
-    waiting = _waiting_spans(window).crossJoin(day_start)
-    first_end = F.greatest(_hour_of("from_ts") + HOUR_MS, F.col("day_ms") + HOUR_MS)
-    last_end = F.least(F.coalesce(_hour_of("until_ts"), F.lit(2**62)), F.col("day_ms") + 24 * HOUR_MS)
+def hourly_lag(window: DataFrame, day: date) -> DataFrame:
+    """(group, topic, hour of D) -> lag_end, oldest_unacked_age_ms, for every hour ending with a pair waiting.
+
+    D is given, not found in the window: a day with no events of its own still has the lag left from the days before.
+    """
+    day_ms = int(datetime.combine(day, time(), tzinfo=UTC).timestamp() * 1000)
+    waiting = _waiting_spans(window)
+    first_end = F.greatest(_hour_of("from_ts") + HOUR_MS, F.lit(day_ms + HOUR_MS))
+    last_end = F.least(F.coalesce(_hour_of("until_ts"), F.lit(2**62)), F.lit(day_ms + 24 * HOUR_MS))
     ends = F.sequence(first_end, last_end, F.lit(HOUR_MS))
     at_ends = waiting.where(first_end <= last_end).withColumn("end_ms", F.explode(ends))
     at_ends = at_ends.withColumn("hour", F.timestamp_millis(F.col("end_ms") - HOUR_MS))

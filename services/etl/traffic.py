@@ -15,6 +15,8 @@ hour with lag and no events has a row too, its counts 0.
 
 from __future__ import annotations
 
+from datetime import date
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -51,7 +53,7 @@ def topic_hourly(window: DataFrame) -> DataFrame:
     return conform(hourly.withColumn("dt", day_of("hour")), topic_hourly_schema())
 
 
-def group_hourly(window: DataFrame) -> DataFrame:
+def group_hourly(window: DataFrame, day: date) -> DataFrame:
     rows = window.where("in_day").where(F.col("event").isin(*GROUP_EVENTS) & F.col("group").isNotNull())
     counts = (
         own_topics(window, rows).groupBy("group", "topic", "hour").agg(*(count_of(event) for event in GROUP_EVENTS))
@@ -59,7 +61,7 @@ def group_hourly(window: DataFrame) -> DataFrame:
     keys = ["group", "topic", "hour"]
     hourly = counts.join(_latencies(window, "delivered_ts", "delivery"), keys, "full")
     hourly = hourly.join(_latencies(window, "acked_ts", "ack"), keys, "full")
-    hourly = hourly.join(hourly_lag(window), keys, "full")
+    hourly = hourly.join(hourly_lag(window, day), keys, "full")
     hourly = hourly.fillna(0, subset=[*GROUP_EVENTS, "lag_end"])
     return conform(hourly.withColumn("dt", day_of("hour")), group_hourly_schema())
 

@@ -91,6 +91,23 @@ def test_group_hourly_counts_each_groups_events_and_latencies(spark: SparkSessio
     assertDataFrameEqual(actual, spark.createDataFrame(expected, group_hourly_schema()))
 
 
+def test_a_group_that_stalled_shows_its_lag_every_hour_of_the_next_day(
+    spark: SparkSession, warehouse: Path, story_runs: dict[str, DailyRun]
+) -> None:
+    n = None
+    stalled = [  # g3: m8 waits since 16:00 on the 22nd, m6 since 20:30; g1: m4 since 23:59:30, delivered at 00:00:10
+        ("g3", "orders", t(f"{h:02}:00", NEXT_DAY), 0, 0, 0, 0, 0, 0, n, n, n, n, n, n, 2, HOUR * (9 + h), NEXT_DAY)
+        for h in range(24)
+    ] + [
+        ("g1", "orders", t(f"{h:02}:00", NEXT_DAY), *([1] if h == 0 else [0]), 0, 0, 0, 0, 0)
+        + ((40_000, 40_000, 40_000) if h == 0 else (n, n, n))
+        + (n, n, n, 1, HOUR * (h + 1) + 30_000, NEXT_DAY)
+        for h in range(24)
+    ]
+    table = spark.read.schema(group_hourly_schema()).parquet(str(warehouse / "group_hourly"))
+    assertDataFrameEqual(table.where(f"dt = '{NEXT_DAY}'"), spark.createDataFrame(stalled, group_hourly_schema()))
+
+
 def test_message_journey_follows_each_message_per_group(spark: SparkSession, written: Written) -> None:
     expected = [
         ("m1", "orders", "g1", t("10:05"), None, t("10:05:01"), t("10:05:03"), None, 1, "acked", D),
