@@ -72,12 +72,13 @@ def _waiting_spans(window: DataFrame) -> DataFrame:
         "dead_lettered_ts",
         "redriven_ts",
     )
-    until_settled = pairs.select("*", F.col("available_ts").alias("from_ts"), _settled().alias("until_ts"))
+    first = F.struct(F.col("available_ts").alias("from_ts"), _settled().alias("until_ts"))
     redriven = F.col("redriven_ts") >= F.coalesce("dead_lettered_ts", F.lit(0))
-    reopened = pairs.where(redriven & (F.col("redriven_ts") < F.coalesce("acked_ts", F.lit(2**62))))
-    reopened = reopened.select("*", F.col("redriven_ts").alias("from_ts"), F.col("acked_ts").alias("until_ts"))
-    spans = until_settled.unionByName(reopened)
-    return spans.select("message_id", "group", "topic", "available_ts", "from_ts", "until_ts")
+    reopens = redriven & (F.col("redriven_ts") < F.coalesce("acked_ts", F.lit(2**62)))
+    again = F.when(reopens, F.struct(F.col("redriven_ts").alias("from_ts"), F.col("acked_ts").alias("until_ts")))
+    spans = F.filter(F.array(first, again), lambda span: span.isNotNull())
+    pairs = pairs.select("message_id", "group", "topic", "available_ts", F.explode(spans).alias("span"))
+    return pairs.select("message_id", "group", "topic", "available_ts", "span.from_ts", "span.until_ts")
 
 
 def _settled() -> Column:
