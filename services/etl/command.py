@@ -23,7 +23,7 @@ def add_daily_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--commitlog",
         help="brokers' CommitLog dirs to reconcile with the events, comma separated "
-        "(default: every <data_dir>/brokers/*/commitlog there is)",
+        "(default on a local master: every <data_dir>/brokers/*/commitlog there is)",
     )
 
 

@@ -59,15 +59,19 @@ class DailyRun:
 
 
 def tables(
-    spark: SparkSession, event_log: EventLog, commitlogs: Sequence[str] = ()
+    spark: SparkSession, event_log: EventLog, commitlogs: Sequence[str] = (), now_ms: int | None = None
 ) -> dict[str, Callable[[], DataFrame]]:
-    """Every table of the job, by name, each computed when asked; commitlog_daily when there are CommitLogs."""
+    """Every table of the job, by name, each computed when asked; commitlog_daily when there are CommitLogs.
+
+    `now_ms` (default: now) ends the lag's hours of a day that is not over.
+    """
     window = event_log.window
+    now = int(time.time() * 1000) if now_ms is None else now_ms
     reconciled = cache(lambda: reconcile(spark, commitlogs, window, event_log.day))
     checked = {"commitlog_daily": lambda: commitlog_daily(spark, reconciled())} if commitlogs else {}
     return {
         "topic_hourly": lambda: topic_hourly(window),
-        "group_hourly": lambda: group_hourly(window, event_log.day),
+        "group_hourly": lambda: group_hourly(window, event_log.day, now),
         "delay_daily": lambda: delay_daily(window),
         "transaction_daily": lambda: transaction_daily(window),
         "message_journey": lambda: message_journey(window),

@@ -16,7 +16,9 @@ judged by the last dead-lettering and the last redrive).
 it); `oldest_unacked_age_ms`: the hour's end minus the earliest availability among them
 (null when none wait). An hour has a lag row when something waits at its end, events or
 not: a group that stalls shows its lag every hour of D until the end of the day, and a
-day with no events of its own still shows what waits from the days before it. Only the
+day with no events of its own still shows what waits from the days before it. A day run
+before it is over (today) has lag rows up to the hour the job runs in, as the events so
+far have it, none for the hours to come. Only the
 days read are known (D and `lookback_days` either side): a message whose events all lie
 further back is in no lag.
 """
@@ -33,15 +35,17 @@ from services.etl.journey import group_progress, sends
 HOUR_MS = 3_600_000
 
 
-def hourly_lag(window: DataFrame, day: date) -> DataFrame:
+def hourly_lag(window: DataFrame, day: date, now_ms: int) -> DataFrame:
     """(group, topic, hour of D) -> lag_end, oldest_unacked_age_ms, for every hour ending with a pair waiting.
 
     D is given, not found in the window: a day with no events of its own still has the lag left from the days before.
+    Its hours go up to the one holding `now_ms` (the run's time): a day not over has no lag yet for hours to come.
     """
     day_ms = int(datetime.combine(day, time(), tzinfo=UTC).timestamp() * 1000)
+    last_hour_end = min(day_ms + 24 * HOUR_MS, (now_ms // HOUR_MS + 1) * HOUR_MS)
     waiting = _waiting_spans(window)
     first_end = F.greatest(_hour_of("from_ts") + HOUR_MS, F.lit(day_ms + HOUR_MS))
-    last_end = F.least(F.coalesce(_hour_of("until_ts"), F.lit(2**62)), F.lit(day_ms + 24 * HOUR_MS))
+    last_end = F.least(F.coalesce(_hour_of("until_ts"), F.lit(2**62)), F.lit(last_hour_end))
     ends = F.sequence(first_end, last_end, F.lit(HOUR_MS))
     at_ends = waiting.where(first_end <= last_end).withColumn("end_ms", F.explode(ends))
     at_ends = at_ends.withColumn("hour", F.timestamp_millis(F.col("end_ms") - HOUR_MS))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from pyspark.sql import SparkSession
 
 from services.etl.settings import EtlSettings
@@ -14,6 +17,9 @@ def build_session(settings: EtlSettings, *, submitted: bool = False) -> SparkSes
     builder = SparkSession.builder.appName(APP_NAME)
     if not submitted:
         builder = builder.master(settings.master)
+    if not submitted and settings.runs_locally:
+        # petrel-commitlog's Python workers start with PYSPARK_PYTHON (else `python3`): here, this Python, with Petrel.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in settings.spark_conf().items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -57,13 +57,13 @@ def topic_hourly(window: DataFrame) -> DataFrame:
     return conform(hourly.withColumn("dt", day_of("hour")), topic_hourly_schema())
 
 
-def group_hourly(window: DataFrame, day: date) -> DataFrame:
-    """D's rows: the group events' counts, the latencies reached and the lag, each (group, topic, hour) once."""
+def group_hourly(window: DataFrame, day: date, now_ms: int) -> DataFrame:
+    """D's rows: the group events' counts, the latencies reached and the lag (up to `now_ms`'s hour), each key once."""
     rows = window.where("in_day").where(F.col("event").isin(*GROUP_EVENTS) & F.col("group").isNotNull())
     counts = (
         own_topics(window, rows).groupBy("group", "topic", "hour").agg(*(count_of(event) for event in GROUP_EVENTS))
     )
-    parts = [counts, _latencies(window, day), hourly_lag(window, day)]
+    parts = [counts, _latencies(window, day), hourly_lag(window, day, now_ms)]
     # Each part has a row per key at most: a union and one aggregation shuffle once, where full joins would thrice.
     stacked = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
     measures = [name for name in group_hourly_schema().fieldNames() if name not in ("group", "topic", "hour", "dt")]

@@ -247,14 +247,16 @@ async def test_the_daily_job_reconciles_what_was_stored_with_what_the_events_say
     event_log.release()
 
 
-def test_the_job_reads_the_local_brokers_commitlogs_unless_told_which(tmp_path: Path) -> None:
+def test_on_a_local_master_the_job_reads_the_local_brokers_commitlogs_unless_told_which(tmp_path: Path) -> None:
     assert EtlSettings(data_dir=tmp_path).commitlogs == []
     for broker in ("broker-b", "broker-a"):
         (tmp_path / "brokers" / broker / "commitlog").mkdir(parents=True)
     (tmp_path / "brokers" / "broker-c").mkdir()  # a broker that never stored anything
 
     found = EtlSettings(data_dir=tmp_path).commitlogs
+    on_a_cluster = EtlSettings(data_dir=tmp_path, master="spark://127.0.0.1:7077").commitlogs
     given = EtlSettings(data_dir=tmp_path, commitlog_uris="/srv/a/commitlog, file:///srv/b/commitlog").commitlogs
 
     assert found == [(tmp_path / "brokers" / b / "commitlog").as_uri() for b in ("broker-a", "broker-b")]
+    assert on_a_cluster == [], "a cluster's executors do not see this machine's CommitLogs"
     assert given == ["/srv/a/commitlog", "file:///srv/b/commitlog"]

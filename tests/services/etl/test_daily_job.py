@@ -18,14 +18,15 @@ from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual
 
 from services.etl.delays import delay_daily_schema
+from services.etl.events import read_event_log
 from services.etl.frames import schema
-from services.etl.job import DailyRun, run_daily
+from services.etl.job import DailyRun, run_daily, tables
 from services.etl.journey import message_journey_schema
 from services.etl.quality import data_quality_schema
 from services.etl.settings import EtlSettings
 from services.etl.traffic import group_hourly_schema, topic_hourly_schema
 from services.etl.transactions import transaction_daily_schema
-from tests.support.event_files import DAY
+from tests.support.event_files import DAY, at
 from tests.support.spark_standalone import standalone_cluster
 
 D = DAY
@@ -106,6 +107,17 @@ def test_a_group_that_stalled_shows_its_lag_every_hour_of_the_next_day(
     ]
     table = spark.read.schema(group_hourly_schema()).parquet(str(warehouse / "group_hourly"))
     assertDataFrameEqual(table.where(f"dt = '{NEXT_DAY}'"), spark.createDataFrame(stalled, group_hourly_schema()))
+
+
+def test_a_day_not_over_has_lag_only_up_to_the_hour_the_job_runs_in(
+    spark: SparkSession, story_settings: EtlSettings
+) -> None:
+    event_log = read_event_log(spark, story_settings.events, date.fromisoformat(D), story_settings.lookback_days)
+    at_half_past_six = tables(spark, event_log, now_ms=at(f"{D} 18:30"))["group_hourly"]()
+
+    lagging = at_half_past_six.where("lag_end > 0").select("group", "hour", "lag_end", "oldest_unacked_age_ms")
+    assert sorted(lagging.collect()) == [("g3", t("17:00"), 1, HOUR * 2), ("g3", t("18:00"), 1, HOUR * 3)]
+    event_log.release()
 
 
 def test_message_journey_follows_each_message_per_group(spark: SparkSession, written: Written) -> None:
