@@ -18,7 +18,8 @@ it); `oldest_unacked_age_ms`: the hour's end minus the earliest availability amo
 not: a group that stalls shows its lag every hour of D until the end of the day, and a
 day with no events of its own still shows what waits from the days before it. A day run
 before it is over (today) has lag rows up to the hour the job runs in, as the events so
-far have it, none for the hours to come. Only the
+far have it (that hour's age measured at the run's time, not its end), none for the hours
+to come. Only the
 days read are known (D and `lookback_days` either side): a message whose events all lie
 further back is in no lag.
 """
@@ -52,7 +53,7 @@ def hourly_lag(window: DataFrame, day: date, now_ms: int) -> DataFrame:
     # A pair's spans never share an hour end: counting rows counts messages.
     return at_ends.groupBy("group", "topic", "hour").agg(
         F.count(F.lit(1)).alias("lag_end"),
-        (F.max("end_ms") - F.min("available_ts")).alias("oldest_unacked_age_ms"),
+        (F.least(F.max("end_ms"), F.lit(now_ms)) - F.min("available_ts")).alias("oldest_unacked_age_ms"),
     )
 
 
