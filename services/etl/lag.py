@@ -19,9 +19,8 @@ not: a group that stalls shows its lag every hour of D until the end of the day,
 day with no events of its own still shows what waits from the days before it. A day run
 before it is over (today) has lag rows up to the hour the job runs in, as the events so
 far have it (that hour's age measured at the run's time, not its end), none for the hours
-to come. Only the
-days read are known (D and `lookback_days` either side): a message whose events all lie
-further back is in no lag.
+to come. Only the days read are known (D and `lookback_days` either side): a message whose
+events all lie further back is in no lag.
 """
 
 from __future__ import annotations
