@@ -21,6 +21,11 @@ def add_daily_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warehouse", help="the tables' URI (default: file://<data_dir>/warehouse)")
     p.add_argument("--master", help="local[*] (default), local[N], spark://host:port, yarn, k8s://...")
     p.add_argument("--lookback-days", type=int, help="days' folders either side of the date also read (default: 1)")
+    p.add_argument(
+        "--commitlog",
+        help="brokers' CommitLog dirs to reconcile with the events, comma separated "
+        "(default on a local master: every <data_dir>/brokers/*/commitlog there is)",
+    )
 
 
 def daily_arguments(settings: EtlSettings, day: date) -> list[str]:
@@ -36,6 +41,7 @@ def daily_arguments(settings: EtlSettings, day: date) -> list[str]:
         settings.master,
         "--lookback-days",
         str(settings.lookback_days),
+        *(["--commitlog", ",".join(settings.commitlogs)] if settings.commitlogs else []),
     ]
 
 
@@ -52,6 +58,7 @@ def settings_from(args: argparse.Namespace) -> EtlSettings:
         "warehouse_uri": args.warehouse,
         "master": getattr(args, "master", None),
         "lookback_days": getattr(args, "lookback_days", None),
+        "commitlog_uris": getattr(args, "commitlog", None),
     }
     return EtlSettings(**{name: value for name, value in given.items() if value is not None})
 

@@ -30,7 +30,6 @@ How a segment is read follows recovery (libs.store.recovery), and uses the codec
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import mmap
 from collections.abc import Iterator
@@ -40,8 +39,7 @@ from typing import Any, Final
 from urllib.parse import urlparse
 
 import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
@@ -253,27 +251,3 @@ class CommitLogReader(DataSourceReader):
 def register_commitlog_source(spark: SparkSession) -> None:
     """Make `petrel-commitlog` a format of this session (registering again is harmless)."""
     spark.dataSource.register(CommitLogDataSource)
-
-
-# ---- reconciliation --------------------------------------------------------------------
-
-
-def commitlog_daily(spark: SparkSession, commitlog_uri: str, date: dt.date) -> DataFrame:
-    """Messages and body bytes per topic stored on `date` (by store_timestamp, in UTC): dt, topic, messages, bytes.
-
-    Topics are the stored ones, as the CommitLog holds them: a scheduled message counts
-    under a schedule topic (libs.names) when scheduled and under its own when delivered,
-    a transaction's half message under the half topic and again under its own when
-    committed, a retry or dead letter under its group's topic.
-    """
-    register_commitlog_source(spark)
-    start = dt.datetime.combine(date, dt.time(), tzinfo=dt.UTC)
-    stored = spark.read.format(SHORT_NAME).load(commitlog_uri)
-    day = stored.where(
-        (F.col("store_timestamp") >= F.lit(start)) & (F.col("store_timestamp") < F.lit(start + dt.timedelta(days=1)))
-    )
-    return (
-        day.groupBy("topic")
-        .agg(F.count(F.lit(1)).alias("messages"), F.sum("body_size").cast("bigint").alias("bytes"))
-        .select(F.lit(date).alias("dt"), "topic", "messages", "bytes")
-    )

@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
+from functools import cache
 
 from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
@@ -22,6 +23,7 @@ from services.etl.delays import delay_daily
 from services.etl.events import EventLog, read_event_log
 from services.etl.journey import message_journey
 from services.etl.quality import data_quality
+from services.etl.reconciliation import commitlog_daily, mismatches, reconcile
 from services.etl.report import write_report
 from services.etl.session import build_session
 from services.etl.settings import EtlSettings
@@ -61,16 +63,25 @@ class DailyRun:
         )
 
 
-def tables(spark: SparkSession, event_log: EventLog) -> dict[str, Callable[[], DataFrame]]:
-    """Every table of the job, by name, each computed when asked."""
+def tables(
+    spark: SparkSession, event_log: EventLog, commitlogs: Sequence[str] = (), now_ms: int | None = None
+) -> dict[str, Callable[[], DataFrame]]:
+    """Every table of the job, by name, each computed when asked; commitlog_daily when there are CommitLogs.
+
+    `now_ms` (default: now) ends the lag's hours of a day that is not over.
+    """
     window = event_log.window
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    reconciled = cache(lambda: reconcile(spark, commitlogs, window, event_log.day))
+    checked = {"commitlog_daily": lambda: commitlog_daily(spark, reconciled())} if commitlogs else {}
     return {
         "topic_hourly": lambda: topic_hourly(window),
-        "group_hourly": lambda: group_hourly(window),
+        "group_hourly": lambda: group_hourly(window, event_log.day, now),
         "delay_daily": lambda: delay_daily(window),
         "transaction_daily": lambda: transaction_daily(window),
         "message_journey": lambda: message_journey(window),
-        "data_quality": lambda: data_quality(spark, event_log),
+        **checked,
+        "data_quality": lambda: data_quality(spark, event_log, mismatches(reconciled()) if commitlogs else []),
         "quarantine": lambda: event_log.quarantine,
     }
 
@@ -81,7 +92,7 @@ def run_daily(spark: SparkSession, settings: EtlSettings, day: date) -> DailyRun
     event_log = read_event_log(spark, settings.events, day, settings.lookback_days)
     try:
         written: dict[str, int] = {}
-        for name, compute in tables(spark, event_log).items():
+        for name, compute in tables(spark, event_log, settings.commitlogs).items():
             log.info("writing %s", name)
             written[name] = write_table(spark, compute(), settings.warehouse, name, day)
         report = write_report(spark, settings.warehouse, day)

@@ -33,7 +33,7 @@ def message_journey_schema() -> StructType:
 
 
 def sends(window: DataFrame) -> DataFrame:
-    """message_id -> topic, sent_ts, due_ts (ms), rolled_back: every message whose send was read."""
+    """message_id -> topic, sent_ts, due_ts, committed_ts (ms), rolled_back: every message whose send was read."""
     sent = (
         window.where(F.col("event").isin("sent", "transaction_half"))
         .groupBy("message_id")
@@ -42,9 +42,12 @@ def sends(window: DataFrame) -> DataFrame:
     due = (
         window.where(F.col("event") == "delay_scheduled").groupBy("message_id").agg(F.max("deliver_at").alias("due_ts"))
     )
-    rolled_back = window.where(F.col("event") == "transaction_rollback").select("message_id").distinct()
-    rolled_back = rolled_back.withColumn("rolled_back", F.lit(True))
-    joined = sent.join(due, "message_id", "left").join(rolled_back, "message_id", "left")
+    ends = window.where(F.col("event").isin("transaction_commit", "transaction_rollback"))
+    ended = ends.groupBy("message_id").agg(
+        F.min(F.when(F.col("event") == "transaction_commit", F.col("ts"))).alias("committed_ts"),
+        F.max(F.col("event") == "transaction_rollback").alias("rolled_back"),
+    )
+    joined = sent.join(due, "message_id", "left").join(ended, "message_id", "left")
     return joined.withColumn("rolled_back", F.coalesce("rolled_back", F.lit(False)))
 
 

@@ -75,26 +75,33 @@ def report_page(tables: DayTables) -> str:
 def _header(tables: DayTables) -> str:
     measures: dict[str, int] = {}
     reasons: list[tuple[str, int]] = []
+    checks: list[tuple[str, int]] = []  # the invariants (0 included) and the topics the CommitLogs do not reconcile
     for row in tables.data_quality:
         if row["measure"] == "quarantined":
             reasons.append((row["detail"], row["count"]))
+        elif row["measure"] in ("invariant", "reconciliation"):
+            checks.append((f"{row['measure']}: {row['detail']}", row["count"]))
         measures[row["measure"]] = measures.get(row["measure"], 0) + row["count"]
+    broken = sum(1 for _, count in checks if count)
     facts = [
         (measures.get("lines_read", 0), "lines read", False),
         (measures.get("events", 0), "events in", False),
         (measures.get("late_events", 0), "late events", False),
         (measures.get("quarantined", 0), "quarantined", measures.get("quarantined", 0) > 0),
+        (broken, "checks failed", broken > 0),
     ]
     boxes = "".join(
         f'<div class="fact{" bad" if bad else ""}"><b>{value:,}</b><span>{label}</span></div>'
         for value, label, bad in facts
     )
     quarantined = _table(["quarantine reason", "lines"], [[reason, count] for reason, count in reasons])
+    failed = _table(["check", "count"], [[name, count] for name, count in checks])
     counts = _table(["table", "rows"], [[name, rows] for name, rows in tables.row_counts.items()])
     return (
         f"<h1>Petrel ETL report: {tables.day.isoformat()}</h1>"
         f'<p class="sub">the tables under {escape(tables.warehouse)}, dt={tables.day.isoformat()} (UTC)</p>'
-        f'<div class="facts"><div class="boxes">{boxes}</div><div>{counts}</div><div>{quarantined}</div></div>'
+        f'<div class="facts"><div class="boxes">{boxes}</div><div>{counts}</div>'
+        f"<div>{quarantined}</div><div>{failed}</div></div>"
     )
 
 

@@ -30,6 +30,7 @@ def build_session(settings: EtlSettings, *, submitted: bool = False) -> SparkSes
     conf = settings.spark_conf()
     if not submitted:
         builder = builder.master(settings.master)
+    if settings.runs_locally and not submitted:
         conf |= local_python_workers()
     for key, value in conf.items():
         builder = builder.config(key, value)

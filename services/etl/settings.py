@@ -41,6 +41,12 @@ class EtlSettings(ServiceSettings):
         description="days' folders either side of a date also read: an event belongs to the day of its ts, "
         "whatever folder it was written to (a late event of D is in D+1's files)",
     )
+    commitlog_uris: str | None = Field(
+        default=None,
+        description="brokers' CommitLog directories (paths or file:// URIs, comma separated) the job reconciles "
+        "with the events in commitlog_daily; default on a local master: every <data_dir>/brokers/<broker>/commitlog "
+        "there is; on a cluster: none (no reconciliation)",
+    )
     shuffle_partitions: int = Field(default=8, ge=1, description="spark.sql.shuffle.partitions of the job")
     ui_enabled: bool = Field(default=False, description="start the Spark web UI while the job runs")
     nightly: bool = Field(
@@ -96,6 +102,20 @@ class EtlSettings(ServiceSettings):
     @property
     def events(self) -> str:
         return self.events_uri or (self.data_dir / "export" / "events").resolve().as_uri()
+
+    @property
+    def commitlogs(self) -> list[str]:
+        """The CommitLogs to reconcile: those given, else on a local master the local brokers' (perhaps none).
+
+        A cluster's executors would not see this machine's directories, nor run Petrel's Python unless
+        installed for it (docs/etl-commitlog.md): there, only CommitLogs given are read.
+        """
+        if self.commitlog_uris is not None:
+            return [uri.strip() for uri in self.commitlog_uris.split(",") if uri.strip()]
+        if not self.runs_locally:
+            return []
+        found = sorted(path for path in (self.data_dir / "brokers").glob("*/commitlog") if path.is_dir())
+        return [path.resolve().as_uri() for path in found]
 
     @property
     def warehouse(self) -> str:

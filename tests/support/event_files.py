@@ -76,7 +76,8 @@ def november_22() -> list[dict[str, Any]]:
     m1 sent, delivered, acked (g1); m2 nacked, retried, redelivered (from g1's retry queue) and dead-lettered by
     g1, acked by g2; m3 scheduled for 12:00, fired 500 ms late, acked; m5 scheduled then
     cancelled; t1 committed by its producer and acked; t2 rolled back after a check-back;
-    one roll of the timer (no topic). m0 is the day before's.
+    one roll of the timer (no topic). m0 is the day before's. What breaks an invariant or stalls:
+    `awry_22nd`.
     """
     o, p = "orders", "payments"
     return [
@@ -145,6 +146,34 @@ def november_22() -> list[dict[str, Any]]:
     ]
 
 
+def awry_22nd() -> list[dict[str, Any]]:
+    """The same day's troubles: each breaks one data-quality invariant, or makes a group lag for hours.
+
+    t2, rolled back at 09:31, is delivered to g3 anyway; g2 acks m7, whose send no file holds; m8 is
+    dead-lettered by g3 with no reason, then redriven at 17:30 and never acked; m6, sent at 20:30, is
+    delivered to g3 and never acked. g3 lags on orders from 17:00 (m8) to the day's end, by two from 20:00.
+    """
+    o, p = "orders", "payments"
+    return [
+        line("delivered", at(f"{DAY} 09:32"), **_stored("t2", p, "g3", 1, 1)),
+        line("acked", at(f"{DAY} 15:00"), **_stored("m7", o, "g2", 1, 7)),
+        line("sent", at(f"{DAY} 16:00"), message_id="m8", topic=o, size=60),
+        line("delivered", at(f"{DAY} 16:00:01"), **_stored("m8", o, "g3", 1, 8)),
+        line(
+            "dead_lettered",
+            at(f"{DAY} 16:00:02"),
+            message_id="m8",
+            topic=o,
+            group="g3",
+            delivery_attempt=1,
+            reason=None,
+        ),
+        line("redriven", at(f"{DAY} 17:30"), message_id="m8", topic=o, group="g3"),
+        line("sent", at(f"{DAY} 20:30"), message_id="m6", topic=o, size=40),
+        line("delivered", at(f"{DAY} 20:31"), **_stored("m6", o, "g3", 1, 6)),
+    ]
+
+
 def late_send() -> dict[str, Any]:
     """m4, sent at 23:59:30 on the 22nd but written to the 23rd's files (folder `LATE_FOLDER`)."""
     return line("sent", at(f"{DAY} 23:59:30"), message_id="m4", topic="orders", size=10)
@@ -162,7 +191,7 @@ CORRUPT_LINES = [
 
 
 def write_november_22(root: Path) -> None:
-    """The whole story set: every event by its ts, the late send, and the corrupt lines."""
-    write_lines(root, list(november_22()))
+    """The whole story set: every event by its ts (the troubles too), the late send, and the corrupt lines."""
+    write_lines(root, [*november_22(), *awry_22nd()])
     write_lines(root, [late_send()], folder=LATE_FOLDER)
     write_lines(root, list(CORRUPT_LINES), folder=CORRUPT_FOLDER)

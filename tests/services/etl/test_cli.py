@@ -34,16 +34,16 @@ def test_petrel_etl_daily_writes_the_tables_and_sums_up(
     summary = capsys.readouterr().out.splitlines()
     assert summary[0].startswith(f"petrel etl daily {DAY}: done in ")
     assert summary[1:] == [
-        "  lines read           31",
-        "  events in            28",
+        "  lines read           39",
+        "  events in            36",
         "  quarantined           4",
         f"tables written under {warehouse.as_uri()}:",
-        "  topic_hourly                5 rows",
-        "  group_hourly                4 rows",
+        "  topic_hourly                7 rows",
+        "  group_hourly               15 rows",
         "  delay_daily                 2 rows",
         "  transaction_daily           1 rows",
-        "  message_journey             8 rows",
-        "  data_quality                7 rows",
+        "  message_journey            10 rows",
+        "  data_quality               10 rows",
         "  quarantine                  4 rows",
         f"report: {warehouse.as_uri()}/reports/dt={DAY}/index.html",
     ]

@@ -1,4 +1,5 @@
-"""`petrel-commitlog` reads segments the real store wrote: exact rows, a partition per segment, the fillers, damage."""
+"""`petrel-commitlog` reads segments the real store wrote: exact rows, a partition per segment, the fillers, damage;
+the daily job reconciles what they stored with the events."""
 
 from __future__ import annotations
 
@@ -16,8 +17,13 @@ from libs.message import MessageRecord
 from libs.store.config import StoreConfig
 from libs.store.results import PutResult
 from libs.store.tools.repair import repair_store
-from services.etl.commitlog_source import COLUMNS, SHORT_NAME, commitlog_daily, register_commitlog_source
+from services.etl.commitlog_source import COLUMNS, SHORT_NAME, register_commitlog_source
+from services.etl.events import read_event_log
+from services.etl.job import tables
+from services.etl.reconciliation import commitlog_daily_schema
+from services.etl.settings import EtlSettings
 from tests.support.clock import FakeClock
+from tests.support.event_files import line, write_lines
 from tests.support.store import T0_MS, make_config, make_store, stored, write_at
 
 SEGMENT = 4096
@@ -60,16 +66,26 @@ def born(i: int) -> int:
     return T0_MS - 500 - i
 
 
-async def write_store(root: Path, sent: list[Sent], *, step_seconds: float = 1.0) -> list[PutResult]:
-    """A store on `root` holding `sent`, one put each, the clock `step_seconds` apart; closed cleanly."""
+async def write_store(root: Path, sent: list[Sent]) -> list[PutResult]:
+    """A store on `root` holding `sent`, one put each, a second apart; closed cleanly."""
+    return await write_records(
+        root,
+        [
+            MessageRecord(
+                topic=s.topic, body=s.body, queue_id=s.queue_id, properties=properties(i, s), born_timestamp=born(i)
+            )
+            for i, s in enumerate(sent)
+        ],
+    )
+
+
+async def write_records(root: Path, records: list[MessageRecord], *, step_seconds: float = 1.0) -> list[PutResult]:
+    """A store on `root` holding `records` as given, one put each from T0, `step_seconds` apart; closed cleanly."""
     clock = FakeClock()
     store = make_store(root, clock, segment_size=SEGMENT)
     results = []
-    for i, s in enumerate(sent):
-        message = MessageRecord(
-            topic=s.topic, body=s.body, queue_id=s.queue_id, properties=properties(i, s), born_timestamp=born(i)
-        )
-        results += stored(await store.put(encode_record(message)))
+    for record in records:
+        results += stored(await store.put(encode_record(record)))
         clock.advance(step_seconds)
     await store.flusher.flush()
     await store.close()
@@ -181,19 +197,66 @@ def test_an_empty_commitlog_is_an_empty_frame(spark: SparkSession, tmp_path: Pat
     assertDataFrameEqual(read(spark, config), spark.createDataFrame([], COLUMNS))
 
 
-async def test_commitlog_daily_counts_messages_and_bytes_per_topic_stored_that_day(
+def copy(topic: str, message_id: str, body: bytes, **properties: str) -> MessageRecord:
+    return MessageRecord(topic=topic, body=body, properties={"UNIQ_KEY": message_id, **properties})
+
+
+STORED = [
+    copy("orders", "ID0", b"a" * 100),
+    copy("SCHEDULE_TOPIC_XXXX", "ID1", b"b" * 200, REAL_TOPIC="orders", REAL_QID="0", DELAY="2"),
+    copy("payments", "ID2-never-sent", b"c" * 5),  # stored, yet no event says it was sent
+    copy("RMQ_SYS_TRANS_HALF_TOPIC", "ID3", b"d" * 300, REAL_TOPIC="payments", REAL_QID="0", TRAN_MSG="true"),
+    copy("orders", "ID1", b"b" * 200),  # the scheduled message, due
+    copy("payments", "ID3", b"d" * 300),  # the transaction, committed
+    copy("%RETRY%g1", "ID0", b"a" * 100),  # a retry
+    copy("%DLQ%g1", "ID0", b"a" * 100),  # then a dead letter
+]
+"""A broker's day: two messages of orders (and four more copies of them), two of payments (one no event sent)."""
+TX = {"transaction_id": "broker-a:ID3", "producer_group": "pg"}
+
+
+async def test_the_daily_job_reconciles_what_was_stored_with_what_the_events_say(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    # T0 is 2023-11-14T22:13:20Z: a message every 30 minutes puts the 5th past midnight (UTC).
-    await write_store(tmp_path, SENT, step_seconds=1800)
-    commitlog = str(make_config(tmp_path).commitlog_dir)
-
-    day = commitlog_daily(spark, commitlog, dt.date(2023, 11, 14))
-    next_day = commitlog_daily(spark, f"file://{commitlog}", dt.date(2023, 11, 15))
-
-    schema = "dt date, topic string, messages bigint, bytes bigint"
-    nov14, nov15 = dt.date(2023, 11, 14), dt.date(2023, 11, 15)
-    assertDataFrameEqual(day, spark.createDataFrame([(nov14, "orders", 3, 3004), (nov14, "audit", 1, 1002)], schema))
-    assertDataFrameEqual(
-        next_day, spark.createDataFrame([(nov15, "orders", 2, 2011), (nov15, "audit", 1, 1004)], schema)
+    await write_records(tmp_path / "broker-a", STORED, step_seconds=60)
+    day = ms(T0_MS).date().isoformat()  # 2023-11-14: the records are a minute apart from 22:13:20
+    events = tmp_path / "events"
+    write_lines(
+        events,
+        [
+            line("sent", T0_MS, message_id="ID0", topic="orders", size=180),
+            line("sent", T0_MS + 60_000, message_id="ID1", topic="orders", size=290),
+            line("delay_scheduled", T0_MS + 60_000, message_id="ID1", topic="orders", deliver_at=T0_MS + 240_000),
+            line("transaction_half", T0_MS + 180_000, message_id="ID3", topic="payments", **TX),
+        ],
     )
+    settings = EtlSettings(
+        events_uri=events.as_uri(),
+        warehouse_uri=(tmp_path / "warehouse").as_uri(),
+        commitlog_uris=str(make_config(tmp_path / "broker-a").commitlog_dir),
+    )
+
+    event_log = read_event_log(spark, settings.events, dt.date.fromisoformat(day), settings.lookback_days)
+    job_tables = tables(spark, event_log, settings.commitlogs)  # the job's, without writing the others
+    reconciled, quality = job_tables["commitlog_daily"](), job_tables["data_quality"]()
+
+    expected = [("orders", 2, 300, 2, 470, True, day), ("payments", 2, 305, 1, 0, False, day)]
+    assertDataFrameEqual(reconciled, spark.createDataFrame(expected, commitlog_daily_schema()))
+    mismatches = quality.where("measure = 'reconciliation'").select("detail", "count").collect()
+    assert [tuple(row) for row in mismatches] == [("payments", 1)]
+    event_log.release()
+
+
+def test_on_a_local_master_the_job_reads_the_local_brokers_commitlogs_unless_told_which(tmp_path: Path) -> None:
+    assert EtlSettings(data_dir=tmp_path).commitlogs == []
+    for broker in ("broker-b", "broker-a"):
+        (tmp_path / "brokers" / broker / "commitlog").mkdir(parents=True)
+    (tmp_path / "brokers" / "broker-c").mkdir()  # a broker that never stored anything
+
+    found = EtlSettings(data_dir=tmp_path).commitlogs
+    on_a_cluster = EtlSettings(data_dir=tmp_path, master="spark://127.0.0.1:7077").commitlogs
+    given = EtlSettings(data_dir=tmp_path, commitlog_uris="/srv/a/commitlog, file:///srv/b/commitlog").commitlogs
+
+    assert found == [(tmp_path / "brokers" / b / "commitlog").as_uri() for b in ("broker-a", "broker-b")]
+    assert on_a_cluster == [], "a cluster's executors do not see this machine's CommitLogs"
+    assert given == ["/srv/a/commitlog", "file:///srv/b/commitlog"]

@@ -18,18 +18,20 @@ from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual
 
 from services.etl.delays import delay_daily_schema
+from services.etl.events import read_event_log
 from services.etl.frames import schema
-from services.etl.job import DailyRun, run_daily
+from services.etl.job import DailyRun, run_daily, tables
 from services.etl.journey import message_journey_schema
 from services.etl.quality import data_quality_schema
 from services.etl.settings import EtlSettings
 from services.etl.traffic import group_hourly_schema, topic_hourly_schema
 from services.etl.transactions import transaction_daily_schema
-from tests.support.event_files import DAY
+from tests.support.event_files import DAY, at
 from tests.support.spark_standalone import standalone_cluster
 
 D = DAY
 NEXT_DAY = "2026-11-23"
+HOUR = 3_600_000
 
 
 @pytest.fixture
@@ -57,6 +59,8 @@ def test_topic_hourly_counts_sends_bytes_delays_and_halves(spark: SparkSession, 
         ("orders", t("10:00"), 2, 150, 0, 0, D),
         ("orders", t("11:00"), 1, 30, 1, 0, D),
         ("orders", t("13:00"), 1, 20, 1, 0, D),
+        ("orders", t("16:00"), 1, 60, 0, 0, D),
+        ("orders", t("20:00"), 1, 40, 0, 0, D),
         ("orders", t("23:00"), 1, 10, 0, 0, D),
     ]
     actual = written.table("topic_hourly", topic_hourly_schema())
@@ -64,15 +68,60 @@ def test_topic_hourly_counts_sends_bytes_delays_and_halves(spark: SparkSession, 
 
 
 def test_group_hourly_counts_each_groups_events_and_latencies(spark: SparkSession, written: Written) -> None:
+    n = None
     expected = [
-        # group topic hour: delivered acked nacked retried dead_lettered redriven, delivery p50-p99, ack p50-p99
-        ("g1", "payments", t("09:00"), 1, 1, 0, 0, 0, 0, 2000, 2000, 2000, 3000, 3000, 3000, D),
-        ("g1", "orders", t("10:00"), 3, 1, 1, 1, 1, 0, 1000, 2000, 2000, 3000, 3000, 3000, D),
-        ("g2", "orders", t("10:00"), 1, 1, 0, 0, 0, 0, 4000, 4000, 4000, 5000, 5000, 5000, D),
-        ("g1", "orders", t("12:00"), 1, 1, 0, 0, 0, 0, 1000, 1000, 1000, 2000, 2000, 2000, D),
+        # group topic hour: delivered acked nacked retried dead_lettered redriven, delivery p50-p99, ack p50-p99,
+        # lag_end oldest_unacked_age_ms
+        ("g1", "payments", t("09:00"), 1, 1, 0, 0, 0, 0, 2000, 2000, 2000, 3000, 3000, 3000, 0, n, D),
+        ("g3", "payments", t("09:00"), 1, 0, 0, 0, 0, 0, 120_000, 120_000, 120_000, n, n, n, 0, n, D),  # rolled back
+        ("g1", "orders", t("10:00"), 3, 1, 1, 1, 1, 0, 1000, 2000, 2000, 3000, 3000, 3000, 0, n, D),
+        ("g2", "orders", t("10:00"), 1, 1, 0, 0, 0, 0, 4000, 4000, 4000, 5000, 5000, 5000, 0, n, D),
+        ("g1", "orders", t("12:00"), 1, 1, 0, 0, 0, 0, 1000, 1000, 1000, 2000, 2000, 2000, 0, n, D),
+        ("g2", "orders", t("15:00"), 0, 1, 0, 0, 0, 0, n, n, n, n, n, n, 0, n, D),  # m7: no send, no latency
+        ("g3", "orders", t("16:00"), 1, 0, 0, 0, 1, 0, 1000, 1000, 1000, n, n, n, 0, n, D),
+        ("g3", "orders", t("17:00"), 0, 0, 0, 0, 0, 1, n, n, n, n, n, n, 1, HOUR * 2, D),  # m8 waits again
+        ("g3", "orders", t("18:00"), 0, 0, 0, 0, 0, 0, n, n, n, n, n, n, 1, HOUR * 3, D),
+        ("g3", "orders", t("19:00"), 0, 0, 0, 0, 0, 0, n, n, n, n, n, n, 1, HOUR * 4, D),
+        ("g3", "orders", t("20:00"), 1, 0, 0, 0, 0, 0, 60_000, 60_000, 60_000, n, n, n, 2, HOUR * 5, D),  # m6 too
+        ("g3", "orders", t("21:00"), 0, 0, 0, 0, 0, 0, n, n, n, n, n, n, 2, HOUR * 6, D),
+        ("g3", "orders", t("22:00"), 0, 0, 0, 0, 0, 0, n, n, n, n, n, n, 2, HOUR * 7, D),
+        ("g3", "orders", t("23:00"), 0, 0, 0, 0, 0, 0, n, n, n, n, n, n, 2, HOUR * 8, D),
+        ("g1", "orders", t("23:00"), 0, 0, 0, 0, 0, 0, n, n, n, n, n, n, 1, 30_000, D),  # m4, sent 23:59:30
     ]
     actual = written.table("group_hourly", group_hourly_schema())
     assertDataFrameEqual(actual, spark.createDataFrame(expected, group_hourly_schema()))
+
+
+def test_a_group_that_stalled_shows_its_lag_every_hour_of_the_next_day(
+    spark: SparkSession, warehouse: Path, story_runs: dict[str, DailyRun]
+) -> None:
+    n = None
+    stalled = [  # g3: m8 waits since 16:00 on the 22nd, m6 since 20:30; g1: m4 since 23:59:30, delivered at 00:00:10
+        ("g3", "orders", t(f"{h:02}:00", NEXT_DAY), 0, 0, 0, 0, 0, 0, n, n, n, n, n, n, 2, HOUR * (9 + h), NEXT_DAY)
+        for h in range(24)
+    ] + [
+        ("g1", "orders", t(f"{h:02}:00", NEXT_DAY), *([1] if h == 0 else [0]), 0, 0, 0, 0, 0)
+        + ((40_000, 40_000, 40_000) if h == 0 else (n, n, n))
+        + (n, n, n, 1, HOUR * (h + 1) + 30_000, NEXT_DAY)
+        for h in range(24)
+    ]
+    table = spark.read.schema(group_hourly_schema()).parquet(str(warehouse / "group_hourly"))
+    assertDataFrameEqual(table.where(f"dt = '{NEXT_DAY}'"), spark.createDataFrame(stalled, group_hourly_schema()))
+
+
+def test_a_day_not_over_has_lag_only_up_to_the_hour_the_job_runs_in(
+    spark: SparkSession, story_settings: EtlSettings
+) -> None:
+    event_log = read_event_log(spark, story_settings.events, date.fromisoformat(D), story_settings.lookback_days)
+    at_half_past_six = tables(spark, event_log, now_ms=at(f"{D} 18:30"))["group_hourly"]()
+
+    lagging = at_half_past_six.where("lag_end > 0").select("group", "hour", "lag_end", "oldest_unacked_age_ms")
+    half_an_hour = HOUR // 2  # m8 has waited since 16:00: 2 h at 18:00, 2.5 h at 18:30
+    assert sorted(lagging.collect()) == [
+        ("g3", t("17:00"), 1, HOUR * 2),
+        ("g3", t("18:00"), 1, HOUR * 2 + half_an_hour),
+    ]
+    event_log.release()
 
 
 def test_message_journey_follows_each_message_per_group(spark: SparkSession, written: Written) -> None:
@@ -83,8 +132,10 @@ def test_message_journey_follows_each_message_per_group(spark: SparkSession, wri
         ("m3", "orders", "g1", t("11:30"), t("12:00"), t("12:00:01"), t("12:00:02"), None, 1, "acked", D),
         ("m4", "orders", "g1", t("23:59:30"), None, t("00:00:10", "2026-11-23"), None, None, 1, "in_flight", D),
         ("m5", "orders", None, t("13:00"), t("15:00"), None, None, None, 0, "not_delivered", D),
+        ("m6", "orders", "g3", t("20:30"), None, t("20:31"), None, None, 1, "in_flight", D),
+        ("m8", "orders", "g3", t("16:00"), None, t("16:00:01"), None, t("16:00:02"), 1, "redriven", D),
         ("t1", "payments", "g1", t("09:00"), None, t("09:00:02"), t("09:00:03"), None, 1, "acked", D),
-        ("t2", "payments", None, t("09:30"), None, None, None, None, 0, "rolled_back", D),
+        ("t2", "payments", "g3", t("09:30"), None, t("09:32"), None, None, 1, "in_flight", D),  # delivered anyway
     ]
     actual = written.table("message_journey", message_journey_schema())
     assertDataFrameEqual(actual, spark.createDataFrame(expected, message_journey_schema()))
@@ -105,17 +156,20 @@ def test_transaction_daily_says_who_ended_each_transaction(spark: SparkSession, 
     assertDataFrameEqual(actual, spark.createDataFrame(expected, transaction_daily_schema()))
 
 
-def test_data_quality_counts_lines_events_late_ones_and_each_quarantine_reason(
+def test_data_quality_counts_lines_events_late_ones_quarantine_reasons_and_broken_invariants(
     spark: SparkSession, written: Written
 ) -> None:
     expected = [
-        ("lines_read", None, 31, D),
-        ("events", None, 28, D),
+        ("lines_read", None, 39, D),
+        ("events", None, 36, D),
         ("late_events", None, 1, D),
         ("quarantined", "malformed_json", 1, D),
         ("quarantined", "wrong_type", 1, D),
         ("quarantined", "unknown_event", 1, D),
         ("quarantined", "missing_field", 1, D),
+        ("invariant", "rolled_back_delivered", 1, D),  # t2 to g3
+        ("invariant", "ack_without_send", 1, D),  # m7 by g2
+        ("invariant", "dlq_without_reason", 1, D),  # m8 by g3
     ]
     actual = written.table("data_quality", data_quality_schema())
     assertDataFrameEqual(actual, spark.createDataFrame(expected, data_quality_schema()))
@@ -177,7 +231,7 @@ def test_the_late_send_counts_in_its_own_day_not_in_its_folders(
 
 def test_corrupt_lines_are_counted_in_the_summary(story_runs: dict[str, DailyRun]) -> None:
     run = story_runs[DAY]
-    assert (run.lines_read, run.events, run.quarantined) == (31, 28, 4)
+    assert (run.lines_read, run.events, run.quarantined) == (39, 36, 4)
     assert run.tables["quarantine"] == 4
 
 
@@ -190,7 +244,7 @@ def test_an_empty_day_writes_empty_tables_and_deletes_what_a_run_before_left(
 
     run = run_daily(spark, story_settings, date(2026, 11, 25))
 
-    assert run.tables == dict.fromkeys(run.tables, 0) | {"data_quality": 7}
+    assert run.tables == dict.fromkeys(run.tables, 0) | {"data_quality": 10}
     assert (run.lines_read, run.events, run.quarantined) == (0, 0, 0)
     assert not stale.exists()
     assert (warehouse / "topic_hourly" / f"dt={DAY}").is_dir()
