@@ -82,6 +82,8 @@ def _header(tables: DayTables) -> str:
         elif row["measure"] in ("invariant", "reconciliation"):
             checks.append((f"{row['measure']}: {row['detail']}", row["count"]))
         measures[row["measure"]] = measures.get(row["measure"], 0) + row["count"]
+    reasons.sort()
+    checks.sort()
     broken = sum(1 for _, count in checks if count)
     facts = [
         (measures.get("lines_read", 0), "lines read", False),

@@ -274,8 +274,8 @@ def test_the_task_runs_petrel_etl_daily_in_its_own_process_and_writes_yesterdays
     assert result.get() == 0, nightly_log.text
     job_lines = [r.getMessage().removeprefix("| ") for r in nightly_log.records if r.getMessage().startswith("| ")]
     assert f"petrel etl daily {DAY}: done in " in "\n".join(job_lines), "the job's summary is not in the log"
-    assert "  topic_hourly                5 rows" in job_lines
-    assert "  message_journey             8 rows" in job_lines
+    assert "  topic_hourly                7 rows" in job_lines
+    assert "  message_journey            10 rows" in job_lines
     warehouse = Path(settings.warehouse.removeprefix("file://"))
     assert sorted(p.name for p in (warehouse / "topic_hourly").iterdir() if p.is_dir()) == [f"dt={DAY}"]
     assert list((warehouse / "group_hourly" / f"dt={DAY}").glob("*.zstd.parquet"))

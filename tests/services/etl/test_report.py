@@ -50,17 +50,23 @@ def test_the_reports_tables_hold_the_storys_numbers(warehouse: Path, story_runs:
     page = (warehouse / "reports" / f"dt={DAY}" / "index.html").read_text()
 
     assert re.findall(r"<b>([\d,]+)</b><span>([a-z ]+)</span>", page) == [
-        ("31", "lines read"),
-        ("28", "events in"),
+        ("39", "lines read"),
+        ("36", "events in"),
         ("1", "late events"),
         ("4", "quarantined"),
+        ("3", "checks failed"),
     ]
-    counts, reasons, throughput, latencies, failures, delays = tables_of(page)
+    counts, reasons, checks, throughput, latencies, failures, delays = tables_of(page)
     assert counts[1:] == [[table, str(rows)] for table, rows in sorted(story_runs[DAY].tables.items())]
-    assert reasons[1:] == [["malformed_json", "1"], ["wrong_type", "1"], ["unknown_event", "1"], ["missing_field", "1"]]
+    assert reasons[1:] == [["malformed_json", "1"], ["missing_field", "1"], ["unknown_event", "1"], ["wrong_type", "1"]]
+    assert checks[1:] == [
+        ["invariant: ack_without_send", "1"],
+        ["invariant: dlq_without_reason", "1"],
+        ["invariant: rolled_back_delivered", "1"],
+    ]
     assert throughput == [
         ["topic", "sent", "bytes sent", "delayed", "transactional", "busiest hour"],
-        ["orders", "5", "210", "2", "0", "10:00"],
+        ["orders", "7", "310", "2", "0", "10:00"],
         ["payments", "0", "0", "0", "2", "-"],
     ]
     assert latencies[1:] == [
@@ -68,12 +74,17 @@ def test_the_reports_tables_hold_the_storys_numbers(warehouse: Path, story_runs:
         ["g1", "orders", "12:00", "1,000", "1,000", "1,000", "2,000", "2,000", "2,000"],
         ["g1", "payments", "09:00", "2,000", "2,000", "2,000", "3,000", "3,000", "3,000"],
         ["g2", "orders", "10:00", "4,000", "4,000", "4,000", "5,000", "5,000", "5,000"],
+        ["g3", "orders", "16:00", "1,000", "1,000", "1,000", "-", "-", "-"],
+        ["g3", "orders", "20:00", "60,000", "60,000", "60,000", "-", "-", "-"],
+        ["g3", "payments", "09:00", "120,000", "120,000", "120,000", "-", "-", "-"],
     ]
     assert failures == [
         ["group", "topic", "delivered", "acked", "nacked", "retried", "dead lettered", "redriven"],
         ["g1", "orders", "4", "2", "1", "1", "1", "0"],
         ["g1", "payments", "1", "1", "0", "0", "0", "0"],
-        ["g2", "orders", "1", "1", "0", "0", "0", "0"],
+        ["g2", "orders", "1", "2", "0", "0", "0", "0"],
+        ["g3", "orders", "2", "0", "0", "0", "1", "1"],
+        ["g3", "payments", "1", "0", "0", "0", "0", "0"],
     ]
     assert delays[1:] == [
         ["(timer)", "0", "0", "0", "1", "0", "0", "-", "-", "-"],
