@@ -1,0 +1,341 @@
+"""The nightly ETL's daily figures computed by DuckDB: what a single-machine user would run instead of Spark.
+
+The same work as `services.etl.job.run_daily`, in SQL, over the same files: every
+line of D's folder and its neighbours' read as text, parsed against the same contract
+(`libs.events.contract`, with the job's field types), quarantined for the same
+reasons; then topic_hourly, group_hourly (counts, and p50/p95/p99 latencies by
+`approx_quantile` where the job uses `percentile_approx`), delay_daily,
+transaction_daily, message_journey, data_quality and the quarantine, each written
+as zstd Parquet partitioned by `dt`. The count columns equal the job's
+(tests/services/etl/test_bench_reference.py checks it on a generated day); the
+percentiles are approximations by two different sketches, close but not equal.
+
+DuckDB is given what the job's `local[2]` session has: two threads (and, in the
+bench, the driver's memory as its limit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+from collections.abc import Iterable
+from datetime import date
+from pathlib import Path
+
+import duckdb
+
+from libs.events.contract import COMMON_FIELDS, EVENTS
+from libs.names import RETRY_PREFIX
+from services.etl.delays import DELAY_EVENTS
+from services.etl.events import (
+    BOOLEAN_FIELDS,
+    LONG_FIELDS,
+    QUARANTINE_REASONS,
+    STRING_LIST_FIELDS,
+    contract_fields,
+    folder_days,
+)
+from services.etl.journey import GROUP_EVENTS
+from services.etl.transactions import ENDERS, TRANSACTION_EVENTS
+
+TABLES = (
+    "topic_hourly",
+    "group_hourly",
+    "delay_daily",
+    "transaction_daily",
+    "message_journey",
+    "data_quality",
+    "quarantine",
+)
+JSON_TYPES = {"BIGINT": ("BIGINT", "UBIGINT", "NULL"), "BOOLEAN": ("BOOLEAN", "NULL"), "VARCHAR[]": ("ARRAY", "NULL")}
+"""What JSON a field of each type may hold (the job's from_json takes anything as a string)."""
+
+
+def connect(threads: int = 2, memory_limit: str | None = None, spill: Path | None = None) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(config={"threads": threads, "preserve_insertion_order": False})
+    con.execute("SET TimeZone = 'UTC'")
+    if memory_limit:
+        con.execute(f"SET memory_limit = '{memory_limit}'")
+    if spill:
+        con.execute(f"SET temp_directory = '{spill}'")
+    return con
+
+
+def daily_figures(
+    con: duckdb.DuckDBPyConnection, events: Path, out: Path, day: date, lookback_days: int = 1
+) -> dict[str, int]:
+    """Read D's events (and `lookback_days` days' either side), write every table under `out`; rows per table."""
+    _read(con, events, day, lookback_days)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for table, query in _tables(day).items():
+        target = out / table
+        copied = con.execute(
+            f"COPY ({query}) TO '{target}' (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (dt), OVERWRITE_OR_IGNORE)"
+        ).fetchone()
+        written[table] = int(copied[0]) if copied else 0
+    return written
+
+
+def _quote(name: str) -> str:
+    return f'"{name}"'
+
+
+def _duck_type(name: str) -> str:
+    if name in LONG_FIELDS:
+        return "BIGINT"
+    if name in BOOLEAN_FIELDS:
+        return "BOOLEAN"
+    if name in STRING_LIST_FIELDS:
+        return "VARCHAR[]"
+    return "VARCHAR"
+
+
+def _wrong_type() -> tuple[str, str]:
+    """(the json_type of each typed field, in order, as `types`; a typed field holding JSON of another type)."""
+    typed = [name for name in contract_fields() if _duck_type(name) in JSON_TYPES]
+    checks = []
+    for index, name in enumerate(typed, start=1):
+        allowed = ", ".join(f"'{t}'" for t in JSON_TYPES[_duck_type(name)])
+        checks.append(f"types[{index}] NOT IN ({allowed})")
+    paths = ", ".join(f"'$.{name}'" for name in typed)
+    return f"json_type(raw, [{paths}])", " OR ".join(checks)
+
+
+def _required() -> str:
+    pairs = ", ".join(
+        f"'{name}': [{', '.join(repr(f) for f in sorted(spec.required | set(COMMON_FIELDS)))}]"
+        for name, spec in sorted(EVENTS.items())
+    )
+    return f"MAP {{{pairs}}}"
+
+
+def _read(con: duckdb.DuckDBPyConnection, events: Path, day: date, lookback_days: int) -> None:
+    """`parsed` (every non-blank line read, its quarantine reason, and its text if quarantined), `event_window`."""
+    folders = [events / f"dt={d.isoformat()}" for d in folder_days(day, lookback_days)]
+    globs = [str(folder / "**" / "*.jsonl") for folder in folders if folder.is_dir()]
+    structure = json.dumps({name: _duck_type(name) for name in contract_fields()})
+    types, wrong = _wrong_type()
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE parsed AS
+        WITH lines AS (
+            SELECT raw, filename AS source_file,
+                   regexp_extract(filename, 'dt=(\\d{{4}}-\\d{{2}}-\\d{{2}})', 1) AS folder_dt
+            FROM read_csv({globs!r}, columns = {{'raw': 'VARCHAR'}}, delim = '\x01', quote = '', escape = '',
+                          header = false, auto_detect = false, filename = true)
+            WHERE raw IS NOT NULL AND trim(raw) <> ''
+        ), objects AS (
+            SELECT *, TRY(json_type(raw)) = 'OBJECT' AS is_object FROM lines
+        ), typed AS (
+            SELECT folder_dt, raw, source_file,
+                   CASE WHEN is_object THEN json_keys(raw) END AS keys_present,
+                   CASE WHEN is_object THEN json_transform(raw, '{structure}') END AS e,
+                   CASE WHEN is_object THEN {types} END AS types
+            FROM objects
+        ), checked AS (
+            SELECT *, list_filter({_required()}[e.event], lambda f: NOT list_contains(keys_present, f)) AS missing
+            FROM typed
+        ), reasoned AS (
+            SELECT *,
+                   CASE WHEN keys_present IS NULL THEN 'malformed_json'
+                        WHEN {wrong} THEN 'wrong_type'
+                        WHEN e.event IS NULL OR e.event NOT IN ({_in(EVENTS)}) THEN 'unknown_event'
+                        WHEN len(missing) > 0 OR e.ts IS NULL THEN 'missing_field'
+                   END AS reason
+            FROM checked
+        )
+        SELECT folder_dt, e, reason,
+               CASE WHEN reason IS NOT NULL THEN missing END AS missing,
+               CASE WHEN reason IS NOT NULL THEN raw END AS raw,
+               CASE WHEN reason IS NOT NULL THEN source_file END AS source_file
+        FROM reasoned
+    """)
+    columns = ", ".join(f"e.{_quote(name)} AS {_quote(name)}" for name in contract_fields())
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE event_window AS
+        SELECT *, date_trunc('hour', "at") AS hour, folder_dt <> dt AS late, dt = '{day.isoformat()}' AS in_day
+        FROM (SELECT *, strftime("at", '%Y-%m-%d') AS dt
+              FROM (SELECT folder_dt, {columns}, make_timestamp(e.ts * 1000) AS "at" FROM parsed WHERE reason IS NULL))
+    """)
+    _journeys(con)
+
+
+def _journeys(con: duckdb.DuckDBPyConnection) -> None:
+    """`sends` and `progress`, the message-level pieces group_hourly and message_journey share."""
+    group_events = ", ".join(repr(e) for e in GROUP_EVENTS)
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE sends AS
+        WITH sent AS (
+            SELECT message_id, first(topic) FILTER (WHERE topic IS NOT NULL) AS topic, min(ts) AS sent_ts
+            FROM event_window WHERE event IN ('sent', 'transaction_half') GROUP BY message_id
+        ), due AS (
+            SELECT message_id, max(deliver_at) AS due_ts FROM event_window
+            WHERE event = 'delay_scheduled' GROUP BY message_id
+        ), rolled_back AS (
+            SELECT DISTINCT message_id FROM event_window WHERE event = 'transaction_rollback'
+        )
+        SELECT sent.*, due.due_ts, rolled_back.message_id IS NOT NULL AS rolled_back
+        FROM sent LEFT JOIN due USING (message_id) LEFT JOIN rolled_back USING (message_id)
+    """)
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE progress AS
+        SELECT message_id, "group",
+               first(topic) FILTER (WHERE NOT starts_with(topic, '{RETRY_PREFIX}')) AS group_topic,
+               min(ts) FILTER (WHERE event = 'delivered') AS delivered_ts,
+               min(ts) FILTER (WHERE event = 'acked') AS acked_ts,
+               max(ts) FILTER (WHERE event = 'dead_lettered') AS dead_lettered_ts,
+               max(ts) FILTER (WHERE event = 'redriven') AS redriven_ts,
+               max(delivery_attempt) FILTER (WHERE event = 'delivered') AS attempts
+        FROM event_window WHERE event IN ({group_events}) AND "group" IS NOT NULL
+        GROUP BY message_id, "group"
+    """)
+
+
+def _count(event: str, alias: str | None = None) -> str:
+    return f"count(*) FILTER (WHERE event = '{event}') AS {_quote(alias or event)}"
+
+
+def _percentiles(value: str, prefix: str, where: str = "true") -> str:
+    return ", ".join(
+        f"CAST(approx_quantile({value}, {q}) FILTER (WHERE {where}) AS BIGINT) AS {prefix}_{name}_ms"
+        for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+    )
+
+
+def _in(names: Iterable[str]) -> str:
+    return ", ".join(f"'{name}'" for name in names)
+
+
+def _tables(day: date) -> dict[str, str]:
+    """table -> the query of its rows (columns in the job's order, `dt` last)."""
+    d = day.isoformat()
+    return {
+        "topic_hourly": _topic_hourly(),
+        "group_hourly": _group_hourly(),
+        "delay_daily": f"""
+            SELECT topic, {", ".join(_count(event, column) for event, column in DELAY_EVENTS.items())},
+                   {_percentiles("lateness_ms", "lateness", "event = 'delay_fired'")}, dt
+            FROM event_window WHERE in_day AND event IN ({_in(DELAY_EVENTS)}) GROUP BY topic, dt""",
+        "transaction_daily": _transaction_daily(),
+        "message_journey": _message_journey(),
+        "data_quality": f"""
+            SELECT 'lines_read' AS measure, NULL::VARCHAR AS detail,
+                   (SELECT count(*) FROM parsed WHERE folder_dt = '{d}') AS count, '{d}' AS dt
+            UNION ALL SELECT 'events', NULL, (SELECT count(*) FROM event_window WHERE in_day), '{d}'
+            UNION ALL SELECT 'late_events', NULL, (SELECT count(*) FROM event_window WHERE in_day AND late), '{d}'
+            UNION ALL SELECT 'quarantined', r.reason, count(p.reason), '{d}'
+            FROM (SELECT unnest([{_in(QUARANTINE_REASONS)}]) AS reason) r
+            LEFT JOIN parsed p ON p.reason = r.reason AND p.folder_dt = '{d}' GROUP BY r.reason""",
+        "quarantine": f"""
+            SELECT raw, reason,
+                   CASE WHEN reason = 'unknown_event' THEN 'event ' || coalesce(e.event, '?')
+                        WHEN reason = 'missing_field' THEN 'missing ' || array_to_string(
+                            CASE WHEN e.ts IS NULL AND NOT list_contains(missing, 'ts')
+                                 THEN list_append(missing, 'ts') ELSE missing END, ', ') END AS detail,
+                   source_file, folder_dt AS dt
+            FROM parsed WHERE reason IS NOT NULL AND folder_dt = '{d}'""",
+    }
+
+
+def _topic_hourly() -> str:
+    return """
+        WITH scheduled AS (
+            SELECT DISTINCT message_id, true AS scheduled FROM event_window WHERE event = 'delay_scheduled'
+        )
+        SELECT topic, hour::TIMESTAMPTZ AS hour, count(*) FILTER (WHERE event = 'sent') AS sent,
+               CAST(coalesce(sum(coalesce(size, 0)) FILTER (WHERE event = 'sent'), 0) AS BIGINT) AS bytes_sent,
+               count(*) FILTER (WHERE event = 'sent' AND (coalesce(scheduled, false) OR coalesce(delay_ms, 0) > 0))
+                   AS delayed,
+               count(*) FILTER (WHERE event = 'transaction_half') AS transactional,
+               strftime(hour, '%Y-%m-%d') AS dt
+        FROM event_window LEFT JOIN scheduled USING (message_id)
+        WHERE in_day AND event IN ('sent', 'transaction_half')
+        GROUP BY topic, hour"""
+
+
+def _latencies(reached: str, prefix: str) -> str:
+    """(group, topic, hour reached) -> p50/p95/p99 from the start (the send, or the due time) to `reached`."""
+    at = f"make_timestamp(p.{reached} * 1000)"
+    return f"""
+        SELECT p."group", p.group_topic AS topic, date_trunc('hour', {at}) AS hour,
+               {_percentiles(f"p.{reached} - coalesce(s.due_ts, s.sent_ts)", prefix)}
+        FROM progress p JOIN sends s USING (message_id)
+        WHERE p.{reached} IS NOT NULL AND strftime({at}, '%Y-%m-%d') IN (SELECT dt FROM day)
+        GROUP BY ALL"""
+
+
+def _group_hourly() -> str:
+    counts = ", ".join(_count(event) for event in GROUP_EVENTS)
+    filled = ", ".join(f"coalesce({event}, 0) AS {event}" for event in GROUP_EVENTS)
+    latencies = ", ".join(f"{kind}_{p}_ms" for kind in ("delivery", "ack") for p in ("p50", "p95", "p99"))
+    return f"""
+        WITH day AS (SELECT DISTINCT dt FROM event_window WHERE in_day),
+        counts AS (
+            SELECT "group", CASE WHEN starts_with(w.topic, '{RETRY_PREFIX}') THEN coalesce(s.topic, w.topic)
+                                 ELSE w.topic END AS topic, hour, {counts}
+            FROM event_window w LEFT JOIN (SELECT message_id, topic FROM sends) s USING (message_id)
+            WHERE in_day AND event IN ({_in(GROUP_EVENTS)}) AND "group" IS NOT NULL
+            GROUP BY ALL
+        ),
+        delivery AS ({_latencies("delivered_ts", "delivery")}),
+        ack AS ({_latencies("acked_ts", "ack")})
+        SELECT "group", topic, hour::TIMESTAMPTZ AS hour, {filled}, {latencies}, strftime(hour, '%Y-%m-%d') AS dt
+        FROM counts FULL JOIN delivery USING ("group", topic, hour) FULL JOIN ack USING ("group", topic, hour)"""
+
+
+def _transaction_daily() -> str:
+    by = ", ".join(
+        f"count(*) FILTER (WHERE event = 'transaction_{end}' AND \"by\" = '{who}') AS {end}s_by_{who}"
+        for end in ("commit", "rollback")
+        for who in ENDERS
+    )
+    return f"""
+        SELECT topic, {_count("transaction_half", "halves")}, {_count("transaction_commit", "commits")},
+               {_count("transaction_rollback", "rollbacks")}, {by}, {_count("transaction_abandoned", "abandoned")},
+               {_count("transaction_check", "checks")},
+               {_percentiles("latency_ms", "check_latency", "event = 'transaction_check'")}, dt
+        FROM event_window WHERE in_day AND event IN ({_in(TRANSACTION_EVENTS)}) GROUP BY topic, dt"""
+
+
+def _message_journey() -> str:
+    def at(ms: str) -> str:
+        return f"make_timestamp({ms} * 1000)::TIMESTAMPTZ"
+
+    sent_day = "strftime(make_timestamp(s.sent_ts * 1000), '%Y-%m-%d')"
+    return f"""
+        SELECT s.message_id, coalesce(s.topic, p.group_topic) AS topic, p."group", {at("s.sent_ts")} AS sent_at,
+               {at("s.due_ts")} AS due_at, {at("p.delivered_ts")} AS first_delivered_at,
+               {at("p.acked_ts")} AS acked_at, {at("p.dead_lettered_ts")} AS dead_lettered_at,
+               CAST(coalesce(p.attempts, 0) AS INTEGER) AS attempts,
+               CASE WHEN p.acked_ts IS NOT NULL THEN 'acked'
+                    WHEN p.dead_lettered_ts IS NOT NULL AND p.redriven_ts >= p.dead_lettered_ts THEN 'redriven'
+                    WHEN p.dead_lettered_ts IS NOT NULL THEN 'dead_lettered'
+                    WHEN p.delivered_ts IS NOT NULL THEN 'in_flight'
+                    WHEN s.rolled_back THEN 'rolled_back'
+                    ELSE 'not_delivered' END AS final_state,
+               {sent_day} AS dt
+        FROM sends s LEFT JOIN progress p USING (message_id)
+        WHERE {sent_day} IN (SELECT DISTINCT dt FROM event_window WHERE in_day)"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m bench.etl_reference EVENTS OUT DAY`: one timed run in a process of its own; JSON on stdout."""
+    parser = argparse.ArgumentParser(prog="python -m bench.etl_reference", description=main.__doc__)
+    parser.add_argument("events", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("day", type=date.fromisoformat)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--memory-limit", default=None)
+    args = parser.parse_args(argv)
+    con = connect(args.threads, args.memory_limit, spill=args.out.parent / f"{args.out.name}-spill")
+    started = time.perf_counter()
+    rows = daily_figures(con, args.events, args.out, args.day)
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux counts KiB
+    print(json.dumps({"seconds": seconds, "rows": rows, "max_rss_bytes": peak}))
+
+
+if __name__ == "__main__":
+    main()

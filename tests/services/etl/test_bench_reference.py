@@ -1,0 +1,66 @@
+"""`petrel bench etl`'s reference computes the job's figures: DuckDB's tables equal ours on a generated day.
+
+The bench compares the job's speed with DuckDB's on the same files; that is only
+fair if both compute the same thing. One small generated day (bench.etl_events),
+with the story set's edge cases and corrupt lines on top, goes through the job and
+through bench.etl_reference: every count, every journey and every quarantined line
+are the same (percentiles are two different sketches' approximations: left out).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from bench.etl_events import DAY, cached_day
+from bench.etl_reference import TABLES, connect, daily_figures
+from services.etl.job import run_daily
+from services.etl.settings import EtlSettings
+from tests.support.event_files import write_november_22
+
+LINES = 3_000
+PERCENTILE = "_p"
+"""Percentile columns (`delivery_p50_ms`, `lateness_p99_ms`, ...) hold `_p`; no count column does."""
+COMPARED_APART = {"quarantine": ["source_file"]}
+"""The job names a file by its URI, DuckDB by its path."""
+
+
+@pytest.fixture(scope="module")
+def both(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path, dict[str, int], dict[str, int]]:
+    generated = cached_day(tmp_path_factory.mktemp("bench-days"), LINES, seed=3)
+    write_november_22(generated.events)
+    ours = tmp_path_factory.mktemp("ours")
+    settings = EtlSettings(events_uri=generated.events.as_uri(), warehouse_uri=ours.as_uri(), lookback_days=1)
+    ours_rows = run_daily(spark, settings, DAY).tables
+    theirs = tmp_path_factory.mktemp("duckdb") / "warehouse"
+    theirs_rows = daily_figures(connect(threads=1), generated.events, theirs, DAY)
+    return ours, theirs, ours_rows, theirs_rows
+
+
+def _compared(spark: SparkSession, warehouse: Path, table: str) -> DataFrame:
+    frame = spark.read.parquet(str(warehouse / table))
+    kept = [c for c in frame.columns if PERCENTILE not in c and c not in COMPARED_APART.get(table, [])]
+    return frame.select(*kept)
+
+
+def test_duckdb_writes_as_many_rows_to_each_table_as_the_job(
+    both: tuple[Path, Path, dict[str, int], dict[str, int]],
+) -> None:
+    _, _, ours_rows, theirs_rows = both
+
+    assert {table: ours_rows[table] for table in TABLES} == theirs_rows
+    assert theirs_rows["quarantine"] >= 4  # the story set's corrupt lines at least
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_duckdb_computes_the_same_rows_as_the_job(
+    spark: SparkSession, both: tuple[Path, Path, dict[str, int], dict[str, int]], table: str
+) -> None:
+    ours, theirs, _, _ = both
+
+    assertDataFrameEqual(_compared(spark, theirs, table), _compared(spark, ours, table))
