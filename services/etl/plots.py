@@ -26,6 +26,8 @@ LATENESS_COLORS = ("#8fb8de", "#1f6fb2", "#0b3c66")
 FAILURE_COUNTS = (("nacked", "#e0a528"), ("retried", "#e07b28"), ("dead_lettered", "#c23b3b"))
 DURATION_UNITS = ((60_000, "min"), (1000, "s"), (1, "ms"))
 MIN_HOURS = 6
+MAX_SERIES = 8
+"""A chart draws at most this many topics (the busiest) or group · topic pairs (the slowest); the table has all."""
 WIDTH, HEIGHT, DPI = 10.0, 2.8, 100
 
 
@@ -46,7 +48,7 @@ def throughput(rows: Sequence[Record]) -> bytes:
     """Messages sent per hour, stacked by topic."""
     figure, axes = _figure()
     below = [0] * len(HOURS)
-    for color, (topic, by_hour) in zip(_colors(), _per_hour(rows, "topic", "sent").items(), strict=False):
+    for color, (topic, by_hour) in zip(_colors(), _busiest(_per_hour(rows, "topic", "sent")).items(), strict=False):
         sent = [by_hour.get(h, 0) for h in HOURS]
         axes.bar(HOURS, sent, bottom=below, width=0.8, color=color, label=topic)
         below = [b + n for b, n in zip(below, sent, strict=True)]
@@ -61,7 +63,15 @@ def latencies(rows: Sequence[Record]) -> bytes:
     """Send to first delivery, and to first ack, per hour: p50/p95/p99 of each group on each topic."""
     figure = Figure(figsize=(WIDTH, HEIGHT + 0.4), layout="constrained")
     left, right = figure.subplots(1, 2, sharey=True)
-    series = sorted({group_label(row) for row in rows})
+    slowest: dict[str, float] = {}
+    for row in rows:
+        slowest[group_label(row)] = max(slowest.get(group_label(row), -1.0), float(row["delivery_p99_ms"] or 0))
+    series = sorted(sorted(slowest, key=lambda label: -slowest[label])[:MAX_SERIES])
+    if len(slowest) > len(series):
+        figure.suptitle(
+            f"the {len(series)} slowest of {len(slowest)} group · topic pairs (all in the table)", fontsize=9
+        )
+    rows = [row for row in rows if group_label(row) in series]
     colors = dict(zip(series, _colors(), strict=False))
     for axes, kind, title in ((left, "delivery", "send → first delivery"), (right, "ack", "send → first ack")):
         for n, label in enumerate(series):
@@ -167,6 +177,19 @@ def _per_hour(rows: Iterable[Record], key: str, value: str) -> dict[str, dict[in
         by_hour = series.setdefault(str(row[key]), {})
         by_hour[row["hour"]] = by_hour.get(row["hour"], 0) + (row[value] or 0)
     return series
+
+
+def _busiest(series: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:
+    """The MAX_SERIES - 1 topics that sent most, in name order, and the rest summed as one series."""
+    if len(series) <= MAX_SERIES:
+        return series
+    ranked = sorted(series, key=lambda topic: -sum(series[topic].values()))
+    kept, rest = sorted(ranked[: MAX_SERIES - 1]), ranked[MAX_SERIES - 1 :]
+    others: dict[int, int] = {}
+    for topic in rest:
+        for hour, count in series[topic].items():
+            others[hour] = others.get(hour, 0) + count
+    return {topic: series[topic] for topic in kept} | {f"{len(rest)} other topics": others}
 
 
 def _colors() -> Iterable[str]:

@@ -14,6 +14,7 @@ from matplotlib.image import imread
 from pyspark.sql import SparkSession
 
 from deploy.cli import main
+from services.etl import plots
 from services.etl.job import DailyRun
 from services.etl.report import write_report
 from tests.support.event_files import DAY
@@ -116,3 +117,21 @@ def test_petrel_etl_report_draws_a_day_again_from_its_tables(
     assert exited.value.code == 0
     assert capsys.readouterr().out.splitlines() == [f"report: {story_runs[DAY].report}"]
     assert len(IMAGE.findall(page_file.read_text())) == 4
+
+
+def test_a_day_of_many_groups_and_topics_draws_the_busiest_topics_and_the_slowest_pairs() -> None:
+    # 10 topics x 8 groups: a legend of 80 lines would squash the chart to nothing (matplotlib warns, tests fail).
+    topics, groups = [f"topic-{n}" for n in range(10)], [f"group-{n}" for n in range(8)]
+    sent = [{"topic": t, "hour": h, "sent": 100 * (n + 1)} for n, t in enumerate(topics) for h in (9, 10)]
+    latency = [
+        {"group": g, "topic": t, "hour": 10}
+        | {f"{kind}_{p}_ms": 10 * (i + 1) for kind in ("delivery", "ack") for p in ("p50", "p95", "p99")}
+        for i, (g, t) in enumerate((g, t) for g in groups for t in topics)
+    ]
+
+    charts = [
+        imread(io.BytesIO(plots.throughput(sent)), format="png"),
+        imread(io.BytesIO(plots.latencies(latency)), format="png"),
+    ]
+
+    assert all(chart.shape[0] > 100 and chart.shape[1] > 600 for chart in charts)
