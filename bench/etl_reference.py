@@ -3,12 +3,15 @@
 The same work as `services.etl.job.run_daily`, in SQL, over the same files: every
 line of D's folder and its neighbours' read as text, parsed against the same contract
 (`libs.events.contract`, with the job's field types), quarantined for the same
-reasons; then topic_hourly, group_hourly (counts, and p50/p95/p99 latencies by
-`approx_quantile` where the job uses `percentile_approx`), delay_daily,
-transaction_daily, message_journey, data_quality and the quarantine, each written
-as zstd Parquet partitioned by `dt`. The count columns equal the job's
+reasons; then topic_hourly, group_hourly (counts, p50/p95/p99 latencies by
+`approx_quantile` where the job uses `percentile_approx`, and the lag at each hour's
+end: `bench.etl_reference_lag`), delay_daily, transaction_daily, message_journey,
+data_quality (its invariants too) and the quarantine, each written as zstd Parquet
+partitioned by `dt`. The count columns and the lag equal the job's
 (tests/services/etl/test_bench_reference.py checks it on a generated day); the
 percentiles are approximations by two different sketches, close but not equal.
+Like the bench's run of the job, it reads no CommitLog: no commitlog_daily, no
+`reconciliation` rows.
 
 DuckDB is given what the job's `local[2]` session has: two threads (and, in the
 bench, the driver's memory as its limit).
@@ -26,13 +29,14 @@ from pathlib import Path
 
 import duckdb
 
+from bench.etl_reference_lag import hourly_lag
+from bench.etl_reference_quality import data_quality
 from libs.events.contract import COMMON_FIELDS, EVENTS
 from libs.names import RETRY_PREFIX
 from services.etl.delays import DELAY_EVENTS
 from services.etl.events import (
     BOOLEAN_FIELDS,
     LONG_FIELDS,
-    QUARANTINE_REASONS,
     STRING_LIST_FIELDS,
     contract_fields,
     folder_days,
@@ -64,13 +68,22 @@ def connect(threads: int = 2, memory_limit: str | None = None, spill: Path | Non
 
 
 def daily_figures(
-    con: duckdb.DuckDBPyConnection, events: Path, out: Path, day: date, lookback_days: int = 1
+    con: duckdb.DuckDBPyConnection,
+    events: Path,
+    out: Path,
+    day: date,
+    lookback_days: int = 1,
+    now_ms: int | None = None,
 ) -> dict[str, int]:
-    """Read D's events (and `lookback_days` days' either side), write every table under `out`; rows per table."""
+    """Read D's events (and `lookback_days` days' either side), write every table under `out`; rows per table.
+
+    `now_ms` (default: now), as the job's, ends the lag's hours of a day that is not over.
+    """
     _read(con, events, day, lookback_days)
     out.mkdir(parents=True, exist_ok=True)
     written = {}
-    for table, query in _tables(day).items():
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    for table, query in _tables(day, now).items():
         target = out / table
         copied = con.execute(
             f"COPY ({query}) TO '{target}' (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (dt), OVERWRITE_OR_IGNORE)"
@@ -163,7 +176,7 @@ def _read(con: duckdb.DuckDBPyConnection, events: Path, day: date, lookback_days
 
 
 def _journeys(con: duckdb.DuckDBPyConnection) -> None:
-    """`sends` and `progress`, the message-level pieces group_hourly and message_journey share."""
+    """`sends` and `progress`, the message-level pieces group_hourly (its lag too) and message_journey share."""
     group_events = ", ".join(repr(e) for e in GROUP_EVENTS)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE sends AS
@@ -173,11 +186,15 @@ def _journeys(con: duckdb.DuckDBPyConnection) -> None:
         ), due AS (
             SELECT message_id, max(deliver_at) AS due_ts FROM event_window
             WHERE event = 'delay_scheduled' GROUP BY message_id
+        ), committed AS (
+            SELECT message_id, min(ts) AS committed_ts FROM event_window
+            WHERE event = 'transaction_commit' GROUP BY message_id
         ), rolled_back AS (
             SELECT DISTINCT message_id FROM event_window WHERE event = 'transaction_rollback'
         )
-        SELECT sent.*, due.due_ts, rolled_back.message_id IS NOT NULL AS rolled_back
-        FROM sent LEFT JOIN due USING (message_id) LEFT JOIN rolled_back USING (message_id)
+        SELECT sent.*, due.due_ts, committed.committed_ts, rolled_back.message_id IS NOT NULL AS rolled_back
+        FROM sent LEFT JOIN due USING (message_id) LEFT JOIN committed USING (message_id)
+                  LEFT JOIN rolled_back USING (message_id)
     """)
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE progress AS
@@ -208,26 +225,19 @@ def _in(names: Iterable[str]) -> str:
     return ", ".join(f"'{name}'" for name in names)
 
 
-def _tables(day: date) -> dict[str, str]:
+def _tables(day: date, now_ms: int) -> dict[str, str]:
     """table -> the query of its rows (columns in the job's order, `dt` last)."""
     d = day.isoformat()
     return {
         "topic_hourly": _topic_hourly(),
-        "group_hourly": _group_hourly(),
+        "group_hourly": _group_hourly(day, now_ms),
         "delay_daily": f"""
             SELECT topic, {", ".join(_count(event, column) for event, column in DELAY_EVENTS.items())},
                    {_percentiles("lateness_ms", "lateness", "event = 'delay_fired'")}, dt
             FROM event_window WHERE in_day AND event IN ({_in(DELAY_EVENTS)}) GROUP BY topic, dt""",
         "transaction_daily": _transaction_daily(),
         "message_journey": _message_journey(),
-        "data_quality": f"""
-            SELECT 'lines_read' AS measure, NULL::VARCHAR AS detail,
-                   (SELECT count(*) FROM parsed WHERE folder_dt = '{d}') AS count, '{d}' AS dt
-            UNION ALL SELECT 'events', NULL, (SELECT count(*) FROM event_window WHERE in_day), '{d}'
-            UNION ALL SELECT 'late_events', NULL, (SELECT count(*) FROM event_window WHERE in_day AND late), '{d}'
-            UNION ALL SELECT 'quarantined', r.reason, count(p.reason), '{d}'
-            FROM (SELECT unnest([{_in(QUARANTINE_REASONS)}]) AS reason) r
-            LEFT JOIN parsed p ON p.reason = r.reason AND p.folder_dt = '{d}' GROUP BY r.reason""",
+        "data_quality": data_quality(day),
         "quarantine": f"""
             SELECT raw, reason,
                    CASE WHEN reason = 'unknown_event' THEN 'event ' || coalesce(e.event, '?')
@@ -266,10 +276,13 @@ def _latencies(reached: str, prefix: str) -> str:
         GROUP BY ALL"""
 
 
-def _group_hourly() -> str:
+def _group_hourly(day: date, now_ms: int) -> str:
+    """The counts, the latencies and the lag, a row per key of any of them (each has a row per key at most)."""
     counts = ", ".join(_count(event) for event in GROUP_EVENTS)
-    filled = ", ".join(f"coalesce({event}, 0) AS {event}" for event in GROUP_EVENTS)
-    latencies = ", ".join(f"{kind}_{p}_ms" for kind in ("delivery", "ack") for p in ("p50", "p95", "p99"))
+    filled = ", ".join(f"coalesce(max({event}), 0) AS {event}" for event in GROUP_EVENTS)
+    latencies = ", ".join(
+        f"max({kind}_{p}_ms) AS {kind}_{p}_ms" for kind in ("delivery", "ack") for p in ("p50", "p95", "p99")
+    )
     return f"""
         WITH day AS (SELECT DISTINCT dt FROM event_window WHERE in_day),
         counts AS (
@@ -280,9 +293,14 @@ def _group_hourly() -> str:
             GROUP BY ALL
         ),
         delivery AS ({_latencies("delivered_ts", "delivery")}),
-        ack AS ({_latencies("acked_ts", "ack")})
-        SELECT "group", topic, hour::TIMESTAMPTZ AS hour, {filled}, {latencies}, strftime(hour, '%Y-%m-%d') AS dt
-        FROM counts FULL JOIN delivery USING ("group", topic, hour) FULL JOIN ack USING ("group", topic, hour)"""
+        ack AS ({_latencies("acked_ts", "ack")}),
+        lag AS ({hourly_lag(day, now_ms)}),
+        stacked AS (
+            FROM counts UNION ALL BY NAME FROM delivery UNION ALL BY NAME FROM ack UNION ALL BY NAME FROM lag
+        )
+        SELECT "group", topic, hour::TIMESTAMPTZ AS hour, {filled}, {latencies}, coalesce(max(lag_end), 0) AS lag_end,
+               max(oldest_unacked_age_ms) AS oldest_unacked_age_ms, strftime(hour, '%Y-%m-%d') AS dt
+        FROM stacked GROUP BY "group", topic, hour"""
 
 
 def _transaction_daily() -> str:

@@ -101,8 +101,12 @@ def _session(events: Path) -> tuple[Any, Any]:
         "PYSPARK_SUBMIT_ARGS",
         f"--driver-memory {DRIVER_MEMORY} --conf spark.ui.showConsoleProgress=false pyspark-shell",
     )
+    # No CommitLog, as DuckDB reads none: not the local brokers' that a local master would find under data/.
     settings = EtlSettings(
-        master="local[2]", events_uri=events.resolve().as_uri(), warehouse_uri=(DATA / "warehouse").resolve().as_uri()
+        master="local[2]",
+        events_uri=events.resolve().as_uri(),
+        warehouse_uri=(DATA / "warehouse").resolve().as_uri(),
+        commitlog_uris="",
     )
     return build_session(settings), settings
 
