@@ -92,7 +92,7 @@ def folder_days(day: date, lookback_days: int) -> list[date]:
 
 @dataclass(frozen=True, slots=True)
 class EventLog:
-    """The events of one day: `window` (the tables' fields of the contract, `at`, `hour`, `dt`, `folder_dt`, `late`,
+    """The events of one day: `window` (the tables' fields of the contract, `hour`, `dt`, `folder_dt`, `late`,
     `in_day`), `quarantine` (dt, raw, reason, detail, source_file) and `lines` (D's own folder's)."""
 
     day: date
@@ -155,8 +155,8 @@ def _checked(lines: DataFrame, day: date) -> DataFrame:
         F.when(quarantined, F.col("source_file")).alias("source_file"),
         *(F.col(f"event_row.{name}").alias(name) for name in TABLE_FIELDS),
     )
-    checked = checked.withColumn("at", F.timestamp_millis("ts"))
-    checked = checked.withColumn("dt", F.date_format("at", "yyyy-MM-dd")).withColumn("hour", F.date_trunc("hour", "at"))
+    at = F.timestamp_millis("ts")
+    checked = checked.withColumn("dt", F.date_format(at, "yyyy-MM-dd")).withColumn("hour", F.date_trunc("hour", at))
     checked = checked.withColumn("late", F.col("folder_dt") != F.col("dt"))
     return checked.withColumn("in_day", F.col("dt") == F.lit(day.isoformat()))
 
