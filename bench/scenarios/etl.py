@@ -39,7 +39,7 @@ FULL_EVENTS = 10_000_000
 QUICK_EVENTS = 200_000
 SEED = 12
 DRIVER_MEMORY = "4g"
-"""Enough for ten million events on local[2]: the job caches the day's lines and good events."""
+"""Enough for ten million events on local[2]: the job caches the parsed fields the tables read, and sends/progress."""
 DUCKDB_MEMORY = "4GB"
 DATA = Path("data/bench/etl")
 WAREHOUSE_BYTES_PER_LINE = 600

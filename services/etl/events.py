@@ -17,9 +17,10 @@ of its folder.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BooleanType, DataType, LongType, StringType, StructField, StructType
@@ -52,6 +53,14 @@ BOOLEAN_FIELDS = frozenset({"durable"})
 STRING_LIST_FIELDS = frozenset({"keys"})
 """Every other field of the contract is a string."""
 
+TABLE_FIELDS = (
+    *("ts", "event", "message_id", "topic", "group", "by", "reason", "size", "delay_ms", "deliver_at"),
+    *("delivery_attempt", "lateness_ms", "latency_ms"),
+)
+"""The contract's fields the tables read: the window keeps only these (every field is still parsed and checked)."""
+PROBLEM = "quarantined_for"
+"""A line's quarantine reason while it is read (the quarantine's `reason`; a `dead_lettered` has a `reason` too)."""
+
 QUARANTINE_REASONS = ("malformed_json", "wrong_type", "unknown_event", "missing_field")
 
 
@@ -83,8 +92,8 @@ def folder_days(day: date, lookback_days: int) -> list[date]:
 
 @dataclass(frozen=True, slots=True)
 class EventLog:
-    """The events of one day: `window` (the contract's columns, `at`, `hour`, `dt`, `folder_dt`, `late`, `in_day`),
-    `quarantine` (dt, raw, reason, detail, source_file) and `lines` (D's own folder's)."""
+    """The events of one day: `window` (the tables' fields of the contract, `hour`, `dt`, `folder_dt`, `late`,
+    `in_day`), `quarantine` (dt, raw, reason, detail, source_file) and `lines` (D's own folder's)."""
 
     day: date
     window: DataFrame
@@ -93,34 +102,63 @@ class EventLog:
     lines: DataFrame
     """One row per line of D's own folder (folder_dt == D): what `lines read` counts."""
     source: DataFrame
-    """Every line read (cached: the good rows and the quarantine both come from it)."""
+    """Every line read, parsed and checked (cached: the window, the quarantine and the lines are views of it)."""
+    kept: list[DataFrame] = field(default_factory=list)
+    """What the tables cached of the window (`keep`), dropped with it."""
 
     @property
     def events(self) -> DataFrame:
         return self.window.where("in_day")
 
+    def keep(self, frame: DataFrame) -> DataFrame:
+        """`frame`, cached until `release`: a frame of the window that several tables read."""
+        self.kept.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
+        return frame
+
     def release(self) -> None:
-        """Drop what reading cached: a long-lived session (a scheduler's) runs day after day."""
-        for frame in (self.window, self.quarantine, self.source):
+        """Drop what reading and the tables cached: a long-lived session (a scheduler's) runs day after day."""
+        for frame in (*self.kept, self.source):
             frame.unpersist()
+        self.kept.clear()
 
 
 def read_event_log(spark: SparkSession, events_uri: str, day: date, lookback_days: int) -> EventLog:
-    """Read D's folder and its neighbours' (those that exist), split good rows from quarantined lines."""
+    """Read D's folder and its neighbours' (those that exist), split good rows from quarantined lines.
+
+    Each line is parsed and checked once, into one cached frame the window, the quarantine and
+    the lines are all views of: it keeps the fields the tables read, and a line's raw text and
+    file only when the line is quarantined (the raw text is most of the input's bytes).
+    """
     paths = [uri for uri in (_folder(events_uri, d) for d in folder_days(day, lookback_days)) if exists(spark, uri)]
-    lines = _read_lines(spark, paths).cache()
+    read = _checked(_read_lines(spark, paths), day).persist(StorageLevel.MEMORY_AND_DISK)
+    good = read.where(F.col(PROBLEM).isNull()).drop(PROBLEM, "detail", "raw", "source_file")
+    bad = read.where(F.col(PROBLEM).isNotNull() & (F.col("folder_dt") == day.isoformat()))
+    quarantine = bad.select(
+        F.col("folder_dt").alias("dt"), "raw", F.col(PROBLEM).alias("reason"), "detail", "source_file"
+    )
+    own = read.where(F.col("folder_dt") == day.isoformat())
+    return EventLog(day=day, window=good, quarantine=quarantine, lines=own, source=read)
+
+
+def _checked(lines: DataFrame, day: date) -> DataFrame:
+    """Every line, parsed: its quarantine reason (`PROBLEM`, null for a good event) and detail, the fields of
+    `TABLE_FIELDS`, the window's day columns; `raw` and `source_file` only on a quarantined line."""
     parsed = lines.withColumn("event_row", F.from_json("raw", event_schema(), {"mode": "PERMISSIVE"}))
     parsed = parsed.withColumn("keys_present", F.json_object_keys("raw"))
     checked = parsed.withColumn("reason", _reason()).withColumn("detail", _detail())
-    good = checked.where(F.col("reason").isNull()).select("folder_dt", "event_row.*").drop(CORRUPT)
-    good = good.withColumn("at", F.timestamp_millis("ts"))
-    good = good.withColumn("dt", F.date_format("at", "yyyy-MM-dd")).withColumn("hour", F.date_trunc("hour", "at"))
-    good = good.withColumn("late", F.col("folder_dt") != F.col("dt"))
-    good = good.withColumn("in_day", F.col("dt") == F.lit(day.isoformat()))
-    bad = checked.where(F.col("reason").isNotNull() & (F.col("folder_dt") == day.isoformat()))
-    quarantine = bad.select(F.col("folder_dt").alias("dt"), "raw", "reason", "detail", "source_file")
-    own = lines.where(F.col("folder_dt") == day.isoformat())
-    return EventLog(day=day, window=good.cache(), quarantine=quarantine.cache(), lines=own, source=lines)
+    quarantined = F.col("reason").isNotNull()
+    checked = checked.select(
+        "folder_dt",
+        F.col("reason").alias(PROBLEM),
+        "detail",
+        F.when(quarantined, F.col("raw")).alias("raw"),
+        F.when(quarantined, F.col("source_file")).alias("source_file"),
+        *(F.col(f"event_row.{name}").alias(name) for name in TABLE_FIELDS),
+    )
+    at = F.timestamp_millis("ts")
+    checked = checked.withColumn("dt", F.date_format(at, "yyyy-MM-dd")).withColumn("hour", F.date_trunc("hour", at))
+    checked = checked.withColumn("late", F.col("folder_dt") != F.col("dt"))
+    return checked.withColumn("in_day", F.col("dt") == F.lit(day.isoformat()))
 
 
 def _folder(events_uri: str, day: date) -> str:

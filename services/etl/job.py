@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from services.etl.command import add_daily_arguments, configure_logging, settings_from
 from services.etl.delays import delay_daily
 from services.etl.events import EventLog, read_event_log
-from services.etl.journey import message_journey
+from services.etl.journey import journeys, message_journey
 from services.etl.quality import data_quality
 from services.etl.reconciliation import commitlog_daily, mismatches, reconcile
 from services.etl.report import write_report
@@ -73,13 +73,14 @@ def tables(
     window = event_log.window
     now = int(time.time() * 1000) if now_ms is None else now_ms
     reconciled = cache(lambda: reconcile(spark, commitlogs, window, event_log.day))
+    followed = cache(lambda: journeys(window, event_log.keep))
     checked = {"commitlog_daily": lambda: commitlog_daily(spark, reconciled())} if commitlogs else {}
     return {
         "topic_hourly": lambda: topic_hourly(window),
-        "group_hourly": lambda: group_hourly(window, event_log.day, now),
+        "group_hourly": lambda: group_hourly(followed(), event_log.day, now),
         "delay_daily": lambda: delay_daily(window),
         "transaction_daily": lambda: transaction_daily(window),
-        "message_journey": lambda: message_journey(window),
+        "message_journey": lambda: message_journey(followed()),
         **checked,
         "data_quality": lambda: data_quality(spark, event_log, mismatches(reconciled()) if commitlogs else []),
         "quarantine": lambda: event_log.quarantine,

@@ -14,6 +14,9 @@ an operator); `dead_lettered`; `in_flight` (delivered, not settled); `rolled_bac
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -30,6 +33,24 @@ def message_journey_schema() -> StructType:
         "first_delivered_at TIMESTAMP, acked_at TIMESTAMP, dead_lettered_at TIMESTAMP, attempts INT, "
         "final_state STRING"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Journeys:
+    """What the tables following messages read of one window: its `sends` and its `group_progress`.
+
+    Made once a run (`journeys`) and cached: group_hourly (its counts, latencies and lag)
+    and message_journey all read them.
+    """
+
+    window: DataFrame
+    sends: DataFrame
+    progress: DataFrame
+
+
+def journeys(window: DataFrame, keep: Callable[[DataFrame], DataFrame] = lambda frame: frame) -> Journeys:
+    """The window's Journeys; `keep` caches a frame (EventLog.keep: until the window is released)."""
+    return Journeys(window, keep(sends(window)), keep(group_progress(window)))
 
 
 def sends(window: DataFrame) -> DataFrame:
@@ -70,19 +91,19 @@ def group_progress(window: DataFrame) -> DataFrame:
     )
 
 
-def own_topics(window: DataFrame, rows: DataFrame) -> DataFrame:
+def own_topics(followed: Journeys, rows: DataFrame) -> DataFrame:
     """`rows` with a retry queue's topic (a redelivery's `delivered`, `acked`, `nacked`) replaced by the message's."""
-    sent = sends(window).select("message_id", F.col("topic").alias("sent_topic"))
+    sent = followed.sends.select("message_id", F.col("topic").alias("sent_topic"))
     retried = F.col("topic").startswith(RETRY_PREFIX)
     own = F.when(retried, F.coalesce("sent_topic", "topic")).otherwise(F.col("topic"))
     return rows.join(sent, "message_id", "left").withColumn("topic", own).drop("sent_topic")
 
 
-def message_journey(window: DataFrame) -> DataFrame:
+def message_journey(followed: Journeys) -> DataFrame:
     """The journeys of the messages sent on the window's day (its `in_day` rows)."""
-    day = window.where("in_day").select("dt").distinct()
-    sent = sends(window).withColumn("dt", day_of(F.timestamp_millis("sent_ts"))).join(day, "dt")
-    joined = sent.join(group_progress(window), "message_id", "left")
+    day = followed.window.where("in_day").select("dt").distinct()
+    sent = followed.sends.withColumn("dt", day_of(F.timestamp_millis("sent_ts"))).join(day, "dt")
+    joined = sent.join(followed.progress, "message_id", "left")
     journey = joined.select(
         "message_id",
         F.coalesce("topic", "group_topic").alias("topic"),

@@ -30,12 +30,12 @@ from datetime import UTC, date, datetime, time
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from services.etl.journey import group_progress, sends
+from services.etl.journey import Journeys
 
 HOUR_MS = 3_600_000
 
 
-def hourly_lag(window: DataFrame, day: date, now_ms: int) -> DataFrame:
+def hourly_lag(followed: Journeys, day: date, now_ms: int) -> DataFrame:
     """(group, topic, hour of D) -> lag_end, oldest_unacked_age_ms, for every hour ending with a pair waiting.
 
     D is given, not found in the window: a day with no events of its own still has the lag left from the days before.
@@ -43,7 +43,7 @@ def hourly_lag(window: DataFrame, day: date, now_ms: int) -> DataFrame:
     """
     day_ms = int(datetime.combine(day, time(), tzinfo=UTC).timestamp() * 1000)
     last_hour_end = min(day_ms + 24 * HOUR_MS, (now_ms // HOUR_MS + 1) * HOUR_MS)
-    waiting = _waiting_spans(window)
+    waiting = _waiting_spans(followed)
     first_end = F.greatest(_hour_of("from_ts") + HOUR_MS, F.lit(day_ms + HOUR_MS))
     last_end = F.least(F.coalesce(_hour_of("until_ts"), F.lit(2**62)), F.lit(last_hour_end))
     ends = F.sequence(first_end, last_end, F.lit(HOUR_MS))
@@ -61,9 +61,9 @@ def _hour_of(ms: str) -> Column:
     return F.floor(F.col(ms) / HOUR_MS) * HOUR_MS
 
 
-def _waiting_spans(window: DataFrame) -> DataFrame:
+def _waiting_spans(followed: Journeys) -> DataFrame:
     """message_id, group, topic, available_ts, and a span [from_ts, until_ts) it waits (until_ts null: still)."""
-    pairs = group_progress(window).join(sends(window), "message_id", "left")
+    pairs = followed.progress.join(followed.sends, "message_id", "left")
     pairs = pairs.where(~F.coalesce("rolled_back", F.lit(False)))
     first_seen = F.least("delivered_ts", "acked_ts", "dead_lettered_ts", "redriven_ts")
     available = F.coalesce("due_ts", "committed_ts", "sent_ts", first_seen)

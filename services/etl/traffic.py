@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from services.etl.frames import conform, count_of, day_of, percentiles, schema
-from services.etl.journey import GROUP_EVENTS, group_progress, own_topics, sends
+from services.etl.journey import GROUP_EVENTS, Journeys, own_topics
 from services.etl.lag import hourly_lag
 
 LATENCIES = (("delivery", "delivered_ts"), ("ack", "acked_ts"))
@@ -57,13 +57,13 @@ def topic_hourly(window: DataFrame) -> DataFrame:
     return conform(hourly.withColumn("dt", day_of("hour")), topic_hourly_schema())
 
 
-def group_hourly(window: DataFrame, day: date, now_ms: int) -> DataFrame:
+def group_hourly(followed: Journeys, day: date, now_ms: int) -> DataFrame:
     """D's rows: the group events' counts, the latencies reached and the lag (up to `now_ms`'s hour), each key once."""
-    rows = window.where("in_day").where(F.col("event").isin(*GROUP_EVENTS) & F.col("group").isNotNull())
+    rows = followed.window.where("in_day").where(F.col("event").isin(*GROUP_EVENTS) & F.col("group").isNotNull())
     counts = (
-        own_topics(window, rows).groupBy("group", "topic", "hour").agg(*(count_of(event) for event in GROUP_EVENTS))
+        own_topics(followed, rows).groupBy("group", "topic", "hour").agg(*(count_of(event) for event in GROUP_EVENTS))
     )
-    parts = [counts, _latencies(window, day), hourly_lag(window, day, now_ms)]
+    parts = [counts, _latencies(followed, day), hourly_lag(followed, day, now_ms)]
     # Each part has a row per key at most: a union and one aggregation shuffle once, where full joins would thrice.
     stacked = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
     measures = [name for name in group_hourly_schema().fieldNames() if name not in ("group", "topic", "hour", "dt")]
@@ -72,10 +72,10 @@ def group_hourly(window: DataFrame, day: date, now_ms: int) -> DataFrame:
     return conform(hourly.withColumn("dt", day_of("hour")), group_hourly_schema())
 
 
-def _latencies(window: DataFrame, day: date) -> DataFrame:
+def _latencies(followed: Journeys, day: date) -> DataFrame:
     """(group, topic, hour) -> p50/p95/p99 of first delivery - start and of first ack - start, in the hour reached."""
-    start = sends(window).select("message_id", F.coalesce("due_ts", "sent_ts").alias("start_ts"))
-    progress = group_progress(window).join(start, "message_id")
+    start = followed.sends.select("message_id", F.coalesce("due_ts", "sent_ts").alias("start_ts"))
+    progress = followed.progress.join(start, "message_id")
     reached = F.array(*(F.struct(F.lit(kind).alias("kind"), F.col(ts).alias("ts")) for kind, ts in LATENCIES))
     progress = progress.select("group", "group_topic", "start_ts", F.explode(reached).alias("reached"))
     progress = progress.where(F.col("reached.ts").isNotNull())
