@@ -85,7 +85,7 @@ def create_app(
                     idempotency=IdempotencyKeys(redis, settings.idempotency_lease_ms),
                     receiver=Receiver(routes, brokers),
                     masters=MasterDirectory(nameservers, settings.route_refresh_seconds),
-                    producer_groups=ProducerGroups(ProducerGroupStore(metadata)),
+                    producer_groups=ProducerGroups(ProducerGroupStore(metadata), settings.egress_guard()),
                     transaction_ends=TransactionEnds(brokers),
                     clock=clock,
                 )

@@ -1,4 +1,5 @@
-"""Gateway settings (env prefix `PETREL_GATEWAY_`; shared: `PETREL_DATABASE_URL`, `PETREL_DELAY_LEVELS`)."""
+"""Gateway settings (env prefix `PETREL_GATEWAY_`; shared: `PETREL_DATABASE_URL`, `PETREL_DELAY_LEVELS`,
+`PETREL_PUSH_ALLOWED_NETWORKS`)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from gateway.cluster.long_polls import DEFAULT_MAX_LONG_POLLS
-from libs.settings import DelayLevelSettings, SharedDatabaseSettings
+from libs.settings import DelayLevelSettings, EgressSettings, SharedDatabaseSettings
 from libs.topic import DEFAULT_QUEUES
 
 
-class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings):
+class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings):
     model_config = SettingsConfigDict(env_prefix="PETREL_GATEWAY_", extra="ignore")
 
     port: int = 8080

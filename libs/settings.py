@@ -17,6 +17,10 @@ offsets) must never follow it: brokers sharing those tables would mix them up.
 whole cluster. It is cluster-only: a service-specific spelling
 (`PETREL_BROKER_DELAY_LEVELS`) is refused at start, as services that disagree on
 the table would schedule one level at two different times.
+
+`EgressSettings` is the base of the services that call users' URLs (the gateway
+checks check-back URLs when they are registered, txcheck before each call):
+`PETREL_PUSH_ALLOWED_NETWORKS`, cluster-only too (libs.egress).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pydantic_settings import (
 )
 
 from libs.delay import DEFAULT_DELAY_LEVELS, DelayLevelTable
+from libs.egress import EgressGuard, Resolver, default_allowed, parse_networks, system_resolver
 
 AddressList = Annotated[list[str], NoDecode]
 """host:port entries; from the environment as a comma- or semicolon-separated string."""
@@ -134,6 +139,44 @@ class DelayLevelSettings(ServiceSettings):
     @classmethod
     def cluster_only_fields(cls) -> frozenset[str]:
         return super().cluster_only_fields() | {"delay_levels"}
+
+
+class EgressSettings(ServiceSettings):
+    push_allowed_networks: AddressList | None = Field(
+        default=None,
+        json_schema_extra={"env_type": "CIDRs, comma-separated"},
+        description="networks a user's URL (check-back, push) may resolve into although loopback, private, "
+        "link-local or metadata, e.g. '10.20.0.0/16,fd12::/64'; default: loopback when the service listens on "
+        "loopback, else none (libs.egress); one value for the cluster",
+    )
+
+    @field_validator("push_allowed_networks", mode="before")
+    @classmethod
+    def _split_networks(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("push_allowed_networks")
+    @classmethod
+    def _parse_networks(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            parse_networks(value)
+        return value
+
+    @classmethod
+    def shared_fields(cls) -> frozenset[str]:
+        return super().shared_fields() | {"push_allowed_networks"}
+
+    @classmethod
+    def cluster_only_fields(cls) -> frozenset[str]:
+        return super().cluster_only_fields() | {"push_allowed_networks"}
+
+    def egress_guard(self, resolve: Resolver = system_resolver) -> EgressGuard:
+        """The guard over user URLs: the allowlist as set, or the default for this service's `host`."""
+        if self.push_allowed_networks is None:
+            return EgressGuard(default_allowed(self.host), resolve)
+        return EgressGuard(parse_networks(self.push_allowed_networks), resolve)
 
 
 class _ServiceEnvSource(EnvSettingsSource):

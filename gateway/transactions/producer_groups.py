@@ -9,19 +9,30 @@ from __future__ import annotations
 
 import asyncio
 
-from libs.producer_groups import ProducerGroup, ProducerGroupStore
+from libs.egress import EgressGuard
+from libs.producer_groups import ProducerGroup, ProducerGroupStore, validate_checkback_url
 
 
 class ProducerGroups:
-    def __init__(self, store: ProducerGroupStore) -> None:
+    def __init__(self, store: ProducerGroupStore, egress: EgressGuard) -> None:
         self.store = store
+        self.egress = egress
         self._known: set[str] = set()
 
     async def put(self, name: str, checkback_url: str, signing_secret: str | None) -> tuple[ProducerGroup, bool]:
-        """The group as stored, and whether it was created; InvalidRequest for a bad URL or secret."""
+        """The group as stored, and whether it was created; InvalidRequest for a bad URL or secret.
+
+        A URL whose host resolves into the cluster's own networks is refused (libs.egress); txcheck checks it
+        again before each call.
+        """
+        await asyncio.to_thread(self._check_url, checkback_url)
         group, created = await asyncio.to_thread(self.store.put, name, checkback_url, signing_secret)
         self._known.add(name)
         return group, created
+
+    def _check_url(self, checkback_url: str) -> None:
+        validate_checkback_url(checkback_url)  # a malformed URL is said so before any resolving
+        self.egress.check(checkback_url)
 
     async def get(self, name: str) -> ProducerGroup:
         """The group; ProducerGroupNotFound when there is none."""

@@ -8,7 +8,10 @@ One check (a Celery task runs `CheckBack.check`):
 2. POST the check-back request (JSON, signed Standard Webhooks style with the
    group's secret, a fresh `webhook-id` per attempt) and read the answer,
    `{"status": "COMMIT" | "ROLLBACK" | "UNKNOWN"}`. No answer in time, a
-   non-2xx, anything else in the body: UNKNOWN;
+   non-2xx, a redirect (not followed), a body past 64 KiB, anything else in
+   the body: UNKNOWN. Right before the POST the URL's host is resolved and
+   checked again (libs.egress, against DNS rebinding) and the connection goes
+   to the address checked; a refused URL is logged and is UNKNOWN too;
 3. COMMIT or ROLLBACK ends the transaction (`by: checkback`); one ended
    meanwhile the other way (409) is logged, not an error. UNKNOWN does nothing:
    the renewed half copy is checked again later.
@@ -31,7 +34,15 @@ from typing import Any
 import httpx
 
 from libs import jsonutil, webhooks
-from libs.errors import OffsetOutOfRange, PetrelError, ServiceUnavailable, TransactionAlreadyEnded, TransactionNotFound
+from libs.egress import Destination, EgressGuard
+from libs.errors import (
+    InvalidRequest,
+    OffsetOutOfRange,
+    PetrelError,
+    ServiceUnavailable,
+    TransactionAlreadyEnded,
+    TransactionNotFound,
+)
 from libs.events.writer import EventWriter
 from libs.message import MessageRecord, Prop, SysFlag
 from libs.producer_groups import ProducerGroup
@@ -42,6 +53,7 @@ log = logging.getLogger(__name__)
 
 USER_AGENT = "petrel-txcheck/1"
 MAX_REASON = 200
+MAX_ANSWER_BYTES = 64 * 1024
 
 
 class Answer(enum.StrEnum):
@@ -80,17 +92,38 @@ def checkback_request(record: MessageRecord, broker: str, check_count: int) -> d
 
 
 def read_reply(response: httpx.Response) -> tuple[Answer, str]:
-    """The producer's answer, and why it counts as UNKNOWN when it is not a proper one."""
+    """The producer's answer (its body read up to MAX_ANSWER_BYTES), and why it counts as UNKNOWN when it is
+    not a proper one."""
     if not response.is_success:
         return Answer.UNKNOWN, f"answered HTTP {response.status_code}"
+    content = bytearray()
+    for chunk in response.iter_bytes():
+        content += chunk
+        if len(content) > MAX_ANSWER_BYTES:
+            return Answer.UNKNOWN, f"the answer is longer than {MAX_ANSWER_BYTES} bytes"
     try:
-        answer = jsonutil.loads(response.content)
+        answer = jsonutil.loads(bytes(content))
     except ValueError:
-        return Answer.UNKNOWN, f"the answer is not JSON: {_snippet(response.content)}"
+        return Answer.UNKNOWN, f"the answer is not JSON: {_snippet(content)}"
     status = answer.get("status") if isinstance(answer, dict) else None
     if not isinstance(status, str) or status not in Answer.__members__:
-        return Answer.UNKNOWN, f"the answer has no status COMMIT, ROLLBACK or UNKNOWN: {_snippet(response.content)}"
+        return Answer.UNKNOWN, f"the answer has no status COMMIT, ROLLBACK or UNKNOWN: {_snippet(content)}"
     return Answer(status), ""
+
+
+def checked_request(
+    http: httpx.Client, destination: Destination, body: bytes, headers: dict[str, str], timeout: float
+) -> httpx.Request:
+    """The POST to the address checked, with the URL's own host in Host (and in SNI, for https)."""
+    extensions = {"sni_hostname": destination.host} if destination.url.startswith("https:") else {}
+    return http.build_request(
+        "POST",
+        destination.address_url,
+        content=body,
+        headers=headers | {"host": destination.host_header},
+        extensions=extensions,
+        timeout=timeout,
+    )
 
 
 def check_count_of(record: MessageRecord) -> int:
@@ -106,10 +139,12 @@ class CheckBack:
         http: httpx.Client,
         events: EventWriter,
         timeout: float,
+        egress: EgressGuard,
     ) -> None:
         self.api = api
         self.producer_groups = producer_groups
         self.http = http
+        self.egress = egress
         self.events = events
         self.timeout = timeout
 
@@ -165,13 +200,22 @@ class CheckBack:
         group = self.producer_groups(name)
         if group is None:
             return Reply(Answer.UNKNOWN, f"no producer group {name!r} is registered", 0)
+        try:
+            destination = self.egress.check(group.checkback_url)
+        except InvalidRequest as exc:
+            log.warning("check-back of %s to producer group %r refused: %s", record.message_id, name, exc.detail)
+            return Reply(Answer.UNKNOWN, f"refused: {exc.detail}", 0)
         body = jsonutil.dumps(checkback_request(record, broker, check_count_of(record)))
         headers = {"content-type": "application/json", "user-agent": USER_AGENT}
         started = time.monotonic()
         try:
             headers |= webhooks.sign(group.signing_secret, body)
-            response = self.http.post(group.checkback_url, content=body, headers=headers, timeout=self.timeout)
-            answer, reason = read_reply(response)
+            request = checked_request(self.http, destination, body, headers, self.timeout)
+            response = self.http.send(request, stream=True, follow_redirects=False)
+            try:
+                answer, reason = read_reply(response)
+            finally:
+                response.close()
         except (httpx.HTTPError, httpx.InvalidURL, webhooks.WebhookError) as exc:
             answer, reason = Answer.UNKNOWN, f"{group.checkback_url}: {type(exc).__name__}: {exc}"
         return Reply(answer, reason, int((time.monotonic() - started) * 1000))
@@ -195,5 +239,5 @@ def _utf8(body: bytes) -> str | None:
         return None
 
 
-def _snippet(content: bytes) -> str:
+def _snippet(content: bytes | bytearray) -> str:
     return repr(content[:MAX_REASON].decode(errors="replace"))

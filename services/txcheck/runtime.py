@@ -54,6 +54,7 @@ class Runtime:
             self.producer_http,
             self.events,
             settings.checkback_timeout_seconds,
+            settings.egress_guard(),
         )
 
         self.check_pool = ThreadPoolExecutor(settings.check_batch, thread_name_prefix="txcheck-check")

@@ -2,7 +2,8 @@
 
 `redis_url` (the Celery broker, locks and the scan's notes) and `database_url`
 (the producer groups) are cluster-wide, also read as `PETREL_REDIS_URL` and
-`PETREL_DATABASE_URL`. `transaction_check_max` is enforced by the broker;
+`PETREL_DATABASE_URL`; `push_allowed_networks`, the check-back URLs' allowlist,
+is cluster-only (`PETREL_PUSH_ALLOWED_NETWORKS`, libs.egress). `transaction_check_max` is enforced by the broker;
 txcheck passes nothing for it.
 """
 
@@ -13,10 +14,10 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from libs.settings import SharedDatabaseSettings
+from libs.settings import EgressSettings, SharedDatabaseSettings
 
 
-class TxcheckSettings(SharedDatabaseSettings):
+class TxcheckSettings(SharedDatabaseSettings, EgressSettings):
     model_config = SettingsConfigDict(env_prefix="PETREL_TXCHECK_", extra="ignore")
 
     port: int = 10941

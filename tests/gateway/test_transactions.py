@@ -36,10 +36,10 @@ def broker_overrides() -> dict[str, Any]:
 
 
 async def test_put_registers_a_group_with_a_generated_secret_shown_once(gateway: httpx.AsyncClient) -> None:
-    created = await register(gateway, checkback_url="https://shop.example/tx")
+    created = await register(gateway, checkback_url="https://127.0.0.1/tx")
     assert created.status_code == 201, created.text
     group = created.json()
-    assert (group["name"], group["checkback_url"]) == ("shop", "https://shop.example/tx")
+    assert (group["name"], group["checkback_url"]) == ("shop", "https://127.0.0.1/tx")
     assert group["signing_secret"].startswith("whsec_")
     assert isinstance(group["created_at"], int)
 
@@ -47,7 +47,7 @@ async def test_put_registers_a_group_with_a_generated_secret_shown_once(gateway:
     assert shown.status_code == 200, shown.text
     assert shown.json() == {
         "name": "shop",
-        "checkback_url": "https://shop.example/tx",
+        "checkback_url": "https://127.0.0.1/tx",
         "created_at": group["created_at"],
     }
 
@@ -93,6 +93,46 @@ async def test_a_bad_registration_is_refused(
     assert problem_type(answer) == kind
     assert detail in answer.json()["detail"]
     assert (await gateway.get("/v1/producer-groups/shop")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("url", "detail"),
+    [
+        (
+            "http://10.0.0.5:8000/tx",
+            "10.0.0.5 is a private address; allow it with PETREL_PUSH_ALLOWED_NETWORKS",
+        ),
+        (
+            "http://169.254.169.254/latest/meta-data/",
+            "169.254.169.254 is a cloud metadata address; allow it with PETREL_PUSH_ALLOWED_NETWORKS",
+        ),
+        ("http://[::ffff:10.1.2.3]/tx", "::ffff:10.1.2.3 is a private address; allow it with"),
+        ("http://0.0.0.0:9/tx", "0.0.0.0 is an unspecified address; allow it with"),
+        ("http://no-such-host.invalid/tx", "no-such-host.invalid does not resolve: "),
+    ],
+)
+async def test_a_checkback_url_into_private_networks_is_refused_naming_the_address(
+    gateway: httpx.AsyncClient, url: str, detail: str
+) -> None:
+    answer = await register(gateway, checkback_url=url)
+    assert answer.status_code == 400, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert problem_type(answer) == "invalid-request"
+    assert answer.json()["detail"].startswith(detail), answer.json()["detail"]
+    assert (await gateway.get("/v1/producer-groups/shop")).status_code == 404
+
+
+async def test_an_allowlisted_private_network_is_accepted(
+    nameserver: ServedApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PETREL_PUSH_ALLOWED_NETWORKS", "10.0.0.0/8, fd00:ec2::254/128")
+    settings = GatewaySettings(nameservers=[nameserver.address])
+    async for gateway in in_process(create_app(settings)):
+        assert (await register(gateway, checkback_url="http://10.0.0.5:8000/tx")).status_code == 201
+        assert (await register(gateway, checkback_url="http://[fd00:ec2::254]/tx")).status_code == 200
+        loopback = await register(gateway, checkback_url="http://127.0.0.1:9/tx")
+        assert loopback.status_code == 400, "an allowlist set replaces the loopback default"
+        assert "127.0.0.1 is a loopback address" in loopback.json()["detail"]
 
 
 async def test_producer_groups_go_to_the_database_petrel_database_url_names(

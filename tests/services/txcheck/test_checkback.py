@@ -18,11 +18,12 @@ from fastapi import FastAPI, Request, Response
 
 from libs import webhooks
 from libs.broker_api.wire import CHECK_IMMUNITY
+from libs.egress import LOOPBACK_NETWORKS, EgressGuard, system_resolver
 from libs.errors import BrokerUnavailable
 from libs.events.writer import EventWriter
 from libs.producer_groups import ProducerGroupStore
 from services.txcheck.brokers import Brokers
-from services.txcheck.checkback import CheckBack
+from services.txcheck.checkback import MAX_ANSWER_BYTES, CheckBack
 from services.txcheck.runtime import RecentProducerGroups
 from services.txcheck.scan import CheckOrder
 from tests.support.clock import FakeClock
@@ -43,6 +44,7 @@ class Receiver:
     before_answer: Any = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
 
     def app(self) -> FastAPI:
         app = FastAPI()
@@ -56,6 +58,7 @@ class Receiver:
                 self.refused.append(str(exc))
                 return Response(status_code=401)
             self.requests.append(json.loads(body))
+            self.hosts.append(request.headers["host"])
             if self.before_answer is not None:
                 await self.before_answer()
             if self.silent:
@@ -76,6 +79,23 @@ def receiver(producer_groups: tuple[str, ProducerGroupStore]) -> Iterator[tuple[
         receiver.released.set()
 
 
+@dataclass
+class Zone:
+    """A DNS zone the test controls: `producer.test` resolves to `address`; other names as the system says."""
+
+    address: str = "127.0.0.1"
+    asked: list[str] = field(default_factory=list)
+
+    def resolve(self, host: str, port: int) -> list[str]:
+        self.asked.append(host)
+        return [self.address] if host == "producer.test" else system_resolver(host, port)
+
+
+@pytest.fixture
+def zone() -> Zone:
+    return Zone()
+
+
 @pytest.fixture
 def events(tmp_path: Path) -> Iterator[EventWriter]:
     writer = EventWriter(tmp_path / "export", "txcheck")
@@ -85,11 +105,16 @@ def events(tmp_path: Path) -> Iterator[EventWriter]:
 
 @pytest.fixture
 def checkback(
-    tx_broker: TxBroker, brokers: Brokers, producer_groups: tuple[str, ProducerGroupStore], events: EventWriter
+    tx_broker: TxBroker,
+    brokers: Brokers,
+    producer_groups: tuple[str, ProducerGroupStore],
+    events: EventWriter,
+    zone: Zone,
 ) -> Iterator[CheckBack]:
     _, store = producer_groups
-    with httpx.Client() as producer_http:
-        yield CheckBack(brokers, store.find, producer_http, events, timeout=0.5)
+    egress = EgressGuard(LOOPBACK_NETWORKS, zone.resolve)
+    with httpx.Client(follow_redirects=False) as producer_http:
+        yield CheckBack(brokers, store.find, producer_http, events, timeout=0.5, egress=egress)
 
 
 def order_for(broker: TxBroker, stored: dict[str, Any]) -> CheckOrder:
@@ -298,3 +323,52 @@ def test_producer_groups_are_read_again_after_their_ttl(producer_groups: tuple[s
     group = recent("shop")
     assert group is not None
     assert group.checkback_url == "http://127.0.0.1:1/checkback"
+
+
+def test_a_host_that_rebinds_to_a_private_address_after_its_put_is_refused_at_call_time(
+    checkback: CheckBack,
+    tx_broker: TxBroker,
+    receiver: tuple[Receiver, ServedApp],
+    producer_groups: tuple[str, ProducerGroupStore],
+    zone: Zone,
+) -> None:
+    producer, served = receiver
+    _, store = producer_groups
+    store.put("shop", f"http://producer.test:{served.port}/checkback", producer.secret)
+    producer.answer = b'{"status": "UNKNOWN"}'
+    assert checkback.check(order_for(tx_broker, tx_broker.put_half("A"))) == "UNKNOWN"
+    assert len(producer.requests) == 1, "the first check, while producer.test was 127.0.0.1, reached the producer"
+    zone.address = "10.0.0.5"
+    reply = checkback.ask(_half(checkback, tx_broker, "B"), "broker-a")
+    assert (reply.answer, reply.reason) == (
+        "UNKNOWN",
+        "refused: producer.test resolves to 10.0.0.5, a private address; allow it with PETREL_PUSH_ALLOWED_NETWORKS",
+    )
+    assert checkback.check(order_for(tx_broker, tx_broker.put_half("C"))) == "UNKNOWN"
+    assert len(producer.requests) == 1, "no request left for the rebound address"
+    assert tx_broker.state("C")["state"] == "OPEN"
+
+
+def test_the_call_goes_to_the_address_checked_with_the_urls_host(
+    checkback: CheckBack,
+    tx_broker: TxBroker,
+    receiver: tuple[Receiver, ServedApp],
+    producer_groups: tuple[str, ProducerGroupStore],
+    zone: Zone,
+) -> None:
+    producer, served = receiver
+    _, store = producer_groups
+    store.put("shop", f"http://producer.test:{served.port}/checkback", producer.secret)
+    assert checkback.check(order_for(tx_broker, tx_broker.put_half("A"))) == "COMMIT"
+    assert zone.asked == ["producer.test"]
+    assert producer.hosts == [f"producer.test:{served.port}"], "the Host header names the URL's host, not 127.0.0.1"
+    assert tx_broker.state("A")["state"] == "COMMITTED"
+
+
+def test_an_answer_past_the_bound_is_unknown(
+    checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp]
+) -> None:
+    producer, _ = receiver
+    producer.answer = b'{"status": "COMMIT", "pad": "' + b"x" * MAX_ANSWER_BYTES + b'"}'
+    reply = checkback.ask(_half(checkback, tx_broker, "A"), "broker-a")
+    assert (reply.answer, reply.reason) == ("UNKNOWN", f"the answer is longer than {MAX_ANSWER_BYTES} bytes")
