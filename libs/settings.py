@@ -43,7 +43,14 @@ from libs.delay import DEFAULT_DELAY_LEVELS, DelayLevelTable
 from libs.egress import EgressGuard, Resolver, default_allowed, parse_networks, system_resolver
 
 AddressList = Annotated[list[str], NoDecode]
-"""host:port entries; from the environment as a comma- or semicolon-separated string."""
+"""Entries (host:port, CIDRs); from the environment as a comma- or semicolon-separated string (split_entries)."""
+
+
+def split_entries(value: Any) -> Any:
+    """An AddressList from the environment's string; a list passes as it is."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.replace(";", ",").split(",") if part.strip()]
+    return value
 
 
 class ServiceSettings(BaseSettings):
@@ -74,9 +81,7 @@ class ServiceSettings(BaseSettings):
     @field_validator("nameservers", mode="before")
     @classmethod
     def _split_addresses(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.replace(";", ",").split(",") if part.strip()]
-        return value
+        return split_entries(value)
 
     @classmethod
     def settings_customise_sources(
@@ -153,9 +158,7 @@ class EgressSettings(ServiceSettings):
     @field_validator("push_allowed_networks", mode="before")
     @classmethod
     def _split_networks(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+        return split_entries(value)
 
     @field_validator("push_allowed_networks")
     @classmethod
