@@ -12,9 +12,7 @@ from fastapi import FastAPI, Request
 from prometheus_client import Gauge
 
 from gateway.cluster.long_polls import LongPollGate
-from gateway.cluster.route_cache import MasterDirectory, RouteCache
 from gateway.consume import routes as consume
-from gateway.consume.receiver import Receiver
 from gateway.consume.schemas import AckRequest, NackRequest, ReceiveRequest, VisibilityRequest
 from gateway.context import GatewayContext, gateway_context
 from gateway.groups import routes as groups
@@ -32,6 +30,8 @@ from gateway.transactions.schemas import EndTransaction, ProducerGroupUpdate, Se
 from gateway.transactions.transaction_ends import TransactionEnds
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.nameservers import NameserverClient
+from libs.broker_api.receiver import Receiver
+from libs.broker_api.route_cache import MasterDirectory, RouteCache
 from libs.errors import PetrelError
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient

@@ -8,8 +8,6 @@ from typing import Annotated, cast
 
 from fastapi import Depends, Request
 
-from gateway.cluster.route_cache import MasterDirectory, RouteCache
-from gateway.consume.receiver import Receiver
 from gateway.messages.idempotency import IdempotencyKeys
 from gateway.messages.sender import Sender
 from gateway.settings import GatewaySettings
@@ -17,6 +15,8 @@ from gateway.transactions.producer_groups import ProducerGroups
 from gateway.transactions.transaction_ends import TransactionEnds
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.nameservers import NameserverClient
+from libs.broker_api.receiver import Receiver
+from libs.broker_api.route_cache import MasterDirectory, RouteCache
 from libs.http.client import InternalClient
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
 
+from libs.broker_api.fanout import cancel_all, failure_of_all
 from libs.broker_api.schemas import BrokerTopic
-from libs.errors import BrokerUnavailable, NotFound, PetrelError, ServiceUnavailable, TopicNotFound
+from libs.errors import BrokerUnavailable, PetrelError, ServiceUnavailable, TopicNotFound
 from libs.routing import TopicRoute
 from libs.topic import Perm, TopicConfig
 
@@ -116,17 +117,3 @@ async def first_master_answer(ctx: GatewayContext, call: Callable[[str, str], Aw
     finally:
         await cancel_all(tasks)
     raise failure_of_all(failures)
-
-
-def failure_of_all(failures: Iterable[BaseException]) -> BaseException:
-    """What to answer when every broker failed: a NotFound only if all said so, else why one did not answer."""
-    listed = list(failures)
-    return next((e for e in listed if not isinstance(e, NotFound)), listed[0])
-
-
-async def cancel_all(tasks: Iterable[asyncio.Future[Any]]) -> None:
-    """Cancel what is still running and wait for it, so no failure goes unretrieved."""
-    pending = list(tasks)
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)

@@ -1,6 +1,6 @@
 """`/v1/groups/{group}`: receive under a lease, ack, nack, change a lease's visibility.
 
-Receive goes to the brokers holding the topic (gateway.consume.receiver). Ack, nack and
+Receive goes to the brokers holding the topic (libs.broker_api.receiver). Ack, nack and
 visibility go to the broker named in each receipt handle: the gateway reads that
 name without checking the signature (the broker checks it), so a handle that is
 not even readable is refused here without calling anyone.
@@ -14,7 +14,6 @@ from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
 
-from gateway.consume.receiver import Receive, Received
 from gateway.consume.schemas import (
     AckRequest,
     HandleResults,
@@ -29,6 +28,7 @@ from gateway.edge.entries import failed_handle
 from gateway.edge.params import GroupName
 from gateway.edge.records import message_fields
 from libs import jsonutil
+from libs.broker_api.receiver import Receive, Received
 from libs.codec import iter_records
 from libs.errors import BrokerUnavailable, InvalidReceiptHandle, InvalidRequest, PetrelError
 from libs.http.app import json_body, parse_json

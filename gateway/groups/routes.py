@@ -13,7 +13,6 @@ from fastapi import APIRouter, Query, Request, Response
 
 from gateway.cluster.writes import (
     cluster_masters,
-    failure_of_all,
     first_master_answer,
     master_address,
     on_each,
@@ -39,6 +38,7 @@ from gateway.groups.schemas import (
     ResetQueueOffset,
 )
 from libs.broker_api.consume import RedriveBody
+from libs.broker_api.fanout import failure_of_all
 from libs.broker_api.groups import GroupConfigAnswer
 from libs.codec import iter_records
 from libs.errors import InvalidRequest, NotFound, PetrelError

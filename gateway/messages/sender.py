@@ -29,9 +29,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from gateway.cluster.coalescing import PutCoalescer, stored_entry
-from gateway.cluster.route_cache import RouteCache
 from gateway.messages.producer import BrokerAvoidance, QueueSelector, QueueTarget, writable_queues
 from libs.broker_api.client import BrokerClient
+from libs.broker_api.route_cache import RouteCache
 from libs.broker_api.schemas import PutEntry
 from libs.codec import MAX_BODY_SIZE, encode_record, set_queue_id
 from libs.errors import (

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
-from gateway.cluster.writes import ensure_topic, failure_of_all, on_each
+from gateway.cluster.writes import ensure_topic, on_each
 from gateway.context import Context, GatewayContext
 from gateway.edge.outgoing import outgoing
 from gateway.transactions.schemas import (
@@ -32,6 +32,7 @@ from gateway.transactions.schemas import (
     TransactionOutcome,
 )
 from libs import jsonutil, producer_groups
+from libs.broker_api.fanout import failure_of_all
 from libs.broker_api.transactions import TransactionState
 from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED
 from libs.errors import FlushTimeout, InvalidMessage, NotFound, ServiceUnavailable, TransactionNotFound

@@ -6,8 +6,8 @@ import asyncio
 
 import httpx
 
-from gateway.cluster.route_cache import RouteCache
 from libs.broker_api.nameservers import NameserverClient
+from libs.broker_api.route_cache import RouteCache
 from libs.http.client import InternalClient
 from tests.support.serving import ServedApp
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from gateway.cluster.route_cache import RouteCache
-from gateway.consume.receiver import Receive, Receiver
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.frames import Lease
+from libs.broker_api.receiver import Receive, Receiver
+from libs.broker_api.route_cache import RouteCache
 from libs.errors import BrokerUnavailable, GroupNotFound, InvalidFilter, PetrelError
 from libs.http.client import InternalClient
 from libs.routing import BrokerData, QueueData, TopicRoute

@@ -18,10 +18,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gateway.cluster.route_cache import RouteCache
-from gateway.cluster.writes import cancel_all, failure_of_all
 from libs.broker_api.client import BrokerClient
+from libs.broker_api.fanout import cancel_all, failure_of_all
 from libs.broker_api.frames import Lease
+from libs.broker_api.route_cache import RouteCache
 from libs.errors import NotFound, PetrelError, ServiceUnavailable, TopicNotFound
 from libs.http.disconnect import unless_gone
 from libs.routing import TopicRoute

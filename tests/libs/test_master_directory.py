@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.cluster.route_cache import MasterDirectory
 from libs.broker_api.nameservers import NameserverClient
+from libs.broker_api.route_cache import MasterDirectory
 from libs.http.client import InternalClient
 from libs.routing import BrokerLiveness, ClusterBroker, ClusterInfo, ClusterListing
 from tests.support.clock import FakeClock
