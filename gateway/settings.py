@@ -31,6 +31,7 @@ class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings
         default=DEFAULT_MAX_LONG_POLLS, ge=1, description="receives and pulls waiting at once; past it: 429"
     )
     timer_address: str = Field(default="127.0.0.1:10931", description="the timer service, for stats and cancels")
+    push_address: str = Field(default="127.0.0.1:10951", description="the push service: push subscriptions")
     max_delay_days: float = Field(default=30.0, gt=0, description="how far ahead a send may be scheduled")
     idempotency_lease_ms: int = Field(
         default=15_000,

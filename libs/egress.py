@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
+
 from libs.errors import InvalidRequest
 
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -153,3 +155,22 @@ def _literal(host: str) -> IPAddress | None:
         return ipaddress.ip_address(host)
     except ValueError:
         return None
+
+
+def checked_request(
+    http: httpx.Client | httpx.AsyncClient,
+    destination: Destination,
+    body: bytes,
+    headers: dict[str, str],
+    timeout: float,
+) -> httpx.Request:
+    """The POST to the address checked, with the URL's own host in Host (and in SNI, for https)."""
+    extensions = {"sni_hostname": destination.host} if destination.url.startswith("https:") else {}
+    return http.build_request(
+        "POST",
+        destination.address_url,
+        content=body,
+        headers=headers | {"host": destination.host_header},
+        extensions=extensions,
+        timeout=timeout,
+    )

@@ -17,6 +17,7 @@
      │    ├── MessageNotFound          404 message-not-found
      │    ├── GroupNotFound            404 group-not-found
      │    ├── ProducerGroupNotFound    404 producer-group-not-found
+ │    ├── SubscriptionNotFound     404 subscription-not-found
      │    └── TransactionNotFound      404 transaction-not-found
      ├── AlreadyDelivered              409 already-delivered
      ├── TransactionAlreadyEnded       409 transaction-already-ended
@@ -171,6 +172,11 @@ class GroupNotFound(NotFound):
 class ProducerGroupNotFound(NotFound):
     slug = "producer-group-not-found"
     title = "Producer group not found"
+
+
+class SubscriptionNotFound(NotFound):
+    slug = "subscription-not-found"
+    title = "Push subscription not found"
 
 
 class TransactionNotFound(NotFound):

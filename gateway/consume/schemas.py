@@ -8,21 +8,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.messages.schemas import EntryError, Message
 from libs.broker_api.consume import CLIENT_ID_PATTERN, MAX_HANDLES, MAX_INVISIBLE_MS, MAX_RECEIVE, MAX_WAIT_MS
-from libs.filters import MAX_EXPRESSION_LENGTH, FilterType
+from libs.filters.schema import MessageFilter
 
 MAX_WAIT_SECONDS = MAX_WAIT_MS // 1000
 MAX_INVISIBLE_SECONDS = MAX_INVISIBLE_MS // 1000
 MAX_REASON_LENGTH = 1024
 MAX_CLIENT_ID_LENGTH = 128
-
-
-class MessageFilter(BaseModel):
-    """Which messages a receive takes: a TAG expression (TagA || TagB, *) or SQL92 over properties and TAGS."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: FilterType = Field(default=FilterType.TAG, description="TAG or SQL92")
-    expression: str = Field(min_length=1, max_length=MAX_EXPRESSION_LENGTH, description="the filter expression")
 
 
 class ReceiveRequest(BaseModel):

@@ -78,6 +78,11 @@ EVENTS: dict[str, EventSpec] = {
             _MESSAGE + " transaction_id check_count answer latency_ms",
         ),
         _spec("transaction_abandoned", "a half message passed the check limit", _MESSAGE + " transaction_id"),
-        _spec("push_attempt", "a webhook push was tried", _MESSAGE + " group endpoint status latency_ms"),
+        _spec(
+            "push_attempt",
+            "a webhook push was tried (status null: no answer; outcome acked, deferred, failed, throttled, gone, lost)",
+            _MESSAGE + " group endpoint status latency_ms outcome delivery_attempt",
+            "error",
+        ),
     )
 }

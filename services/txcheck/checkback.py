@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 
 from libs import jsonutil, webhooks
-from libs.egress import Destination, EgressGuard
+from libs.egress import EgressGuard, checked_request
 from libs.errors import (
     InvalidRequest,
     OffsetOutOfRange,
@@ -109,21 +109,6 @@ def read_reply(response: httpx.Response) -> tuple[Answer, str]:
     if not isinstance(status, str) or status not in Answer.__members__:
         return Answer.UNKNOWN, f"the answer has no status COMMIT, ROLLBACK or UNKNOWN: {_snippet(content)}"
     return Answer(status), ""
-
-
-def checked_request(
-    http: httpx.Client, destination: Destination, body: bytes, headers: dict[str, str], timeout: float
-) -> httpx.Request:
-    """The POST to the address checked, with the URL's own host in Host (and in SNI, for https)."""
-    extensions = {"sni_hostname": destination.host} if destination.url.startswith("https:") else {}
-    return http.build_request(
-        "POST",
-        destination.address_url,
-        content=body,
-        headers=headers | {"host": destination.host_header},
-        extensions=extensions,
-        timeout=timeout,
-    )
 
 
 def check_count_of(record: MessageRecord) -> int:
