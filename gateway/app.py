@@ -21,6 +21,7 @@ from gateway.messages import routes as messages
 from gateway.messages.idempotency import IdempotencyKeys
 from gateway.messages.schemas import SendBatch, SendMessage
 from gateway.messages.sender import Sender
+from gateway.push import routes as push
 from gateway.settings import GatewaySettings
 from gateway.timers import routes as timers
 from gateway.topics import routes as topics
@@ -37,6 +38,8 @@ from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.http.transport import Transport
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
+from libs.push_api.client import PushClient
+from libs.push_api.schemas import RotateSecretRequest, SubscriptionRequest
 
 DESCRIPTION = """\
 Petrel is a message queue you use over plain HTTP.
@@ -87,6 +90,7 @@ def create_app(
                     masters=MasterDirectory(nameservers, settings.route_refresh_seconds),
                     producer_groups=ProducerGroups(ProducerGroupStore(metadata), settings.egress_guard()),
                     transaction_ends=TransactionEnds(brokers),
+                    push=PushClient(client, settings.push_address),
                     clock=clock,
                 )
                 yield {"gateway": context}
@@ -119,6 +123,7 @@ def create_app(
     app.include_router(topics.router)
     app.include_router(timers.router)
     app.include_router(groups.router)
+    app.include_router(push.router)
     register_schemas(
         app,
         [
@@ -134,6 +139,8 @@ def create_app(
             ProducerGroupUpdate,
             SendTransaction,
             EndTransaction,
+            SubscriptionRequest,
+            RotateSecretRequest,
         ],
     )
     return app

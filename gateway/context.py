@@ -18,6 +18,7 @@ from libs.broker_api.nameservers import NameserverClient
 from libs.broker_api.receiver import Receiver
 from libs.broker_api.route_cache import MasterDirectory, RouteCache
 from libs.http.client import InternalClient
+from libs.push_api.client import PushClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,7 @@ class GatewayContext:
     masters: MasterDirectory
     producer_groups: ProducerGroups
     transaction_ends: TransactionEnds
+    push: PushClient
     clock: Callable[[], float]
     """The wall clock (seconds) of time windows and due times; tests pass a FakeClock."""
 

@@ -70,18 +70,26 @@ def validate_signing_secret(secret: str) -> str:
     return secret
 
 
-def validate_checkback_url(url: str) -> str:
-    """The URL, if txcheck can POST to it (http or https, with a host); else InvalidRequest (400)."""
+def validate_http_url(url: str, field: str) -> str:
+    """The URL, if a service can POST to it (http or https, with a host); else InvalidRequest (400) naming `field`.
+
+    For every URL a user gives Petrel to call (a check-back URL, a push endpoint), before libs.egress resolves it.
+    """
     try:
         parts = urlsplit(url)
         host, _port = parts.hostname, parts.port  # .port raises ValueError for a port that is not a number
     except ValueError as exc:
-        raise InvalidRequest(f"checkback_url {url!r} is not a URL: {exc}") from None
+        raise InvalidRequest(f"{field} {url!r} is not a URL: {exc}") from None
     if parts.scheme not in {"http", "https"} or not host:
-        raise InvalidRequest(f"checkback_url {url!r} must be an http or https URL with a host")
+        raise InvalidRequest(f"{field} {url!r} must be an http or https URL with a host")
     if len(url) > MAX_URL_LENGTH:
-        raise InvalidRequest(f"checkback_url is {len(url)} characters long; the limit is {MAX_URL_LENGTH}")
+        raise InvalidRequest(f"{field} is {len(url)} characters long; the limit is {MAX_URL_LENGTH}")
     return url
+
+
+def validate_checkback_url(url: str) -> str:
+    """The URL, if txcheck can POST to it (http or https, with a host); else InvalidRequest (400)."""
+    return validate_http_url(url, "checkback_url")
 
 
 class ProducerGroupStore:
