@@ -76,7 +76,7 @@ def test_push_hourly_counts_each_endpoints_attempts_by_outcome_status_and_latenc
     ]
     actual = spark.read.schema(push_hourly_schema()).parquet(str(warehouse / "push_hourly"))
 
-    assertDataFrameEqual(actual, spark.createDataFrame(expected, push_hourly_schema()))  # the 23rd's m7: no row
+    assertDataFrameEqual(actual, spark.createDataFrame(expected, push_hourly_schema()))  # the 23rd's p7: no row
     assert run.tables["push_hourly"] == len(expected)
 
 
