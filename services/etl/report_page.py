@@ -1,8 +1,8 @@
 """The report's HTML: a header (the day, what was read and quarantined, every table's rows), then per chart
 a section with the chart, as an embedded PNG, and the numbers it draws in a table beneath.
 
-A section with no rows for the day shows a "no data" panel instead of a chart; the push
-section, of a day without push attempts (a cluster with no push subscription), one line. The page
+A section with no rows for the day shows a "no data" panel instead of a chart (the push
+section, of a day without push attempts, as most clusters have, one line instead). The page
 is self-contained: inline style, system fonts, images as data: URIs, no script.
 """
 
@@ -167,10 +167,16 @@ def _push(rows: Sequence[Row], day: str) -> str:
     if not rows:
         return f'<section><h2>{title}</h2><p class="sub">no push attempts on {day}</p></section>'
     counts = ["attempts", "failed", "throttled", "gone", "no_answer"]
-    troubled = [total for total in _totals(rows, ["endpoint"], counts) if total[2] + total[3]]
-    top = sorted(troubled, key=lambda total: -(total[2] + total[3]))[:TOP_ENDPOINTS]
+    totals = _totals(rows, ["endpoint"], counts)  # [endpoint, attempts, failed, throttled, ...], by endpoint
+
+    def trouble(total: list[Any]) -> int:
+        return int(total[2] + total[3])
+
+    top = sorted((total for total in totals if trouble(total)), key=lambda total: -trouble(total))[:TOP_ENDPOINTS]
     table = _table(["endpoint", *(c.replace("_", " ") for c in counts)], top)
-    what = f"webhook attempts per UTC hour by outcome; the {TOP_ENDPOINTS} endpoints that failed or throttled most"
+    what = (
+        f"webhook attempts per UTC hour by outcome; the endpoints (at most {TOP_ENDPOINTS}) failing or throttled most"
+    )
     return _section(title, what, rows, plots.push_attempts, table, day)
 
 

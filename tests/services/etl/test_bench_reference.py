@@ -2,11 +2,11 @@
 
 The bench compares the job's speed with DuckDB's on the same files; that is only
 fair if both compute the same thing. One small generated day (bench.etl_events),
-with the story set's edge cases, corrupt lines and push attempts on top, goes through the job and
-through bench.etl_reference: every count, every hour's lag and oldest unacked age
-(the stalled hours' rows too), every invariant, every journey and every quarantined line
-are the same (percentiles are two different sketches' approximations: left out). Neither
-reads a CommitLog, as in the bench.
+with the story set's edge cases, corrupt lines and push attempts (tests.support.push_events)
+on top, goes through the job and through bench.etl_reference: every count, every hour's
+lag and oldest unacked age (the stalled hours' rows too), every invariant, every journey,
+every push hour and every quarantined line are the same (percentiles are two different
+sketches' approximations: left out). Neither reads a CommitLog, as in the bench.
 """
 
 from __future__ import annotations
