@@ -6,7 +6,7 @@ line of D's folder and its neighbours' read as text, parsed against the same con
 reasons; then topic_hourly, group_hourly (counts, p50/p95/p99 latencies by
 `approx_quantile` where the job uses `percentile_approx`, and the lag at each hour's
 end: `bench.etl_reference_lag`), delay_daily, transaction_daily, message_journey,
-data_quality (its invariants too) and the quarantine, each written as zstd Parquet
+push_hourly, data_quality (its invariants too) and the quarantine, each written as zstd Parquet
 partitioned by `dt`. The count columns and the lag equal the job's
 (tests/services/etl/test_bench_reference.py checks it on a generated day); the
 percentiles are approximations by two different sketches, close but not equal.
@@ -42,6 +42,7 @@ from services.etl.events import (
     folder_days,
 )
 from services.etl.journey import GROUP_EVENTS
+from services.etl.push import OUTCOMES, STATUS_CLASSES
 from services.etl.transactions import ENDERS, TRANSACTION_EVENTS
 
 TABLES = (
@@ -50,9 +51,14 @@ TABLES = (
     "delay_daily",
     "transaction_daily",
     "message_journey",
+    "push_hourly",
     "data_quality",
     "quarantine",
 )
+WITH_OWN_TOPIC = "event_window w LEFT JOIN (SELECT message_id, topic FROM sends) s USING (message_id)"
+"""The events, each with its message's send's topic: `OWN_TOPIC` is the topic a row counts under."""
+OWN_TOPIC = f"CASE WHEN starts_with(w.topic, '{RETRY_PREFIX}') THEN coalesce(s.topic, w.topic) ELSE w.topic END"
+"""A row's topic; a retry queue's row (a redelivery) counts under its message's own topic."""
 JSON_TYPES = {"BIGINT": ("BIGINT", "UBIGINT", "NULL"), "BOOLEAN": ("BOOLEAN", "NULL"), "VARCHAR[]": ("ARRAY", "NULL")}
 """What JSON a field of each type may hold (the job's from_json takes anything as a string)."""
 
@@ -237,6 +243,7 @@ def _tables(day: date, now_ms: int) -> dict[str, str]:
             FROM event_window WHERE in_day AND event IN ({_in(DELAY_EVENTS)}) GROUP BY topic, dt""",
         "transaction_daily": _transaction_daily(),
         "message_journey": _message_journey(),
+        "push_hourly": _push_hourly(),
         "data_quality": data_quality(day),
         "quarantine": f"""
             SELECT raw, reason,
@@ -286,9 +293,8 @@ def _group_hourly(day: date, now_ms: int) -> str:
     return f"""
         WITH day AS (SELECT DISTINCT dt FROM event_window WHERE in_day),
         counts AS (
-            SELECT "group", CASE WHEN starts_with(w.topic, '{RETRY_PREFIX}') THEN coalesce(s.topic, w.topic)
-                                 ELSE w.topic END AS topic, hour, {counts}
-            FROM event_window w LEFT JOIN (SELECT message_id, topic FROM sends) s USING (message_id)
+            SELECT "group", {OWN_TOPIC} AS topic, hour, {counts}
+            FROM {WITH_OWN_TOPIC}
             WHERE in_day AND event IN ({_in(GROUP_EVENTS)}) AND "group" IS NOT NULL
             GROUP BY ALL
         ),
@@ -315,6 +321,21 @@ def _transaction_daily() -> str:
                {_count("transaction_check", "checks")},
                {_percentiles("latency_ms", "check_latency", "event = 'transaction_check'")}, dt
         FROM event_window WHERE in_day AND event IN ({_in(TRANSACTION_EVENTS)}) GROUP BY topic, dt"""
+
+
+def _push_hourly() -> str:
+    outcomes = ", ".join(f"count(*) FILTER (WHERE outcome = '{outcome}') AS {outcome}" for outcome in OUTCOMES)
+    statuses = ", ".join(
+        f"count(*) FILTER (WHERE status BETWEEN {int(name[0]) * 100} AND {int(name[0]) * 100 + 99}) AS status_{name}"
+        for name in STATUS_CLASSES
+    )
+    return f"""
+        SELECT "group", {OWN_TOPIC} AS topic, endpoint, hour::TIMESTAMPTZ AS hour, count(*) AS attempts,
+               count(DISTINCT message_id) AS messages, {outcomes}, count(*) FILTER (WHERE status IS NULL) AS no_answer,
+               {statuses}, {_percentiles("latency_ms", "latency", "status IS NOT NULL")},
+               max(delivery_attempt) AS max_delivery_attempt, strftime(hour, '%Y-%m-%d') AS dt
+        FROM {WITH_OWN_TOPIC} WHERE in_day AND event = 'push_attempt'
+        GROUP BY ALL"""
 
 
 def _message_journey() -> str:

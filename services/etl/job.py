@@ -22,6 +22,7 @@ from services.etl.command import add_daily_arguments, configure_logging, setting
 from services.etl.delays import delay_daily
 from services.etl.events import EventLog, read_event_log
 from services.etl.journey import journeys, message_journey
+from services.etl.push import push_hourly
 from services.etl.quality import data_quality
 from services.etl.reconciliation import commitlog_daily, mismatches, reconcile
 from services.etl.report import write_report
@@ -81,6 +82,7 @@ def tables(
         "delay_daily": lambda: delay_daily(window),
         "transaction_daily": lambda: transaction_daily(window),
         "message_journey": lambda: message_journey(followed()),
+        "push_hourly": lambda: push_hourly(followed()),
         **checked,
         "data_quality": lambda: data_quality(spark, event_log, mismatches(reconciled()) if commitlogs else []),
         "quarantine": lambda: event_log.quarantine,

@@ -24,6 +24,15 @@ PALETTE = ("#1f6fb2", "#e07b28", "#2f9e57", "#c23b3b", "#7a56b8", "#8c6d46", "#d
 PERCENTILE_STYLES = (("p50", "-", "o"), ("p95", "--", "s"), ("p99", ":", "^"))
 LATENESS_COLORS = ("#8fb8de", "#1f6fb2", "#0b3c66")
 FAILURE_COUNTS = (("nacked", "#e0a528"), ("retried", "#e07b28"), ("dead_lettered", "#c23b3b"))
+PUSH_OUTCOMES = (
+    ("acked", "#2f9e57"),
+    ("deferred", "#1f6fb2"),
+    ("failed", "#c23b3b"),
+    ("throttled", "#e0a528"),
+    ("gone", "#7a56b8"),
+    ("lost", "#6b7280"),
+)
+"""push_hourly's outcome columns, stacked in this order (services.etl.push.OUTCOMES)."""
 DURATION_UNITS = ((60_000, "min"), (1000, "s"), (1, "ms"))
 MIN_HOURS = 6
 MAX_SERIES = 8
@@ -47,15 +56,24 @@ def group_label(row: Record) -> str:
 def throughput(rows: Sequence[Record]) -> bytes:
     """Messages sent per hour, stacked by topic."""
     figure, axes = _figure()
-    below = [0] * len(HOURS)
-    for color, (topic, by_hour) in zip(_colors(), _busiest(_per_hour(rows, "topic", "sent")).items(), strict=False):
-        sent = [by_hour.get(h, 0) for h in HOURS]
-        axes.bar(HOURS, sent, bottom=below, width=0.8, color=color, label=topic)
-        below = [b + n for b, n in zip(below, sent, strict=True)]
+    _stacked(axes, _busiest(_per_hour(rows, "topic", "sent")), _colors())
     _hour_axis(axes, {row["hour"] for row in rows})
-    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel("messages sent")
     _legend(axes, "topic")
+    return _png(figure)
+
+
+def push_attempts(rows: Sequence[Record]) -> bytes:
+    """Push attempts per hour, stacked by outcome (every group, topic and endpoint together)."""
+    figure, axes = _figure()
+    series: dict[str, dict[int, int]] = {outcome: {} for outcome, _ in PUSH_OUTCOMES}
+    for row in rows:
+        for outcome, by_hour in series.items():
+            by_hour[row["hour"]] = by_hour.get(row["hour"], 0) + (row[outcome] or 0)
+    _stacked(axes, series, (color for _, color in PUSH_OUTCOMES))
+    _hour_axis(axes, {row["hour"] for row in rows})
+    axes.set_ylabel("push attempts")
+    _legend(axes, "outcome")
     return _png(figure)
 
 
@@ -137,6 +155,16 @@ def _figure(height: float = HEIGHT) -> tuple[Figure, Axes]:
     axes.grid(axis="both", color="#e5e7eb", linewidth=0.8)
     axes.set_axisbelow(True)
     return figure, axes
+
+
+def _stacked(axes: Axes, series: Mapping[str, Mapping[int, int]], colors: Iterable[str]) -> None:
+    """A bar per hour, each series (its name the label) stacked on the ones before it."""
+    below = [0] * len(HOURS)
+    for color, (label, by_hour) in zip(colors, series.items(), strict=False):
+        counts = [by_hour.get(h, 0) for h in HOURS]
+        axes.bar(HOURS, counts, bottom=below, width=0.8, color=color, label=label)
+        below = [b + n for b, n in zip(below, counts, strict=True)]
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _duration_axis(axis: Axis, largest_ms: float) -> float:

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from services.etl.delays import delay_daily_schema
+from services.etl.push import push_hourly_schema
 from services.etl.quality import data_quality_schema
 from services.etl.report_page import DayTables, report_page
 from services.etl.storage import exists, list_folders, write_bytes
@@ -32,6 +33,7 @@ DRAWN: dict[str, Callable[[], StructType]] = {
     "group_hourly": group_hourly_schema,
     "delay_daily": delay_daily_schema,
     "data_quality": data_quality_schema,
+    "push_hourly": push_hourly_schema,
 }
 """The tables whose rows the report draws (the others: only counted), with their schemas."""
 

@@ -1,7 +1,8 @@
 """The report's HTML: a header (the day, what was read and quarantined, every table's rows), then per chart
 a section with the chart, as an embedded PNG, and the numbers it draws in a table beneath.
 
-A section with no rows for the day shows a "no data" panel instead of a chart. The page
+A section with no rows for the day shows a "no data" panel instead of a chart (the push
+section, of a day without push attempts, as most clusters have, one line instead). The page
 is self-contained: inline style, system fonts, images as data: URIs, no script.
 """
 
@@ -17,6 +18,8 @@ from typing import Any
 from services.etl import plots
 
 Row = dict[str, Any]
+TOP_ENDPOINTS = 5
+"""The push section's table: at most this many endpoints, those with most failed and throttled attempts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,7 @@ class DayTables:
     group_hourly: list[Row]
     delay_daily: list[Row]
     data_quality: list[Row]
+    push_hourly: list[Row]
     row_counts: dict[str, int]
 
 
@@ -59,6 +63,7 @@ def report_page(tables: DayTables) -> str:
         _latencies(tables.group_hourly, day),
         _failures(tables.group_hourly, day),
         _lateness(tables.delay_daily, day),
+        _push(tables.push_hourly, day),
     ]
     return "\n".join(
         [
@@ -154,6 +159,25 @@ def _lateness(rows: Sequence[Row], day: str) -> str:
     what = "how long after its due time a scheduled message reached its topic"
     empty = "no scheduled message fired" if named else ""
     return _section("Delay lateness", what, fired, plots.lateness, table, day, empty)
+
+
+def _push(rows: Sequence[Row], day: str) -> str:
+    """Attempts by outcome per hour and the endpoints that failed or throttled most; a day without: one line."""
+    title = "Push deliveries"
+    if not rows:
+        return f'<section><h2>{title}</h2><p class="sub">no push attempts on {day}</p></section>'
+    counts = ["attempts", "failed", "throttled", "gone", "no_answer"]
+    totals = _totals(rows, ["endpoint"], counts)  # [endpoint, attempts, failed, throttled, ...], by endpoint
+
+    def trouble(total: list[Any]) -> int:
+        return int(total[2] + total[3])
+
+    top = sorted((total for total in totals if trouble(total)), key=lambda total: -trouble(total))[:TOP_ENDPOINTS]
+    table = _table(["endpoint", *(c.replace("_", " ") for c in counts)], top)
+    what = (
+        f"webhook attempts per UTC hour by outcome; the endpoints (at most {TOP_ENDPOINTS}) failing or throttled most"
+    )
+    return _section(title, what, rows, plots.push_attempts, table, day)
 
 
 def _section(

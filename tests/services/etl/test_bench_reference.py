@@ -2,11 +2,11 @@
 
 The bench compares the job's speed with DuckDB's on the same files; that is only
 fair if both compute the same thing. One small generated day (bench.etl_events),
-with the story set's edge cases and corrupt lines on top, goes through the job and
-through bench.etl_reference: every count, every hour's lag and oldest unacked age
-(the stalled hours' rows too), every invariant, every journey and every quarantined line
-are the same (percentiles are two different sketches' approximations: left out). Neither
-reads a CommitLog, as in the bench.
+with the story set's edge cases, corrupt lines and push attempts (tests.support.push_events)
+on top, goes through the job and through bench.etl_reference: every count, every hour's
+lag and oldest unacked age (the stalled hours' rows too), every invariant, every journey,
+every push hour and every quarantined line are the same (percentiles are two different
+sketches' approximations: left out). Neither reads a CommitLog, as in the bench.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from services.etl.journey import GROUP_EVENTS
 from services.etl.quality import INVARIANTS
 from services.etl.settings import EtlSettings
 from tests.support.event_files import write_november_22
+from tests.support.push_events import write_pushes_22nd
 
 LINES = 3_000
 PERCENTILE = "_p"
@@ -38,6 +39,7 @@ def both(
 ) -> tuple[Path, Path, dict[str, int], dict[str, int]]:
     generated = cached_day(tmp_path_factory.mktemp("bench-days"), LINES, seed=3)
     write_november_22(generated.events)
+    write_pushes_22nd(generated.events)  # the generated day has none
     ours = tmp_path_factory.mktemp("ours")
     settings = EtlSettings(
         events_uri=generated.events.as_uri(), warehouse_uri=ours.as_uri(), lookback_days=1, commitlog_uris=""
@@ -61,6 +63,7 @@ def test_duckdb_writes_as_many_rows_to_each_table_as_the_job(
 
     assert ours_rows == theirs_rows  # no commitlog_daily either: neither read a CommitLog
     assert theirs_rows["quarantine"] >= 4  # the story set's corrupt lines at least
+    assert theirs_rows["push_hourly"] == 5  # tests.support.push_events' hours
 
 
 @pytest.mark.parametrize("table", TABLES)
