@@ -35,9 +35,10 @@ CloudEvents HTTP binding asks: space, '"', '%' and anything outside printable AS
 Keys are joined with ',': petrel-keys encodes each key so (',' too); the petrelkeys attribute
 encodes only ',' and '%' in a key (in binary mode its header value is then encoded as any other).
 
-User properties travel in the three header-based formats as `petrel-property-<name>` when the name
-is lower-case letters, digits, '.', '_' and '-' (HTTP header names lose case); the others are left
-out and counted in `petrel-properties-skipped`. Only standard-webhooks carries every property.
+User properties travel in raw and both CloudEvents modes as `petrel-property-<name>` headers (a
+CloudEvents attribute cannot hold a map) when the name is lower-case letters, digits, '.', '_' and
+'-' (HTTP header names lose case); the others are left out and counted in
+`petrel-properties-skipped`. Only standard-webhooks carries every property, in `data.properties`.
 """
 
 from __future__ import annotations
