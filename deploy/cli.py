@@ -1,5 +1,5 @@
 """The `petrel` command: `up`, `openapi`, `settings-reference`, `bench`, `store check|dump|repair`,
-`checkback-receiver`, `etl daily`, `etl report`."""
+`checkback-receiver`, `webhook-receiver`, `etl daily`, `etl report`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,40 @@ import sys
 from pathlib import Path
 
 from deploy.plan import UpOptions
+
+
+def _receiver_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The example receivers: of transaction check-backs, of push deliveries."""
+    r = sub.add_parser("checkback-receiver", help="an example transaction check-back receiver (prints and answers)")
+    r.add_argument("--port", type=int, default=9000)
+    r.add_argument("--secret", required=True, help="the producer group's signing_secret (whsec_...)")
+    r.add_argument("--answer", choices=["COMMIT", "ROLLBACK", "UNKNOWN"], default="COMMIT", help="the default answer")
+    r.add_argument("--decisions", type=Path, help="a file of '<message_id> COMMIT|ROLLBACK' lines, read per check")
+    w = sub.add_parser("webhook-receiver", help="an example push endpoint: verifies, prints and answers each delivery")
+    w.add_argument("--port", type=int, default=9000, help="(default: 9000; 0: any free port, printed)")
+    w.add_argument("--host", default="127.0.0.1")
+    w.add_argument(
+        "--secret",
+        action="append",
+        help="the subscription's signing_secret (whsec_...); repeat to accept any of several "
+        "(default: $PETREL_WEBHOOK_SECRET)",
+    )
+    answer = w.add_mutually_exclusive_group()
+    answer.add_argument("--answer", type=int, default=200, metavar="STATUS", help="the status to answer (default: 200)")
+    answer.add_argument(
+        "--defer", action="store_true", help="answer 202 Petrel-Ack: deferred, ack later via the gateway"
+    )
+    w.add_argument("--retry-after", type=int, metavar="SECONDS", help="send Retry-After (with --answer 429 or 503)")
+    w.add_argument("--gateway", default="http://127.0.0.1:8080", help="where --defer acks (default: %(default)s)")
+    w.add_argument("--defer-seconds", type=float, default=1.0, help="how long after a --defer delivery to ack (1)")
+
+
+def _webhook_receiver(args: argparse.Namespace) -> None:
+    from deploy.webhook_receiver import ReceiverOptions, run
+
+    secrets = args.secret or [s for s in [os.environ.get("PETREL_WEBHOOK_SECRET")] if s]
+    defer_seconds = args.defer_seconds if args.defer else None
+    run(args.host, args.port, ReceiverOptions(secrets, args.answer, args.retry_after, defer_seconds, args.gateway))
 
 
 def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -136,11 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     o.add_argument("--dir", type=Path, default=Path("openapi"))
     sr = sub.add_parser("settings-reference", help="write docs/settings.md from the services' settings classes")
     sr.add_argument("--check", action="store_true", help="only check; exit 1 when docs/settings.md is stale")
-    r = sub.add_parser("checkback-receiver", help="an example transaction check-back receiver (prints and answers)")
-    r.add_argument("--port", type=int, default=9000)
-    r.add_argument("--secret", required=True, help="the producer group's signing_secret (whsec_...)")
-    r.add_argument("--answer", choices=["COMMIT", "ROLLBACK", "UNKNOWN"], default="COMMIT", help="the default answer")
-    r.add_argument("--decisions", type=Path, help="a file of '<message_id> COMMIT|ROLLBACK' lines, read per check")
+    _receiver_parsers(sub)
     sub.add_parser("bench", help="run the benchmark harness (same as `make bench`); `petrel bench --help`")
     args = parser.parse_args(argv)
 
@@ -187,6 +217,9 @@ def main(argv: list[str] | None = None) -> None:
         from services.etl.command import daily, report
 
         sys.exit(report(args) if args.job == "report" else daily(args))
+    if args.command == "webhook-receiver":
+        _webhook_receiver(args)
+        return
     if args.command == "checkback-receiver":
         from deploy.checkback_receiver import run
 

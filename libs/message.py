@@ -108,6 +108,15 @@ class MessageRecord:
     def user_properties(self) -> dict[str, str]:
         return {k: v for k, v in self.properties.items() if k not in SYSTEM_PROPERTIES}
 
+    @property
+    def binary_body(self) -> bool:
+        """The producer sent body_base64: consumers get the body as base64 too, not as text."""
+        return bool(self.sysflag & SysFlag.BINARY_BODY)
+
+    @property
+    def message_group(self) -> str | None:
+        return self.properties.get(Prop.MESSAGE_GROUP)
+
 
 SYSTEM_PROPERTIES: Final = frozenset(
     value for name, value in vars(Prop).items() if name.isupper() and isinstance(value, str)

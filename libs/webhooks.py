@@ -24,7 +24,7 @@ import hmac
 import secrets
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 SECRET_PREFIX: Final = "whsec_"
@@ -71,14 +71,23 @@ def signature(secret: str, webhook_id: str, timestamp: int, body: bytes) -> str:
     return f"{SIGNATURE_VERSION},{base64.b64encode(digest).decode()}"
 
 
-def sign(secret: str, body: bytes, *, webhook_id: str | None = None, now: float | None = None) -> dict[str, str]:
-    """The three headers to send with `body`: a fresh id unless one is given, the current time unless given."""
+def sign(
+    secret: str | Sequence[str], body: bytes, *, webhook_id: str | None = None, now: float | None = None
+) -> dict[str, str]:
+    """The three headers to send with `body`: a fresh id unless one is given, the current time unless given.
+
+    Several secrets (a rotation's overlap) give one signature each, space-separated,
+    so that a receiver that knows any one of them accepts the request.
+    """
+    signing = [secret] if isinstance(secret, str) else list(secret)
+    if not signing:
+        raise InvalidSecret("signing needs at least one secret")
     webhook_id = webhook_id or f"msg_{uuid.uuid4().hex}"
     timestamp = int(time.time() if now is None else now)
     return {
         ID_HEADER: webhook_id,
         TIMESTAMP_HEADER: str(timestamp),
-        SIGNATURE_HEADER: signature(secret, webhook_id, timestamp, body),
+        SIGNATURE_HEADER: " ".join(signature(s, webhook_id, timestamp, body) for s in signing),
     }
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from libs.message import MessageRecord, Prop, SysFlag
+from libs.message import MessageRecord
 
 
 def message_fields(record: MessageRecord, broker: str) -> dict[str, Any]:
     """The record as `Message`'s fields: for models that extend it, and for answers built without one."""
-    binary = bool(record.sysflag & SysFlag.BINARY_BODY)
+    binary = record.binary_body
     return {
         "message_id": record.message_id or "",
         "topic": record.topic,
@@ -19,7 +19,7 @@ def message_fields(record: MessageRecord, broker: str) -> dict[str, Any]:
         "tag": record.tag,
         "keys": record.keys,
         "properties": record.user_properties,
-        "message_group": record.properties.get(Prop.MESSAGE_GROUP),
+        "message_group": record.message_group,
         "born_at": record.born_timestamp,
         "stored_at": record.store_timestamp,
         "broker": broker,
