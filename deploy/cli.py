@@ -57,6 +57,7 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--broker-port", type=int, default=d.broker_port, help="the first broker's port (+1 per broker)")
     p.add_argument("--timer-port", type=int, default=d.timer_port)
     p.add_argument("--txcheck-port", type=int, default=d.txcheck_port)
+    p.add_argument("--push-port", type=int, default=d.push_port)
     p.add_argument("--redis-url", default=None, help="use this Redis instead of finding or starting one")
     p.add_argument(
         "--delay-levels",
@@ -187,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
             broker_port=args.broker_port,
             timer_port=args.timer_port,
             txcheck_port=args.txcheck_port,
+            push_port=args.push_port,
             delay_levels=args.delay_levels,
             etl=args.etl,
         )

@@ -16,6 +16,8 @@ def _apps() -> dict[str, Callable[[], FastAPI]]:
     from services.broker.settings import BrokerSettings
     from services.nameserver.app import create_app as nameserver_app
     from services.nameserver.settings import NameserverSettings
+    from services.push.app import create_app as push_app
+    from services.push.settings import PushSettings
     from services.timer.app import create_app as timer_app
     from services.timer.settings import TimerSettings
     from services.txcheck.app import create_app as txcheck_app
@@ -26,6 +28,7 @@ def _apps() -> dict[str, Callable[[], FastAPI]]:
         "nameserver": lambda: nameserver_app(NameserverSettings()),
         "broker": lambda: broker_app(BrokerSettings()),
         "timer": lambda: timer_app(TimerSettings()),
+        "push": lambda: push_app(PushSettings()),
         "txcheck": lambda: txcheck_app(TxcheckSettings()),
     }
 

@@ -8,6 +8,7 @@ go to every process alike.
 
 from __future__ import annotations
 
+import os
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ class UpOptions:
     broker_port: int = 10911
     timer_port: int = 10931
     txcheck_port: int = 10941
+    push_port: int = 10951
     startup_timeout: float = 60.0
     delay_levels: str = DEFAULT_DELAY_LEVELS
     """PETREL_DELAY_LEVELS of every process: the gateway, the brokers and the timer must agree on it."""
@@ -62,8 +64,8 @@ def broker_name(index: int) -> str:
 
 
 def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
-    """In start order: nameservers, brokers, timer, txcheck (health, Celery worker, beat), the nightly ETL's
-    Celery worker and beat (unless `options.etl` is false), gateway."""
+    """In start order: nameservers, brokers, timer, txcheck (health, Celery worker, beat), push, the nightly
+    ETL's Celery worker and beat (unless `options.etl` is false), gateway."""
     if options.brokers < 1 or options.nameservers < 1:
         raise ValueError("a cluster needs at least one nameserver and one broker")
     parse_delay_levels(options.delay_levels)  # refused here, before any process starts, rather than by each
@@ -73,7 +75,7 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
         "PETREL_NAMESERVERS": ",".join(nameservers),
         "PETREL_REDIS_URL": redis_url,
         "PETREL_DELAY_LEVELS": options.delay_levels,
-    }
+    } | _egress(options.host)
     specs = [
         ProcessSpec(
             f"nameserver-{i}" if options.nameservers > 1 else "nameserver",
@@ -98,6 +100,7 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
     specs.append(ProcessSpec("txcheck", "services.txcheck", options.txcheck_port, txcheck_env))
     specs.append(ProcessSpec("txcheck-worker", "services.txcheck", 0, txcheck_env, args=("worker",)))
     specs.append(ProcessSpec("txcheck-beat", "services.txcheck", 0, txcheck_env, args=("beat",)))
+    specs.append(ProcessSpec("push", "services.push", options.push_port, shared | _port("PUSH", options.push_port)))
     if options.etl:
         etl_env = shared | {"PETREL_ETL_REDIS_KEY_PREFIX": _prefix(options, "etl")}
         specs.append(ProcessSpec("etl-worker", "services.etl", 0, etl_env, args=("worker",)))
@@ -105,10 +108,22 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
     gateway_env = (
         shared
         | _port("GATEWAY", options.gateway_port)
-        | {"PETREL_GATEWAY_HOST": options.host, "PETREL_GATEWAY_TIMER_ADDRESS": f"127.0.0.1:{options.timer_port}"}
+        | {
+            "PETREL_GATEWAY_HOST": options.host,
+            "PETREL_GATEWAY_TIMER_ADDRESS": f"127.0.0.1:{options.timer_port}",
+            "PETREL_GATEWAY_PUSH_ADDRESS": f"127.0.0.1:{options.push_port}",
+        }
     )
     specs.append(ProcessSpec("gateway", "gateway", options.gateway_port, gateway_env, host=options.host))
     return specs
+
+
+def _egress(host: str) -> dict[str, str]:
+    """A gateway reachable from elsewhere (`--host 0.0.0.0`): txcheck and push, which listen on loopback
+    themselves, must not allow loopback URLs either, unless the operator lists networks (libs.egress)."""
+    if host in {"127.0.0.1", "localhost", "::1"} or os.environ.get("PETREL_PUSH_ALLOWED_NETWORKS") is not None:
+        return {}
+    return {"PETREL_PUSH_ALLOWED_NETWORKS": ""}
 
 
 def _port(service: str, port: int) -> dict[str, str]:

@@ -46,6 +46,7 @@ def services() -> dict[str, type[ServiceSettings]]:
     from services.broker.settings import BrokerSettings
     from services.etl.settings import EtlSettings
     from services.nameserver.settings import NameserverSettings
+    from services.push.settings import PushSettings
     from services.timer.settings import TimerSettings
     from services.txcheck.settings import TxcheckSettings
 
@@ -55,6 +56,7 @@ def services() -> dict[str, type[ServiceSettings]]:
         "broker": BrokerSettings,
         "timer": TimerSettings,
         "txcheck": TxcheckSettings,
+        "push": PushSettings,
         "etl": EtlSettings,
     }
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Final
 
 from sqlalchemy import BigInteger, Boolean, Engine, Float, Integer, MetaData, String, delete, select
@@ -91,21 +91,6 @@ class Subscription:
         if self.previous_secret and self.previous_secret_until is not None and now_ms < self.previous_secret_until:
             return [self.signing_secret, self.previous_secret]
         return [self.signing_secret]
-
-    def same_delivery(self, other: Subscription) -> bool:
-        """Whether `other` delivers the same way (only its pause, disable or secrets differ)."""
-        return (
-            replace(
-                other,
-                paused=self.paused,
-                disabled_reason=self.disabled_reason,
-                signing_secret=self.signing_secret,
-                previous_secret=self.previous_secret,
-                previous_secret_until=self.previous_secret_until,
-                updated_at=self.updated_at,
-            )
-            == self
-        )
 
 
 def open_subscription_engine(url: str) -> Engine:

@@ -36,6 +36,7 @@ def test_plan_starts_nameservers_first_and_the_gateway_last() -> None:
         "txcheck",
         "txcheck-worker",
         "txcheck-beat",
+        "push",
         "etl-worker",
         "etl-beat",
         "gateway",
@@ -43,14 +44,14 @@ def test_plan_starts_nameservers_first_and_the_gateway_last() -> None:
     assert [s.port for s in specs if s.module == "services.broker"] == [10911, 10912, 10913]
     assert specs[2].env["PETREL_NAMESERVERS"] == "127.0.0.1:9876,127.0.0.1:9877"
     assert specs[2].env["PETREL_BROKER_BROKER_NAME"] == "broker-a"
-    worker, beat = specs[-5], specs[-4]
+    worker, beat = specs[-6], specs[-5]
     assert (worker.module, worker.args, worker.port) == ("services.txcheck", ("worker",), 0)
     assert (beat.module, beat.args, beat.port) == ("services.txcheck", ("beat",), 0)
     assert worker.env["PETREL_REDIS_URL"] == beat.env["PETREL_REDIS_URL"] == "redis://127.0.0.1:6379/0"
     prefix = worker.env["PETREL_TXCHECK_REDIS_KEY_PREFIX"]
-    assert prefix == beat.env["PETREL_TXCHECK_REDIS_KEY_PREFIX"] == specs[-6].env["PETREL_TXCHECK_REDIS_KEY_PREFIX"]
+    assert prefix == beat.env["PETREL_TXCHECK_REDIS_KEY_PREFIX"] == specs[-7].env["PETREL_TXCHECK_REDIS_KEY_PREFIX"]
     other = plan_cluster(UpOptions(data_dir=Path("elsewhere")), "redis://127.0.0.1:6379/0")
-    assert other[-4].env["PETREL_TXCHECK_REDIS_KEY_PREFIX"] != prefix, "two clusters would share Celery queues"
+    assert other[-5].env["PETREL_TXCHECK_REDIS_KEY_PREFIX"] != prefix, "two clusters would share Celery queues"
 
 
 def test_plan_starts_the_nightly_etls_worker_and_beat_on_a_redis_prefix_of_the_clusters_own() -> None:
@@ -74,7 +75,7 @@ def test_plan_starts_the_nightly_etls_worker_and_beat_on_a_redis_prefix_of_the_c
 
 def test_no_etl_leaves_the_nightly_etl_out_of_the_plan() -> None:
     names = [s.name for s in plan_cluster(UpOptions(etl=False), "redis://127.0.0.1:6379/0")]
-    assert names == ["nameserver", "broker-a", "timer", "txcheck", "txcheck-worker", "txcheck-beat", "gateway"]
+    assert names == ["nameserver", "broker-a", "timer", "txcheck", "txcheck-worker", "txcheck-beat", "push", "gateway"]
 
 
 def test_petrel_up_no_etl_and_the_setting_both_leave_the_etl_out(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,6 +123,21 @@ def test_plan_gives_every_process_the_same_delay_level_table() -> None:
 def test_plan_refuses_a_malformed_delay_level_table_before_starting_anything() -> None:
     with pytest.raises(ValueError, match="delay level '1q' is not a number with ms, s, m, h or d"):
         plan_cluster(UpOptions(delay_levels="1s 1q"), "redis://127.0.0.1:6379/0")
+
+
+def test_a_gateway_bound_beyond_loopback_lets_no_service_call_loopback_urls_unless_networks_are_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PETREL_PUSH_ALLOWED_NETWORKS", raising=False)
+    local = {s.name: s.env for s in plan_cluster(UpOptions(), "redis://x")}
+    public = {s.name: s.env for s in plan_cluster(UpOptions(host="0.0.0.0"), "redis://x")}
+    monkeypatch.setenv("PETREL_PUSH_ALLOWED_NETWORKS", "10.0.0.0/8")
+    listed = {s.name: s.env for s in plan_cluster(UpOptions(host="0.0.0.0"), "redis://x")}
+
+    assert "PETREL_PUSH_ALLOWED_NETWORKS" not in local["push"]
+    assert public["push"]["PETREL_PUSH_ALLOWED_NETWORKS"] == public["txcheck"]["PETREL_PUSH_ALLOWED_NETWORKS"] == ""
+    assert "PETREL_PUSH_ALLOWED_NETWORKS" not in listed["push"]  # the operator's own list reaches every process
+    assert local["gateway"]["PETREL_GATEWAY_PUSH_ADDRESS"] == "127.0.0.1:10951"
 
 
 def test_plan_refuses_an_empty_cluster() -> None:

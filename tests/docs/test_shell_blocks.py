@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import local_cluster, local_cluster_with_txcheck
+from tests.support.cluster import local_cluster, local_cluster_with_push, local_cluster_with_txcheck
 from tests.support.doc_blocks import run_page, shell_blocks
 from tests.support.serving import free_port
 
@@ -37,7 +37,8 @@ def shell_env() -> dict[str, str]:
 async def test_the_pages_shell_blocks_run_as_written(page: str, tmp_path: Path) -> None:
     blocks = shell_blocks(ROOT / page, page)
     with_txcheck = any("checkback-receiver" in b.text for b in blocks)
-    starting = local_cluster_with_txcheck if with_txcheck else local_cluster
+    with_push = any("webhook-receiver" in b.text for b in blocks)
+    starting = local_cluster_with_txcheck if with_txcheck else local_cluster_with_push if with_push else local_cluster
     async with starting(tmp_path / "data") as (cluster, _):
         ports = {
             8080: cluster.specs["gateway"].port,

@@ -1,7 +1,8 @@
 """LocalCluster: a whole Petrel cluster on real processes for e2e tests (nameserver, broker, timer, gateway).
 
-With `txcheck=True`, also txcheck's Celery worker and beat on the real Redis, under a
-key prefix of the cluster's own (scans every second, transactions due after one second).
+With `push=True`, also the push service. With `txcheck=True`, also txcheck's Celery worker
+and beat on the real Redis, under a key prefix of the cluster's own (scans every second,
+transactions due after one second).
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ SMALL_TIMER = {
 
 
 class LocalCluster:
-    def __init__(self, data_dir: Path, env: dict[str, str], *, txcheck: bool = False) -> None:
+    def __init__(self, data_dir: Path, env: dict[str, str], *, txcheck: bool = False, push: bool = False) -> None:
         self.data_dir = data_dir
         self.supervisor = Supervisor(data_dir)
-        ports = {name: free_port() for name in ("nameserver", "broker", "timer", "gateway")}
+        ports = {name: free_port() for name in ("nameserver", "broker", "timer", "push", "gateway")}
         self.redis_prefix = f"petrel-e2e:{uuid.uuid4().hex[:12]}:"
         shared = (
             {
@@ -68,13 +69,18 @@ class LocalCluster:
                 name, module, port, shared | {f"PETREL_{service.upper()}_PORT": str(port)} | (extra or {})
             )
 
-        timer_address = f"127.0.0.1:{ports['timer']}"
+        addresses = {
+            "PETREL_GATEWAY_TIMER_ADDRESS": f"127.0.0.1:{ports['timer']}",
+            "PETREL_GATEWAY_PUSH_ADDRESS": f"127.0.0.1:{ports['push']}",
+        }
         self.specs = {
             "nameserver": spec("nameserver", "services.nameserver", "nameserver"),
             "broker-a": spec("broker-a", "services.broker", "broker"),
             "timer": spec("timer", "services.timer", "timer"),
-            "gateway": spec("gateway", "gateway", "gateway", {"PETREL_GATEWAY_TIMER_ADDRESS": timer_address}),
         }
+        if push:
+            self.specs["push"] = spec("push", "services.push", "push")
+        self.specs["gateway"] = spec("gateway", "gateway", "gateway", addresses)
         if txcheck:
             for role in ("worker", "beat"):
                 self.specs[f"txcheck-{role}"] = ProcessSpec(
@@ -119,6 +125,13 @@ class LocalCluster:
 @asynccontextmanager
 async def local_cluster(data_dir: Path, **env: str) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
     async with _running(LocalCluster(data_dir, env)) as running:
+        yield running
+
+
+@asynccontextmanager
+async def local_cluster_with_push(data_dir: Path, **env: str) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
+    """The cluster and the push service."""
+    async with _running(LocalCluster(data_dir, env, push=True)) as running:
         yield running
 
 

@@ -1,0 +1,301 @@
+"""Push subscriptions on real processes: the gateway, the push service and a broker, to a receiver on loopback.
+
+The receiver (tests.support.webhook_endpoint) verifies every signature with the
+Standard Webhooks reference implementation and measures what it is sent.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from tests.support.cluster import LocalCluster, local_cluster_with_push
+from tests.support.serving import ServedApp, serving
+from tests.support.waiting import eventually
+from tests.support.webhook_endpoint import Answer, Delivery, WebhookEndpoint
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
+
+FAST_RETRIES = {"type": "exponential", "initial_ms": 100, "max_ms": 200}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
+    """One cluster for the tests that kill nothing (each has its own group and topic)."""
+    async with local_cluster_with_push(tmp_path_factory.mktemp("push") / "data") as running:
+        yield running
+
+
+@pytest.fixture
+def endpoint() -> Iterator[tuple[WebhookEndpoint, ServedApp]]:
+    receiver = WebhookEndpoint()
+    with serving(receiver.app()) as served:
+        yield receiver, served
+
+
+async def subscribe(
+    client: httpx.AsyncClient,
+    group: str,
+    topic: str,
+    served: ServedApp,
+    receiver: WebhookEndpoint,
+    *,
+    topic_type: str = "NORMAL",
+    group_config: dict[str, Any] | None = None,
+    **settings: Any,
+) -> dict[str, Any]:
+    """Topic, group and subscription; the receiver learns the secret."""
+    answer = await client.put(f"/v1/topics/{topic}", json={"queues": 4, "message_type": topic_type})
+    assert answer.status_code in (200, 201), answer.text
+    answer = await client.put(f"/v1/groups/{group}", json=group_config or {})
+    assert answer.status_code in (200, 201), answer.text
+    body = {"endpoint_url": f"{served.url}/hook"} | settings
+    answer = await client.put(f"/v1/groups/{group}/subscriptions/{topic}", json=body)
+    assert answer.status_code == 201, answer.text
+    subscription: dict[str, Any] = answer.json()
+    receiver.reset(subscription["signing_secret"])
+    return subscription
+
+
+async def send(client: httpx.AsyncClient, topic: str, *bodies: str, **fields: Any) -> list[str]:
+    entries = [{"body": b} | fields for b in bodies]
+    answer = await client.post(f"/v1/topics/{topic}/messages:batch", json={"messages": entries})
+    assert answer.status_code == 200, answer.text
+    return [entry["result"]["message_id"] for entry in answer.json()["results"]]
+
+
+async def lag(client: httpx.AsyncClient, group: str) -> int:
+    answer = await client.get(f"/v1/groups/{group}/lag")
+    assert answer.status_code == 200, answer.text
+    return int(answer.json()["total_lag"])
+
+
+async def status(client: httpx.AsyncClient, group: str, topic: str) -> dict[str, Any]:
+    answer = await client.get(f"/v1/groups/{group}/subscriptions/{topic}")
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def log_of(cluster: LocalCluster) -> str:
+    return cluster.log("push")[-3000:]
+
+
+async def test_every_message_arrives_signed_once_and_is_acked(
+    cluster: tuple[LocalCluster, httpx.AsyncClient], endpoint: tuple[WebhookEndpoint, ServedApp]
+) -> None:
+    running, client = cluster
+    receiver, served = endpoint
+    subscription = await subscribe(client, "billing", "orders", served, receiver)
+    assert subscription["signing_secret"].startswith("whsec_")
+    assert (await status(client, "billing", "orders"))["signing_secret"] is None, "the secret is shown once"
+
+    ids = await send(client, "orders", *(f"order {i}" for i in range(20)), tag="paid")
+
+    async def all_acked() -> bool:
+        return receiver.seen() == set(ids) and await lag(client, "billing") == 0
+
+    await eventually(all_acked, "20 messages pushed and acked", timeout=15, context=lambda: log_of(running))
+    assert all(d.verified for d in receiver.deliveries), "a signature the reference implementation refuses"
+    assert sorted(len(receiver.of(i)) for i in ids) == [1] * 20, "a message pushed twice without a crash"
+    first = receiver.of(ids[0])[0]
+    assert (first.attempt, first.data["tag"], first.data["topic"]) == (1, "paid", "orders")
+    assert first.headers["webhook-id"] == ids[0] == first.data["message_id"]
+    shown = await status(client, "billing", "orders")
+    assert shown["status"]["acked"] == 20
+    assert shown["status"]["state"] == "active"
+
+
+async def test_a_message_answered_500_retries_into_the_dlq_while_the_others_flow(
+    cluster: tuple[LocalCluster, httpx.AsyncClient], endpoint: tuple[WebhookEndpoint, ServedApp]
+) -> None:
+    running, client = cluster
+    receiver, served = endpoint
+    receiver.answer = lambda d: Answer(500) if d.text == "poison" else Answer(200)
+    group_config = {"max_retries": 2, "retry_policy": FAST_RETRIES}
+    await subscribe(client, "shipping", "parcels", served, receiver, group_config=group_config)
+
+    poison, *good = await send(client, "parcels", "poison", *(f"parcel {i}" for i in range(10)))
+
+    async def dead_lettered() -> bool:
+        answer = await client.get("/v1/groups/shipping/dlq")
+        return any(m["message_id"] == poison for m in answer.json()["messages"])
+
+    await eventually(dead_lettered, "the poison message in the DLQ", timeout=20, context=lambda: log_of(running))
+    assert [d.attempt for d in receiver.of(poison)] == [1, 2, 3]
+    assert all(len(receiver.of(i)) == 1 for i in good), "a good message was pushed more than once"
+    dead = next(
+        m for m in (await client.get("/v1/groups/shipping/dlq")).json()["messages"] if m["message_id"] == poison
+    )
+    assert "HTTP 500" in dead["reason"]
+    attempts = (await client.get("/v1/groups/shipping/subscriptions/parcels/attempts")).json()["attempts"]
+    assert [a["outcome"] for a in attempts if a["message_id"] == poison] == ["failed"] * 3
+
+
+async def test_a_429_storm_slows_the_push_honours_retry_after_and_costs_no_attempt(
+    cluster: tuple[LocalCluster, httpx.AsyncClient], endpoint: tuple[WebhookEndpoint, ServedApp]
+) -> None:
+    running, client = cluster
+    receiver, served = endpoint
+    storm = {"left": 5}
+
+    def throttle(_: Delivery) -> Answer:
+        if storm["left"] > 0:
+            storm["left"] -= 1
+            return Answer(429, {"Retry-After": "1"})
+        return Answer(200)
+
+    receiver.answer = throttle
+    await subscribe(client, "search", "documents", served, receiver, max_in_flight=8)
+    ids = await send(client, "documents", *(f"doc {i}" for i in range(16)))
+
+    async def all_acked() -> bool:
+        return receiver.seen() == set(ids) and await lag(client, "search") == 0
+
+    await eventually(all_acked, "every document pushed after the storm", timeout=30, context=lambda: log_of(running))
+    assert {d.attempt for d in receiver.deliveries} == {1}, "a throttled try was counted as an attempt"
+    storm_starts = [d.started for d in receiver.deliveries[:6]]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(storm_starts)]
+    assert min(gaps) >= 0.9, f"a try came before the Retry-After of 1 s ran out: {gaps}"
+    shown = (await status(client, "search", "documents"))["status"]
+    assert shown["throttled"] == 5
+    assert shown["failed"] == 0
+    assert shown["acked"] == 16
+
+
+async def test_410_disables_the_subscription_and_resume_delivers_what_waited(
+    cluster: tuple[LocalCluster, httpx.AsyncClient], endpoint: tuple[WebhookEndpoint, ServedApp]
+) -> None:
+    running, client = cluster
+    receiver, served = endpoint
+    receiver.answer = lambda _: Answer(410)
+    await subscribe(client, "legacy", "events", served, receiver)
+    ids = await send(client, "events", *(f"event {i}" for i in range(5)))
+
+    async def disabled() -> bool:
+        return bool((await status(client, "legacy", "events"))["status"]["state"] == "disabled")
+
+    await eventually(disabled, "the subscription disabled by 410", timeout=15, context=lambda: log_of(running))
+    shown = await status(client, "legacy", "events")
+    assert "410" in shown["disabled_reason"]
+    assert await lag(client, "legacy") == 5, "the messages stay in the group"
+
+    receiver.answer = lambda _: Answer(200)
+    answer = await client.post("/v1/groups/legacy/subscriptions/events:resume")
+    assert answer.status_code == 200, answer.text
+
+    async def all_acked() -> bool:
+        return set(ids) <= receiver.seen() and await lag(client, "legacy") == 0
+
+    await eventually(all_acked, "the waiting messages delivered after resume", timeout=20)
+
+
+async def test_a_deferred_answer_leaves_the_ack_to_the_receiver(
+    cluster: tuple[LocalCluster, httpx.AsyncClient], endpoint: tuple[WebhookEndpoint, ServedApp]
+) -> None:
+    _, client = cluster
+    receiver, served = endpoint
+    receiver.answer = lambda _: Answer(202, {"Petrel-Ack": "deferred"})
+    await subscribe(client, "reports", "jobs", served, receiver, invisible_seconds=30)
+    (job,) = await send(client, "jobs", "render the report")
+
+    async def delivered() -> bool:
+        return bool(receiver.of(job))
+
+    await eventually(delivered, "the job pushed", timeout=15)
+    assert await lag(client, "reports") == 1, "a deferred message must stay leased, not acked"
+    handle = receiver.of(job)[0].handle
+    answer = await client.post("/v1/groups/reports/ack", json={"receipt_handles": [handle]})
+    assert answer.json()["results"][0]["ok"], answer.text
+
+    async def acked() -> bool:
+        return await lag(client, "reports") == 0
+
+    await eventually(acked, "the receiver's own ack settled the job")
+    assert len(receiver.of(job)) == 1
+    assert (await status(client, "reports", "jobs"))["status"]["deferred"] == 1
+
+
+async def test_max_in_flight_and_rate_per_second_are_never_exceeded(
+    cluster: tuple[LocalCluster, httpx.AsyncClient], endpoint: tuple[WebhookEndpoint, ServedApp]
+) -> None:
+    _, client = cluster
+    receiver, served = endpoint
+    receiver.answer = lambda _: Answer(200, delay=0.1)
+    await subscribe(client, "mailer", "emails", served, receiver, max_in_flight=3, rate_per_second=20)
+    ids = await send(client, "emails", *(f"mail {i}" for i in range(60)))
+
+    async def all_acked() -> bool:
+        return receiver.seen() == set(ids) and await lag(client, "mailer") == 0
+
+    await eventually(all_acked, "60 emails pushed", timeout=30)
+    assert receiver.max_in_flight <= 3
+    starts = sorted(d.started for d in receiver.deliveries)
+    busiest = max(sum(1 for s in starts if t <= s < t + 1.0) for t in starts)
+    assert busiest <= 20 + 1, f"{busiest} deliveries started within one second, the cap is 20 (burst 1)"
+
+
+async def test_fifo_keeps_each_keys_order_and_runs_keys_side_by_side(
+    cluster: tuple[LocalCluster, httpx.AsyncClient], endpoint: tuple[WebhookEndpoint, ServedApp]
+) -> None:
+    _, client = cluster
+    receiver, served = endpoint
+    receiver.answer = lambda _: Answer(200, delay=0.05)
+    await subscribe(
+        client, "ledger", "accounts", served, receiver, topic_type="FIFO", group_config={"fifo": True}, max_in_flight=8
+    )
+    sent: dict[str, list[str]] = {}
+    for key in ("alice", "bob", "carol", "dave"):
+        sent[key] = await send(client, "accounts", *(f"{key} {i}" for i in range(8)), message_group=key)
+    ids = {i for key in sent.values() for i in key}
+
+    async def all_acked() -> bool:
+        return receiver.seen() == ids and await lag(client, "ledger") == 0
+
+    await eventually(all_acked, "32 FIFO messages pushed", timeout=30)
+    arrived: dict[str, list[str]] = collections.defaultdict(list)
+    for delivery in receiver.deliveries:
+        arrived[delivery.data["message_group"]].append(delivery.message_id)
+    assert dict(arrived) == sent, "a key's messages arrived out of order"
+    assert receiver.max_in_flight >= 2, "keys on different queues were not pushed side by side"
+
+
+async def test_kill_9_of_the_push_service_mid_delivery_loses_nothing(
+    tmp_path: Path, endpoint: tuple[WebhookEndpoint, ServedApp]
+) -> None:
+    receiver, served = endpoint
+    receiver.answer = lambda _: Answer(200, delay=0.5)
+    async with local_cluster_with_push(tmp_path / "data") as (running, client):
+        await subscribe(
+            client,
+            "crash",
+            "payments",
+            served,
+            receiver,
+            invisible_seconds=3,
+            max_in_flight=4,
+            group_config={"retry_policy": FAST_RETRIES},
+        )
+        ids = await send(client, "payments", *(f"payment {i}" for i in range(12)))
+
+        async def some_in_flight() -> bool:
+            return receiver.in_flight > 0
+
+        await eventually(some_in_flight, "deliveries under way", timeout=15)
+        await running.kill("push")
+        await running.restart("push")
+
+        async def all_acked() -> bool:
+            return receiver.seen() == set(ids) and await lag(client, "crash") == 0
+
+        await eventually(all_acked, "every payment acked after the crash", timeout=30, context=lambda: log_of(running))
+    twice = [i for i in ids if len(receiver.of(i)) > 1]
+    assert twice, "nothing was in flight at the kill: the test proved nothing"
+    assert len(twice) <= 4, "more duplicates than deliveries in flight at the kill"
+    assert all(receiver.of(i)[-1].attempt == 2 for i in twice), "a redelivery after the lease must be counted"

@@ -1,0 +1,124 @@
+"""What an endpoint's answer means for the message, through real POSTs to a receiver on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import pytest
+import pytest_asyncio
+from fastapi import FastAPI, Request, Response
+
+from libs.egress import LOOPBACK_NETWORKS, EgressGuard
+from services.push.attempts import Outcome
+from services.push.delivery import Endpoint, Verdict
+from tests.support.serving import ServedApp, free_port, serving
+
+pytestmark = pytest.mark.asyncio
+
+Post = Callable[..., Awaitable[Verdict]]
+
+
+def answering_app() -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/status/{code}")
+    async def status(code: int, request: Request) -> Response:
+        headers = {key[2:]: value for key, value in request.query_params.items() if key.startswith("h-")}
+        return Response(b"x" * 100_000 if code == 418 else b"nope", status_code=code, headers=headers)
+
+    @app.post("/slow")
+    async def slow() -> Response:
+        await asyncio.sleep(1)
+        return Response(status_code=200)
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[ServedApp]:
+    with serving(answering_app()) as served:
+        yield served
+
+
+@pytest_asyncio.fixture
+async def post(receiver: ServedApp) -> AsyncIterator[Post]:
+    endpoints: list[Endpoint] = []
+
+    async def call(path: str, timeout: float = 5.0, guard: EgressGuard | None = None) -> Verdict:
+        endpoint = Endpoint(
+            f"{receiver.url}{path}", guard or EgressGuard(LOOPBACK_NETWORKS), max_connections=4, max_answer_bytes=1024
+        )
+        endpoints.append(endpoint)
+        return await endpoint.post(b"{}", {"content-type": "application/json"}, timeout)
+
+    yield call
+    for endpoint in endpoints:
+        await endpoint.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "outcome"),
+    [
+        ("/status/200", Outcome.ACKED),
+        ("/status/204", Outcome.ACKED),
+        ("/status/202", Outcome.ACKED),
+        ("/status/202?h-petrel-ack=deferred", Outcome.DEFERRED),
+        ("/status/400", Outcome.FAILED),
+        ("/status/500", Outcome.FAILED),
+        ("/status/410", Outcome.GONE),
+        ("/status/429", Outcome.THROTTLED),
+        ("/status/502", Outcome.THROTTLED),
+        ("/status/503", Outcome.THROTTLED),
+        ("/status/504", Outcome.THROTTLED),
+    ],
+)
+async def test_each_answer_is_judged_as_the_issue_says(post: Post, path: str, outcome: Outcome) -> None:
+    verdict = await post(path)
+    assert verdict.outcome is outcome
+
+
+async def test_retry_after_is_kept_and_an_error_names_the_status_and_the_answer(post: Post) -> None:
+    throttled = await post("/status/429?h-retry-after=7")
+    failed = await post("/status/500")
+
+    assert (throttled.retry_after, throttled.status) == ("7", 429)
+    assert failed.error == "HTTP 500: nope"
+
+
+async def test_a_redirect_is_not_followed_but_failed(post: Post) -> None:
+    verdict = await post("/status/302?h-location=http://169.254.169.254/")
+
+    assert verdict.outcome is Outcome.FAILED
+    assert "redirects are not followed" in str(verdict.error)
+
+
+async def test_a_long_answer_is_read_only_up_to_the_bound(post: Post) -> None:
+    verdict = await post("/status/418")
+    assert verdict.outcome is Outcome.FAILED
+    assert len(str(verdict.error)) < 300
+
+
+async def test_no_answer_in_time_and_no_connection_are_the_endpoints_trouble(post: Post, receiver: ServedApp) -> None:
+    late = await post("/slow", timeout=0.2)
+    closed = Endpoint(
+        f"http://127.0.0.1:{free_port()}/hook", EgressGuard(LOOPBACK_NETWORKS), max_connections=1, max_answer_bytes=1024
+    )
+    try:
+        refused = await closed.post(b"{}", {}, 1.0)
+    finally:
+        await closed.close()
+
+    assert (late.outcome, late.status, late.error) == (Outcome.THROTTLED, None, "no answer within 0.2 s")
+    assert refused.outcome is Outcome.THROTTLED
+    assert refused.error is not None
+    assert refused.error.startswith("no connection")
+
+
+async def test_an_address_the_guard_refuses_is_not_called(post: Post) -> None:
+    verdict = await post("/status/200", guard=EgressGuard(()))
+
+    assert verdict.outcome is Outcome.THROTTLED
+    assert verdict.error is not None
+    assert "refused by the egress guard" in verdict.error
+    assert verdict.status is None
