@@ -39,7 +39,6 @@ import orjson
 from bench.consumeload import JSON_HEADERS, LatencyRun, fill
 from bench.drain import Drain, Progress, index_of, print_drain
 
-DRAIN_LIMIT_S = 120.0
 LAG_POLL_S = 0.01
 LAG_LIMIT_S = 30.0
 
@@ -132,7 +131,7 @@ class Subscription:
         return limit
 
 
-async def drain(url: str, topic: str, group: str, count: int, warmup: int, max_in_flight: int) -> Drain:
+async def drain(url: str, topic: str, group: str, count: int, warmup: int, max_in_flight: int, limit: float) -> Drain:
     import aiohttp
 
     result = Drain(count=count, consumers=max_in_flight)
@@ -148,7 +147,7 @@ async def drain(url: str, topic: str, group: str, count: int, warmup: int, max_i
         subscription = Subscription(session, url, group, topic)
         async with receiving(Receiver(delivered, result.error)) as endpoint:
             await subscription.put(endpoint, max_in_flight)
-            await progress.wait(DRAIN_LIMIT_S)
+            await progress.wait(limit)
             settle = await subscription.settled(LAG_LIMIT_S)
             if settle >= LAG_LIMIT_S:
                 result.error(f"the group's lag was not 0 {LAG_LIMIT_S:.0f} s after the last delivery")
@@ -185,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-in-flight", type=int, default=64)
     parser.add_argument("--count", type=int, default=0, help="drain: messages in the backlog")
     parser.add_argument("--warmup-messages", type=int, default=0, help="drain: not timed until this many came")
+    parser.add_argument("--limit", type=float, default=120.0, help="drain: seconds before giving up")
     parser.add_argument("--rate", type=float, default=1000.0, help="latency: sends a second")
     parser.add_argument("--warmup", type=float, default=2.0, help="latency: seconds not measured")
     parser.add_argument("--seconds", type=float, default=10.0, help="latency: seconds measured")
@@ -192,9 +192,8 @@ def main(argv: list[str] | None = None) -> None:
     import uvloop
 
     if args.kind == "drain":
-        print_drain(
-            uvloop.run(drain(args.url, args.topic, args.group, args.count, args.warmup_messages, args.max_in_flight))
-        )
+        counts = (args.count, args.warmup_messages, args.max_in_flight, args.limit)
+        print_drain(uvloop.run(drain(args.url, args.topic, args.group, *counts)))
         return
     measured = latency(args.url, args.topic, args.group, args.rate, args.warmup, args.seconds, args.max_in_flight)
     print(json.dumps(uvloop.run(measured)), flush=True)

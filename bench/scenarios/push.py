@@ -11,22 +11,24 @@ Two measurements, each beside the gateway's consumers in the same cluster and ru
 - send-to-push latency at 1,000 msg/s: one message per send, paced open loop, and
   the time until the receiver has its POST; p50 and p99 beside long polling's
   send-to-receive (the consumers scenario's run, 8 consumers) in the same cluster,
-  and against the targets p50 <= 50 ms, p99 <= 200 ms (webhook services promise
-  seconds; 50/200 ms is what a push riding on a long poll should keep).
+  and against targets of p50 <= 50 ms, p99 <= 200 ms (the bench's own: a push
+  rides on the push service's long polls, so it should add tens of ms to them, not
+  seconds). A message not pushed 3 s after the last send counts as infinitely late.
 
-Why max_in_flight 64: the receiver answers in well under a millisecond, so what
-limits a subscription is how many POSTs wait in the push service's and the
-receiver's event loops at once. 64 covers the round trip at the ~10k msg/s the
-two cores allow (a few ms each under load) with room to spare, and is the same
-order as the 8 x 32 messages the consumers hold; more only queues in the loops.
+Why max_in_flight 64: the receiver answers at once, so what limits a subscription
+is how many POSTs wait in the push service's and the receiver's event loops. On the
+2-core machine (a 10,000-message backlog, 2026-11-24) 16 pushed 563 msg/s, 64 801
+and 256 783: 64 is where more in flight stops helping (the same order as the
+8 x 32 messages the consumers hold); more only queues in the loops.
 
 The receiver verifies no signature and dedupes nothing: that is the receiver's
-cost, not Petrel's (a Standard Webhooks HMAC over 1.5 KiB is ~5 us in Python).
+cost, not Petrel's, and the same for any push service.
 How the 2 cores are shared: the receiver and the sender are one load process of
 their own (as the consumers' load is), beside the gateway, the broker and the push
-service; the timer, txcheck and the ETL's Celery processes run but are idle. A
-push crosses fewer hops than a receive: broker -> push service -> receiver, against
-broker -> gateway -> consumer and the consumer's ack back through the gateway.
+service; the timer, txcheck and the ETL's Celery processes run but are idle. Per
+message, a push is one POST to the receiver, a share of the push service's receive
+at the broker (as many as the window has room for) and one ack call to the broker;
+a consumer's is its share of a receive and an ack of 32, each through the gateway.
 FULL runs three rounds, alternating push and consumers, and reports medians.
 """
 
@@ -48,7 +50,7 @@ from bench.scheduled import percentile
 MAX_IN_FLIGHT = 64
 TARGET_P50_MS = 50.0
 TARGET_P99_MS = 200.0
-DRAIN_LIMIT_S = 180.0
+DRAIN_LIMIT_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,7 @@ def push_drain(cluster: Cluster, name: str, count: int) -> Drain:
     _topic_and_group(cluster, name)
     command = [sys.executable, "-m", "bench.pushload", "drain", cluster.url, name, name, "--count", str(count)]
     command += ["--warmup-messages", str(count // 10), "--max-in-flight", str(MAX_IN_FLIGHT)]
+    command += ["--limit", str(DRAIN_LIMIT_S)]
     drain = run_drain(command, DRAIN_LIMIT_S)
     print(
         f"  {name}: {drain.count:,} messages, max_in_flight {MAX_IN_FLIGHT}: {drain.per_second:,.0f} msg/s "
