@@ -108,7 +108,7 @@ async def test_every_message_arrives_signed_once_and_is_acked(
     first = receiver.of(ids[0])[0]
     assert (first.attempt, first.data["tag"], first.data["topic"]) == (1, "paid", "orders")
     assert first.headers["webhook-id"] == ids[0] == first.data["message_id"]
-    metrics = httpx.get(f"{running.specs['push'].url}/metrics").text
+    metrics = (await client.get(f"{running.specs['push'].url}/metrics")).text
     assert 'petrel_push_attempts_total{group="billing",outcome="acked",topic="orders"} 20.0' in metrics
     shown = await status(client, "billing", "orders")
     assert shown["status"]["acked"] == 20
