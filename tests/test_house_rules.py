@@ -64,6 +64,7 @@ def test_no_test_file_defines_a_clock() -> None:
 
 SLOW_PEERS: dict[str, str] = {
     "e2e/test_transactions.py": "a producer that answers slowly, so checks are in flight when txcheck is killed",
+    "services/push/test_delivery.py": "an endpoint that answers after the push's timeout",
 }
 """Files whose sleep is the behaviour under test (a peer that takes its time), not a wait."""
 

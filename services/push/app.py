@@ -18,6 +18,7 @@ from libs.http.transport import Transport
 from services.push import api
 from services.push.deliveries import Deliveries
 from services.push.leases import GroupLeases
+from services.push.metrics import PushCollector
 from services.push.settings import PushSettings
 from services.push.subscriptions import SubscriptionStore, open_subscription_engine
 
@@ -43,9 +44,12 @@ def create_app(
                 leases = GroupLeases(brokers, MasterDirectory(nameservers, settings.route_refresh_seconds))
                 live = Deliveries(settings, store, receiver, leases, guard, app.state.events)
                 await live.start()
+                collector = PushCollector(live)
+                app.state.metrics.registry.register(collector)
                 try:
                     yield {"store": store, "live": live, "egress": guard}
                 finally:
+                    app.state.metrics.registry.unregister(collector)
                     await live.close()
         finally:
             engine.dispose()

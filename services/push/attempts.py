@@ -75,6 +75,8 @@ class AttemptLog:
         self._errors: collections.deque[PushError] = collections.deque(maxlen=ERRORS_KEPT)
         self._times: collections.deque[float] = collections.deque()
         self.last_throttled_at: float | None = None
+        self.last_answered_at: float | None = None
+        """the last attempt the endpoint answered (anything but throttled)"""
 
     def record(self, attempt: Attempt) -> None:
         self.counts[attempt.outcome] += 1
@@ -83,6 +85,8 @@ class AttemptLog:
         self._times.append(now)
         if attempt.outcome is Outcome.THROTTLED:
             self.last_throttled_at = now
+        elif attempt.outcome is not Outcome.LOST:
+            self.last_answered_at = now
         if attempt.outcome in (Outcome.FAILED, Outcome.THROTTLED, Outcome.GONE, Outcome.LOST):
             error = attempt.error or f"HTTP {attempt.status}"
             self._errors.append(
@@ -103,6 +107,11 @@ class AttemptLog:
             delivery_attempt=attempt.delivery_attempt,
             **fields,
         )
+
+    def in_trouble(self) -> bool:
+        """Whether the endpoint's latest answer was a throttling one (no answer since)."""
+        throttled, answered = self.last_throttled_at, self.last_answered_at
+        return throttled is not None and (answered is None or throttled > answered)
 
     def note_error(self, error: str) -> None:
         """A failure that is no delivery attempt (the brokers did not answer a receive): shown with the errors."""

@@ -57,8 +57,6 @@ log = logging.getLogger(__name__)
 LEASE_MARGIN_SECONDS: Final = 2.0
 """a lease is extended when it would end less than this after the endpoint's timeout"""
 RECEIVE_BACKOFF_SECONDS: Final = (0.5, 30.0)
-BACKING_OFF_SECONDS: Final = 30.0
-"""a subscription throttled this recently shows as backing off"""
 
 
 GoneCallback = Callable[[Subscription, str], Awaitable[None]]
@@ -155,8 +153,7 @@ class Dispatcher:
             return SubscriptionState.PAUSED
         if self.breaker.state is not CircuitState.CLOSED:
             return SubscriptionState.CIRCUIT_OPEN
-        throttled = self.attempts.last_throttled_at
-        if self._retry_after_left() or (throttled is not None and time.time() - throttled < BACKING_OFF_SECONDS):
+        if self._retry_after_left() or self.attempts.in_trouble():
             return SubscriptionState.BACKING_OFF
         return SubscriptionState.ACTIVE
 

@@ -24,12 +24,13 @@ from tests.support.webhook_endpoint import Answer, Delivery, WebhookEndpoint
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
 FAST_RETRIES = {"type": "exponential", "initial_ms": 100, "max_ms": 200}
+QUICK_CIRCUIT = {"PETREL_PUSH_CIRCUIT_FAILURES": "3", "PETREL_PUSH_CIRCUIT_OPEN_SECONDS": "1"}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
     """One cluster for the tests that kill nothing (each has its own group and topic)."""
-    async with local_cluster_with_push(tmp_path_factory.mktemp("push") / "data") as running:
+    async with local_cluster_with_push(tmp_path_factory.mktemp("push") / "data", **QUICK_CIRCUIT) as running:
         yield running
 
 
@@ -107,6 +108,8 @@ async def test_every_message_arrives_signed_once_and_is_acked(
     first = receiver.of(ids[0])[0]
     assert (first.attempt, first.data["tag"], first.data["topic"]) == (1, "paid", "orders")
     assert first.headers["webhook-id"] == ids[0] == first.data["message_id"]
+    metrics = (await client.get(f"{running.specs['push'].url}/metrics")).text
+    assert 'petrel_push_attempts_total{group="billing",outcome="acked",topic="orders"} 20.0' in metrics
     shown = await status(client, "billing", "orders")
     assert shown["status"]["acked"] == 20
     assert shown["status"]["state"] == "active"
@@ -167,6 +170,37 @@ async def test_a_429_storm_slows_the_push_honours_retry_after_and_costs_no_attem
     assert shown["throttled"] == 5
     assert shown["failed"] == 0
     assert shown["acked"] == 16
+
+
+async def test_sustained_trouble_opens_the_circuit_which_probes_and_closes_by_itself(
+    cluster: tuple[LocalCluster, httpx.AsyncClient], endpoint: tuple[WebhookEndpoint, ServedApp]
+) -> None:
+    running, client = cluster
+    receiver, served = endpoint
+    down = {"yes": True}
+    receiver.answer = lambda _: Answer(503) if down["yes"] else Answer(200)
+    await subscribe(client, "alerts", "pages", served, receiver)
+    ids = await send(client, "pages", *(f"page {i}" for i in range(6)))
+
+    async def circuit_open() -> bool:
+        return bool((await status(client, "alerts", "pages"))["status"]["state"] == "circuit_open")
+
+    await eventually(circuit_open, "the circuit open after 3 troubles in a row", timeout=15)
+    opened = len(receiver.deliveries)
+    shown = (await status(client, "alerts", "pages"))["status"]
+    assert shown["circuit_opened_at"] is not None
+    assert shown["window"] == 1
+    down["yes"] = False
+
+    async def all_acked() -> bool:
+        return receiver.seen() == set(ids) and await lag(client, "alerts") == 0
+
+    await eventually(
+        all_acked, "every page pushed once the probe succeeded", timeout=20, context=lambda: log_of(running)
+    )
+    assert receiver.deliveries[opened].message_id == receiver.deliveries[opened - 1].message_id, "the probe"
+    assert {d.attempt for d in receiver.deliveries} == {1}, "a try while the endpoint was down counted as an attempt"
+    assert (await status(client, "alerts", "pages"))["status"]["state"] == "active"
 
 
 async def test_410_disables_the_subscription_and_resume_delivers_what_waited(

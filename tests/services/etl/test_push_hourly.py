@@ -18,9 +18,9 @@ from services.etl.job import DailyRun, run_daily
 from services.etl.push import push_hourly_schema
 from services.etl.report import write_report
 from services.etl.settings import EtlSettings
-from tests.services.etl.test_report import IMAGE, tables_of
 from tests.support.event_files import DAY
 from tests.support.push_events import AUDIT, AUDIT_PAYMENTS, BILLING, write_pushes_22nd
+from tests.support.report_pages import IMAGE, tables_of
 
 D = DAY
 SECTION = re.compile(r"<section><h2>Push deliveries</h2>(.*?)</section>")

@@ -18,16 +18,7 @@ from services.etl import plots
 from services.etl.job import DailyRun
 from services.etl.report import write_report
 from tests.support.event_files import DAY
-
-IMAGE = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
-
-
-def tables_of(page: str) -> list[list[list[str]]]:
-    """Each <table> of the page: its rows (the header's first), each a list of the cells' text."""
-    return [
-        [re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)]
-        for table in re.findall(r"<table>(.*?)</table>", page)
-    ]
+from tests.support.report_pages import IMAGE, tables_of
 
 
 def test_the_daily_run_writes_one_self_contained_page_beside_the_tables(
