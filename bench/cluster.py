@@ -42,7 +42,7 @@ def petrel_cluster(env: dict[str, str] | None = None, timeout: float = 90.0) -> 
     gateway_port = free_port()
     command = [sys.executable, "-m", "deploy", "up", "--data-dir", str(data_dir), "--redis-url", SHARED_REDIS]
     command += ["--gateway-port", str(gateway_port)]
-    for option in ("--nameserver-port", "--broker-port", "--timer-port", "--txcheck-port"):
+    for option in ("--nameserver-port", "--broker-port", "--timer-port", "--txcheck-port", "--push-port"):
         command += [option, str(free_port())]
     log_path = data_dir / "launcher.log"
     with log_path.open("wb") as log:

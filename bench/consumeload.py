@@ -199,14 +199,18 @@ class LatencyRun:
                 self.result.error(str(exc))
                 continue
             for m in messages:
-                sequence, sent_ns = parse_latency_body(m["body"])
-                if sequence in self.arrived:
-                    self.result.duplicates += 1
-                self.arrived[sequence] = (now - sent_ns) / 1e6
-                if sequence in self.measured and len(self.arrived) >= self.measured.stop:
-                    self.all_arrived.set()
+                self.arrive(m["body"], now)
             if messages:
                 self._in_background(self._ack(acker, [m["receipt_handle"] for m in messages]))
+
+    def arrive(self, body: str, now: int) -> None:
+        """A message with a `latency_body` arrived at `now` (perf_counter_ns); bench.pushload's receiver calls it."""
+        sequence, sent_ns = parse_latency_body(body)
+        if sequence in self.arrived:
+            self.result.duplicates += 1
+        self.arrived[sequence] = (now - sent_ns) / 1e6
+        if sequence in self.measured and len(self.arrived) >= self.measured.stop:
+            self.all_arrived.set()
 
     async def _ack(self, acker: Consumer, handles: list[str]) -> None:
         for what in await acker.ack(handles):

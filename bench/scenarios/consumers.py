@@ -65,9 +65,9 @@ def consumers(options: BenchOptions) -> list[Figure]:
     os.sync()
     redis = _redis_drain(sizes.backlog)
     with petrel_cluster() as cluster:
-        ours = _drain(cluster, "consume-batch", QUEUES, sizes.backlog, CONSUMERS, "before")
-        p50, p99 = _latency(cluster, sizes)
-        crowd = _drain(cluster, "consume-crowd", CROWD_QUEUES, sizes.crowd_backlog, CROWD, "during")
+        ours = group_drain(cluster, "consume-batch", QUEUES, sizes.backlog, CONSUMERS, "before")
+        p50, p99 = long_poll_latency(cluster, sizes)
+        crowd = group_drain(cluster, "consume-crowd", CROWD_QUEUES, sizes.crowd_backlog, CROWD, "during")
         _report_lag(cluster, "consume-crowd")
     crowd_name = f"{CROWD} consumers, {CROWD_QUEUES} queues"
     return [
@@ -101,7 +101,7 @@ def _redis_drain(count: int) -> Drain:
     return drain
 
 
-def _drain(cluster: Cluster, name: str, queues: int, count: int, consumers: int, filling: str) -> Drain:
+def group_drain(cluster: Cluster, name: str, queues: int, count: int, consumers: int, filling: str) -> Drain:
     """Topic and group `name`: `count` messages sent `filling` ("before" or "during"), drained by `consumers`."""
     request_json("PUT", f"{cluster.url}/v1/topics/{name}", {"queues": queues})
     request_json("PUT", f"{cluster.url}/v1/groups/{name}", {})
@@ -112,8 +112,8 @@ def _drain(cluster: Cluster, name: str, queues: int, count: int, consumers: int,
     return drain
 
 
-def _latency(cluster: Cluster, sizes: Sizes) -> tuple[float, float]:
-    name = "consume-latency"
+def long_poll_latency(cluster: Cluster, sizes: Sizes, name: str = "consume-latency") -> tuple[float, float]:
+    """p50 and p99 send-to-receive (ms) of `sizes.rate` paced sends to topic and group `name`."""
     request_json("PUT", f"{cluster.url}/v1/topics/{name}", {"queues": QUEUES})
     request_json("PUT", f"{cluster.url}/v1/groups/{name}", {})
     command = [sys.executable, "-m", "bench.consumeload", "latency", cluster.url, name, name]
