@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-import httpx
+import aiohttp
 
-from libs.egress import Destination, EgressGuard, checked_request
+from libs.egress import Destination, EgressGuard
 from libs.errors import InvalidRequest
 from services.push.attempts import Outcome
 
@@ -47,6 +47,9 @@ class Verdict:
 
 
 class Endpoint:
+    """POSTs over aiohttp's pooled keep-alive connections (httpx stalls on small POSTs: bench/README.md), one
+    pool per subscription, at most `max_connections` (its `max_in_flight`)."""
+
     def __init__(
         self,
         url: str,
@@ -60,12 +63,19 @@ class Endpoint:
         self.guard = guard
         self.max_answer_bytes = max_answer_bytes
         self.clock = clock
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self.http = httpx.AsyncClient(limits=limits, follow_redirects=False, trust_env=False)
+        self.max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
         self._checked: tuple[float, Destination] | None = None
 
     async def close(self) -> None:
-        await self.http.aclose()
+        if self._session is not None:
+            await self._session.close()
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self.max_connections, keepalive_timeout=30)
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False, trust_env=False)
+        return self._session
 
     async def post(self, body: bytes, headers: dict[str, str], timeout: float) -> Verdict:
         started = self.clock()
@@ -73,18 +83,22 @@ class Endpoint:
             destination = await self._destination()
         except InvalidRequest as exc:
             return Verdict(Outcome.THROTTLED, None, 0, f"refused by the egress guard: {exc.detail}")
-        request = checked_request(self.http, destination, body, headers, timeout)
+        https = destination.url.startswith("https:")
         try:
-            response = await self.http.send(request, stream=True)
-            try:
+            async with self._open().post(
+                destination.address_url,
+                data=body,
+                headers=headers | {"host": destination.host_header},
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+                server_hostname=destination.host if https else None,
+            ) as response:
                 text = await self._read(response)
-            finally:
-                await response.aclose()
-        except httpx.TimeoutException:
+        except TimeoutError:
             return Verdict(Outcome.THROTTLED, None, self._ms(started), f"no answer within {timeout:g} s")
-        except httpx.TransportError as exc:
+        except aiohttp.ClientError as exc:
             return Verdict(Outcome.THROTTLED, None, self._ms(started), f"no connection: {_describe(exc)}")
-        return judge(response, text, self._ms(started))
+        return judge(response.status, response.headers, text, self._ms(started))
 
     async def _destination(self) -> Destination:
         now = self.clock()
@@ -94,34 +108,27 @@ class Endpoint:
         self._checked = (now, destination)
         return destination
 
-    async def _read(self, response: httpx.Response) -> bytes:
-        """The answer's first bytes (for an error's text); the rest is not read."""
-        if response.is_success:
-            return b""
-        content = bytearray()
-        async for chunk in response.aiter_raw():
-            content += chunk
-            if len(content) >= min(self.max_answer_bytes, MAX_ERROR_TEXT):
-                break
-        return bytes(content)
+    async def _read(self, response: aiohttp.ClientResponse) -> bytes:
+        """The answer's first `max_answer_bytes` (an error's text is cut shorter); a longer answer is not read to
+        its end (its connection is then closed rather than pooled)."""
+        return await response.content.read(self.max_answer_bytes)
 
     def _ms(self, started: float) -> int:
         return int((self.clock() - started) * 1000)
 
 
-def judge(response: httpx.Response, text: bytes, latency_ms: int) -> Verdict:
+def judge(status: int, headers: Mapping[str, str], text: bytes, latency_ms: int) -> Verdict:
     """What the endpoint's answer means for the message."""
-    status = response.status_code
-    if response.is_success:
-        deferred = status == 202 and response.headers.get(DEFERRED_HEADER, "").strip().lower() == "deferred"
+    if 200 <= status < 300:
+        deferred = status == 202 and headers.get(DEFERRED_HEADER, "").strip().lower() == "deferred"
         return Verdict(Outcome.DEFERRED if deferred else Outcome.ACKED, status, latency_ms)
     error = f"HTTP {status}" + (f": {_snippet(text)}" if text else "")
     if status == 410:
         return Verdict(Outcome.GONE, status, latency_ms, error)
     if status in THROTTLING_STATUSES:
-        return Verdict(Outcome.THROTTLED, status, latency_ms, error, response.headers.get("retry-after"))
-    if response.is_redirect:
-        error = f"HTTP {status}: redirects are not followed (to {response.headers.get('location', '?')})"
+        return Verdict(Outcome.THROTTLED, status, latency_ms, error, headers.get("retry-after"))
+    if 300 <= status < 400:
+        error = f"HTTP {status}: redirects are not followed (to {headers.get('location', '?')})"
     return Verdict(Outcome.FAILED, status, latency_ms, error)
 
 
@@ -129,5 +136,5 @@ def _snippet(text: bytes) -> str:
     return text[:MAX_ERROR_TEXT].decode(errors="replace").replace("\n", " ").strip()
 
 
-def _describe(exc: httpx.TransportError) -> str:
+def _describe(exc: aiohttp.ClientError) -> str:
     return str(exc) or type(exc).__name__
