@@ -2,7 +2,7 @@
 
 A request's messages are encoded once (libs.codec) and grouped by the broker
 chosen for each; puts to one broker are coalesced across concurrent requests
-(gateway.cluster.coalescing). A broker that does not answer is avoided for a
+(libs.broker_api.coalescing). A broker that does not answer is avoided for a
 while and its messages go to another broker (up to two retries), except
 messages with a `message_group`, which must stay on their queue to stay in order.
 
@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
-from gateway.cluster.coalescing import PutCoalescer, stored_entry
+from libs.broker_api.coalescing import PutCoalescer, stored_entry
 from gateway.messages.producer import BrokerAvoidance, QueueSelector, QueueTarget, writable_queues
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.route_cache import RouteCache

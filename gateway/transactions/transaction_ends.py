@@ -1,4 +1,4 @@
-"""TransactionEnds: commits and rollbacks bound for one broker share its batch end call (gateway.cluster.coalescing).
+"""TransactionEnds: commits and rollbacks bound for one broker share its batch end call (libs.broker_api.coalescing).
 
 The broker stores the first ends of a batch in one append, so one disk sync
 covers them under SYNC_FLUSH; each end is answered (or refused) on its own,
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.cluster.coalescing import CallCoalescer
+from libs.broker_api.coalescing import CallCoalescer
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.wire import MAX_ENDS
 from libs.errors import PetrelError

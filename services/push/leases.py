@@ -3,26 +3,51 @@
 The same calls a consumer makes through the gateway, through the broker's
 contract (libs.broker_api). A handle whose lease already ended raises the
 broker's `LeaseEnded` (the group delivers the message again); a broker that
-does not answer raises `ServiceUnavailable`.
+does not answer raises `ServiceUnavailable`. Acks are the busy call (one per
+message): the acks of many deliveries to one broker that come while another
+ack call is under way go together in the next (libs.broker_api.coalescing),
+as a consumer acks a batch of 32 in one call.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from libs.broker_api.client import BrokerClient
+from libs.broker_api.coalescing import CallCoalescer
+from libs.broker_api.consume import MAX_HANDLES
 from libs.broker_api.frames import Lease
 from libs.broker_api.route_cache import MasterDirectory
 from libs.errors import BrokerUnavailable, PetrelError
 from libs.receipt import ReceiptHandle
+
+ACKS_IN_FLIGHT = 2
+"""ack calls to one broker for one group at once; the acks that come meanwhile wait for the next"""
 
 
 class GroupLeases:
     def __init__(self, brokers: BrokerClient, masters: MasterDirectory) -> None:
         self.brokers = brokers
         self.masters = masters
+        self._acks: dict[tuple[str, str, str], CallCoalescer[str, dict[str, Any]]] = {}
 
     async def ack(self, group: str, handle: str) -> None:
         broker, address = await self._broker(handle)
-        _raise_failed(await self.brokers.ack(broker, address, group, [handle]))
+        result = await self._ack_coalescer(group, broker, address).submit(handle)
+        if isinstance(result, PetrelError):
+            raise result
+        _raise_failed([result])
+
+    def _ack_coalescer(self, group: str, broker: str, address: str) -> CallCoalescer[str, dict[str, Any]]:
+        key = (group, broker, address)
+        coalescer = self._acks.get(key)
+        if coalescer is None:
+
+            async def ack_all(handles: list[str]) -> list[dict[str, Any] | PetrelError]:
+                return list(await self.brokers.ack(broker, address, group, handles))
+
+            coalescer = self._acks[key] = CallCoalescer(ack_all, ACKS_IN_FLIGHT, MAX_HANDLES)
+        return coalescer
 
     async def nack(self, group: str, handle: str, reason: str) -> None:
         """A failed attempt: the group's retry levels, then its DLQ with `reason`."""
@@ -49,7 +74,7 @@ class GroupLeases:
         return broker, address
 
 
-def _raise_failed(results: list[dict[str, object]]) -> None:
+def _raise_failed(results: list[dict[str, Any]]) -> None:
     result = results[0] if results else {"ok": False, "error": {"detail": "no result"}}
     if result.get("ok"):
         return

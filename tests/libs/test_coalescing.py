@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from gateway.cluster.coalescing import CallCoalescer, PutCoalescer, per_record, stored_entry
+from libs.broker_api.coalescing import CallCoalescer, PutCoalescer, per_record, stored_entry
 from libs.broker_api.schemas import PutAnswer, PutEntry, PutFailure
 from libs.errors import BrokerUnavailable, PetrelError, PutQueueFull, StoreFull
 
