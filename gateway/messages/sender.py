@@ -28,9 +28,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
-from libs.broker_api.coalescing import PutCoalescer, stored_entry
 from gateway.messages.producer import BrokerAvoidance, QueueSelector, QueueTarget, writable_queues
 from libs.broker_api.client import BrokerClient
+from libs.broker_api.coalescing import PutCoalescer, stored_entry
 from libs.broker_api.route_cache import RouteCache
 from libs.broker_api.schemas import PutEntry
 from libs.codec import MAX_BODY_SIZE, encode_record, set_queue_id

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from libs.broker_api.coalescing import CallCoalescer
 from libs.broker_api.client import BrokerClient
+from libs.broker_api.coalescing import CallCoalescer
 from libs.broker_api.wire import MAX_ENDS
 from libs.errors import PetrelError
 
