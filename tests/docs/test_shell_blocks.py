@@ -33,6 +33,7 @@ def shell_env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.timeout(PAGE_TIMEOUT_SECONDS + 60)  # the page's own bound fails first, naming the block
 @pytest.mark.parametrize("page", [p for p in PAGES if shell_blocks(ROOT / p, p)])
 async def test_the_pages_shell_blocks_run_as_written(page: str, tmp_path: Path) -> None:
     blocks = shell_blocks(ROOT / page, page)

@@ -83,6 +83,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         "--broker-port": free_port_pair(),
         "--timer-port": free_port(),
         "--txcheck-port": free_port(),
+        "--push-port": free_port(),
     }
     argv = [sys.executable, "-m", "deploy", "up", "--brokers", "2", "--data-dir", str(data_dir)]
     for flag, port in ports.items():
@@ -117,7 +118,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 def test_cluster_serves_routes_survives_a_dead_broker_and_stops_clean(cluster: Cluster) -> None:
     pids = cluster.all_pids()
-    assert len(pids) == 10, cluster.state()
+    assert len(pids) == 11, cluster.state()
     worker = cluster.pid_of("txcheck-worker")
     wait_until(lambda: bool(pool_processes(worker)), "the Celery worker's pool processes", 20)
     pids += pool_processes(worker)
