@@ -10,7 +10,7 @@ from bench.scenarios.push import Sizes, measure
 
 pytestmark = pytest.mark.e2e
 
-TINY = Sizes(backlog=2_000, rate=200.0, latency_warmup_s=0.5, latency_seconds=1.0, rounds=1)
+TINY = Sizes(backlog=500, rate=100.0, latency_warmup_s=0.5, latency_seconds=1.0, rounds=1)
 
 
 def test_the_push_bench_pushes_every_message_and_puts_each_figure_beside_its_reference() -> None:

@@ -1,0 +1,53 @@
+"""A page of the README or docs/ run against a fresh cluster of its own (tests.support.doc_blocks runs the blocks).
+
+The cluster has txcheck when the page shows check-backs, the push service when it shows
+a webhook receiver; the page's `petrel` is this venv's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from tests.support.cluster import local_cluster, local_cluster_with_push, local_cluster_with_txcheck
+from tests.support.doc_blocks import run_page, shell_blocks
+from tests.support.serving import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+PAGE_TIMEOUT_SECONDS = 240
+"""A bound for a hung page, not a speed target: docs/etl.md starts three Spark JVMs, a minute each under load."""
+SPARK_PAGES = ["docs/etl.md"]
+"""Pages that start Spark: a test module of their own, so the suite's workers can run them beside the others."""
+
+
+def shell_env() -> dict[str, str]:
+    """The test's environment without PETREL_* settings, with this venv's `petrel` first on the PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PETREL_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def pages_with_blocks(pages: list[str]) -> list[str]:
+    return [p for p in pages if shell_blocks(ROOT / p, p)]
+
+
+async def run_page_as_written(page: str, tmp_path: Path) -> None:
+    """Run the page's blocks in order on a fresh cluster; fail naming the block and its output."""
+    blocks = shell_blocks(ROOT / page, page)
+    with_txcheck = any("checkback-receiver" in b.text for b in blocks)
+    with_push = any("webhook-receiver" in b.text for b in blocks)
+    starting = local_cluster_with_txcheck if with_txcheck else local_cluster_with_push if with_push else local_cluster
+    async with starting(tmp_path / "data") as (cluster, _):
+        ports = {
+            8080: cluster.specs["gateway"].port,
+            9876: cluster.specs["nameserver"].port,
+            10911: cluster.specs["broker-a"].port,
+            10931: cluster.specs["timer"].port,
+            9000: free_port(),
+        }
+        result = run_page(blocks, ports, tmp_path, shell_env(), PAGE_TIMEOUT_SECONDS)
+    failure = result.failure()
+    assert failure is None, failure
+    assert [r.block.number for r in result.runs] == [b.number for b in blocks], f"{page}: not every block ran"
