@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 RACE_BACKOFF: Final = 0.02
 """After a broker said ready and then had nothing (another consumer took it), wait this long before asking again."""
 
+READY_RETRY_MAX: Final = 2.0
+"""A broker that did not answer a long poll's /ready is asked again after 0.04 s, doubled each time up to this."""
+
 Target = tuple[str, str]
 """(broker name, master address)"""
 
@@ -134,13 +137,26 @@ class Receiver:
         self, group: str, topic: str, targets: list[Target], body: dict[str, Any], deadline: float
     ) -> list[Received]:
         waiting = {self._ready(group, topic, t, body, deadline): t for t in targets}
+        failures: dict[Target, int] = {}
         try:
             while waiting:
                 done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     target = waiting.pop(task)
                     if task.exception() is not None:
-                        log.info("broker %s left the long poll of %s/%s: %s", target[0], group, topic, task.exception())
+                        # A broker that did not answer in time (a busy machine, a restart) is asked again, later
+                        # each time, until the deadline: the consumer's wait does not end early because of it.
+                        failures[target] = failures.get(target, 0) + 1
+                        log.info(
+                            "broker %s did not answer the long poll of %s/%s: %s",
+                            target[0],
+                            group,
+                            topic,
+                            task.exception(),
+                        )
+                        again = min(READY_RETRY_MAX, RACE_BACKOFF * 2 ** failures[target])
+                        if _ms_until(deadline) > again * 1000:
+                            waiting[self._ready(group, topic, target, body, deadline, again)] = target
                         continue
                     if not task.result():
                         continue  # the broker's wait ended with nothing to receive

@@ -171,10 +171,13 @@ class Dispatcher:
                 received = await self.receiver.receive(
                     self.subscription.group, self.subscription.topic, self._ask(room)
                 )
-            except PetrelError as exc:
+            except Exception as exc:
                 failures += 1
-                self.attempts.note_error(f"receive failed: {exc.detail}")
-                log.warning("push %s: receive failed: %s", self.subscription.key, exc.detail)
+                why = exc.detail if isinstance(exc, PetrelError) else repr(exc)
+                self.attempts.note_error(f"receive failed: {why}")
+                log.warning(
+                    "push %s: receive failed: %s", self.subscription.key, why, exc_info=not isinstance(exc, PetrelError)
+                )
                 await asyncio.sleep(min(RECEIVE_BACKOFF_SECONDS[1], RECEIVE_BACKOFF_SECONDS[0] * 2**failures))
                 continue
             failures = 0
