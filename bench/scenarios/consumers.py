@@ -119,21 +119,26 @@ def long_poll_latency(cluster: Cluster, sizes: Sizes, name: str = "consume-laten
     command = [sys.executable, "-m", "bench.consumeload", "latency", cluster.url, name, name]
     command += ["--rate", str(sizes.rate), "--warmup", str(sizes.latency_warmup_s)]
     command += ["--seconds", str(sizes.latency_seconds), "--consumers", str(CONSUMERS)]
-    limit = sizes.latency_warmup_s + sizes.latency_seconds + 60
+    return run_latency(command, sizes.latency_warmup_s + sizes.latency_seconds + 60, "latency", "received")
+
+
+def run_latency(command: list[str], limit: float, label: str, arrived: str) -> tuple[float, float]:
+    """Run a latency load process (bench.consumeload or bench.pushload `latency`), print what it measured under
+    `label`, and answer p50 and p99 in ms (a measured send that never arrived counts as infinitely late)."""
     done = subprocess.run(command, capture_output=True, text=True, timeout=limit, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"the latency load failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"the {label} load failed ({done.returncode}):\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     late = result["ms"] + [float("inf")] * result["lost"]
     p50, p99 = percentile(late, 0.5), percentile(late, 0.99)
     print(
-        f"  latency: {result['received']:,} of {result['sent']:,} measured sends received "
+        f"  {label}: {result['received']:,} of {result['sent']:,} measured sends {arrived} "
         f"({result['lost']} lost, {result['duplicates']} twice, {result['errors']} errors); "
         f"p50 {p50:.2f} ms, p90 {percentile(late, 0.9):.2f} ms, p99 {p99:.2f} ms, max {max(late, default=0):.1f} ms",
         flush=True,
     )
     if result["errors"]:
-        print(f"  WARNING latency: first error: {result['first_error']}", flush=True)
+        print(f"  WARNING {label}: first error: {result['first_error']}", flush=True)
     return p50, p99
 
 

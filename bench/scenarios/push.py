@@ -34,18 +34,14 @@ FULL runs three rounds, alternating push and consumers, and reports medians.
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any
 
 from bench.cluster import Cluster, petrel_cluster, request_json
 from bench.drain import Drain, run_drain
 from bench.harness import BenchOptions, Figure, scenario
 from bench.scenarios import consumers
-from bench.scheduled import percentile
 
 MAX_IN_FLIGHT = 64
 TARGET_P50_MS = 50.0
@@ -127,22 +123,7 @@ def push_latency(cluster: Cluster, name: str, sizes: Sizes) -> tuple[float, floa
     command = [sys.executable, "-m", "bench.pushload", "latency", cluster.url, name, name]
     command += ["--rate", str(sizes.rate), "--warmup", str(sizes.latency_warmup_s)]
     command += ["--seconds", str(sizes.latency_seconds), "--max-in-flight", str(MAX_IN_FLIGHT)]
-    limit = sizes.latency_warmup_s + sizes.latency_seconds + 60
-    done = subprocess.run(command, capture_output=True, text=True, timeout=limit, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"the push latency load failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    late = result["ms"] + [float("inf")] * result["lost"]
-    p50, p99 = percentile(late, 0.5), percentile(late, 0.99)
-    print(
-        f"  {name}: {result['received']:,} of {result['sent']:,} measured sends pushed "
-        f"({result['lost']} lost, {result['duplicates']} twice, {result['errors']} errors); "
-        f"p50 {p50:.2f} ms, p90 {percentile(late, 0.9):.2f} ms, p99 {p99:.2f} ms, max {max(late, default=0):.1f} ms",
-        flush=True,
-    )
-    if result["errors"]:
-        print(f"  WARNING push latency: first error: {result['first_error']}", flush=True)
-    return p50, p99
+    return consumers.run_latency(command, sizes.latency_warmup_s + sizes.latency_seconds + 60, name, "pushed")
 
 
 def _median(values: list[float]) -> float:
