@@ -22,6 +22,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from ssl import SSLContext
 from typing import Final
 
 import aiohttp
@@ -58,8 +59,11 @@ class Endpoint:
         max_connections: int,
         max_answer_bytes: int,
         clock: Callable[[], float] = time.monotonic,
+        ssl: SSLContext | None = None,
     ) -> None:
+        """`ssl`: the context https endpoints are verified with (default: the system's CAs)."""
         self.url = url
+        self.ssl = ssl
         self.guard = guard
         self.max_answer_bytes = max_answer_bytes
         self.clock = clock
@@ -92,6 +96,7 @@ class Endpoint:
                 allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=timeout),
                 server_hostname=destination.host if https else None,
+                ssl=self.ssl if self.ssl is not None else True,
             ) as response:
                 text = await self._read(response)
         except TimeoutError:

@@ -130,10 +130,21 @@ class ServedApp:
             raise RuntimeError(f"the app on port {self.port} did not stop")
 
 
-def start_app(app: ASGIApp, port: int = 0) -> ServedApp:
+def start_app(app: ASGIApp, port: int = 0, tls: tuple[Path, Path] | None = None) -> ServedApp:
+    """`tls`: (certificate, key) files: serve https (the URL stays http://: callers name their own host)."""
     sock = bound_socket(port)
     port = int(sock.getsockname()[1])
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", loop="asyncio")
+    certificate, key = tls if tls is not None else (None, None)
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        loop="asyncio",
+        ssl_certfile=certificate,
+        ssl_keyfile=key,
+    )
     server = _PromptServer(config)
     thread = threading.Thread(
         target=lambda: asyncio.run(server.serve(sockets=[sock])), name=f"serve-{port}", daemon=True
@@ -145,7 +156,8 @@ def start_app(app: ASGIApp, port: int = 0) -> ServedApp:
             sock.close()
             raise RuntimeError(f"the app on port {port} did not start within {STARTUP_TIMEOUT} s")
         time.sleep(0.005)
-    _warm_up(port)
+    if tls is None:
+        _warm_up(port)
     return ServedApp(app, port, server, thread, sock)
 
 
@@ -163,8 +175,8 @@ def _warm_up(port: int) -> None:
 
 
 @contextlib.contextmanager
-def serving(app: ASGIApp, port: int = 0) -> Iterator[ServedApp]:
-    served = start_app(app, port)
+def serving(app: ASGIApp, port: int = 0, tls: tuple[Path, Path] | None = None) -> Iterator[ServedApp]:
+    served = start_app(app, port, tls)
     try:
         yield served
     finally:

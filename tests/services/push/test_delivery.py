@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -122,3 +125,43 @@ async def test_an_address_the_guard_refuses_is_not_called(post: Post) -> None:
     assert verdict.error is not None
     assert "refused by the egress guard" in verdict.error
     assert verdict.status is None
+
+
+@pytest.fixture(scope="module")
+def tls_receiver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServedApp, Path]]:
+    """An https receiver whose certificate (self-signed, by openssl) names push.test only."""
+    folder = tmp_path_factory.mktemp("tls")
+    certificate, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=push.test"),
+            *("-addext", "subjectAltName=DNS:push.test", "-keyout", str(key), "-out", str(certificate)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    with serving(answering_app(), tls=(certificate, key)) as served:
+        yield served, certificate
+
+
+@pytest.mark.parametrize(("host", "outcome"), [("push.test", Outcome.ACKED), ("other.test", Outcome.THROTTLED)])
+async def test_https_goes_to_the_checked_address_and_verifies_the_urls_host(
+    tls_receiver: tuple[ServedApp, Path], host: str, outcome: Outcome
+) -> None:
+    served, certificate = tls_receiver
+    guard = EgressGuard(LOOPBACK_NETWORKS, resolve=lambda _host, _port: ["127.0.0.1"])
+    endpoint = Endpoint(
+        f"https://{host}:{served.port}/status/200",
+        guard,
+        max_connections=1,
+        max_answer_bytes=1024,
+        ssl=ssl.create_default_context(cafile=str(certificate)),
+    )
+    try:
+        verdict = await endpoint.post(b"{}", {}, 5.0)
+    finally:
+        await endpoint.close()
+
+    assert verdict.outcome is outcome
+    if outcome is Outcome.THROTTLED:  # the certificate does not name other.test: no POST is made
+        assert "certificate is not valid for 'other.test'" in str(verdict.error)
