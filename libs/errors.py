@@ -10,6 +10,7 @@
      │    ├── InvalidReceiptHandle     400 invalid-receipt-handle
      │    └── ForeignReceiptHandle     400 foreign-receipt-handle
      ├── Unauthorized                  401 unauthorized
+     ├── Forbidden                     403 forbidden
      ├── NotFound                      404 not-found
      │    ├── TopicNotFound            404 topic-not-found
      │    ├── BrokerNotFound           404 broker-not-found
@@ -28,9 +29,12 @@
      │    └── AlreadyAcked             409 already-acked
      ├── IdempotencyConflict           409 idempotency-key-in-use
      ├── PayloadTooLarge               413 payload-too-large
+     ├── UnsupportedMediaType          415 unsupported-media-type
      ├── OffsetOutOfRange              416 offset-out-of-range
      ├── ValidationFailed              422 validation-failed
      ├── TooManyLongPolls              429 too-many-long-polls
+     ├── RateLimited                   429 rate-limited
+     ├── RequestHeaderTooLarge         431 request-header-too-large
      ├── CorruptRecord                 500 corrupt-record
      ├── StoreFull                     507 store-full
      ├── StoreReadOnly                 503 store-read-only
@@ -133,9 +137,19 @@ class ForeignReceiptHandle(InvalidRequest):
 
 
 class Unauthorized(PetrelError):
+    """No credential, or one that is unknown, forged or revoked: the detail says which."""
+
     status = 401
     slug = "unauthorized"
     title = "Unauthorized"
+
+
+class Forbidden(PetrelError):
+    """A valid credential without the permission the call needs: the `required` extension names it."""
+
+    status = 403
+    slug = "forbidden"
+    title = "Forbidden"
 
 
 class NotFound(PetrelError):
@@ -220,6 +234,14 @@ class AlreadyAcked(LeaseEnded):
     title = "Already acknowledged"
 
 
+class UnsupportedMediaType(PetrelError):
+    """A body whose Content-Type the route does not take (JSON routes take only application/json)."""
+
+    status = 415
+    slug = "unsupported-media-type"
+    title = "Unsupported media type"
+
+
 class OffsetOutOfRange(PetrelError):
     status = 416
     slug = "offset-out-of-range"
@@ -256,6 +278,20 @@ class TooManyLongPolls(PetrelError):
     status = 429
     slug = "too-many-long-polls"
     title = "Too many long polls"
+
+
+class RateLimited(PetrelError):
+    """The key made more calls than its rate allows: the `retry_after` extension (seconds) says when to ask again."""
+
+    status = 429
+    slug = "rate-limited"
+    title = "Rate limited"
+
+
+class RequestHeaderTooLarge(PetrelError):
+    status = 431
+    slug = "request-header-too-large"
+    title = "Request header fields too large"
 
 
 class CorruptRecord(PetrelError):

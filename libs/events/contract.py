@@ -84,5 +84,12 @@ EVENTS: dict[str, EventSpec] = {
             _MESSAGE + " group endpoint status latency_ms outcome delivery_attempt",
             "error",
         ),
+        _spec(
+            "audit",
+            "a security-relevant call: action key_created, key_revoked, admin_call, unauthorized (401), forbidden "
+            "(403) or rate_limited (429); key_id null when no valid key was given",
+            "action status",
+            "key_id key_name operation method path resource reason remote",
+        ),
     )
 }
