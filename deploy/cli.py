@@ -1,4 +1,4 @@
-"""The `petrel` command: `up`, `openapi`, `settings-reference`, `bench`, `store check|dump|repair`,
+"""The `petrel` command: `up`, `keys`, `openapi`, `settings-reference`, `bench`, `store check|dump|repair`,
 `checkback-receiver`, `webhook-receiver`, `etl daily`, `etl report`."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from deploy import keys
 from deploy.plan import UpOptions
 
 
@@ -45,6 +46,15 @@ def _webhook_receiver(args: argparse.Namespace) -> None:
     run(args.host, args.port, ReceiverOptions(secrets, args.answer, args.retry_after, defer_seconds, args.gateway))
 
 
+def _run_receiver(args: argparse.Namespace) -> None:
+    if args.command == "webhook-receiver":
+        _webhook_receiver(args)
+        return
+    from deploy.checkback_receiver import run
+
+    run(args.port, args.secret, args.answer, args.decisions)
+
+
 def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d = UpOptions()
     p = sub.add_parser("up", help="start the whole cluster on this machine (Ctrl-C stops it)")
@@ -64,6 +74,11 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=os.environ.get("PETREL_DELAY_LEVELS", d.delay_levels),
         help="the delay-level table every process gets as PETREL_DELAY_LEVELS (default: that variable, "
         f"else '{d.delay_levels}')",
+    )
+    p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="with PETREL_AUTH=off and --host other than loopback: run the gateway open to anyone who reaches it",
     )
     p.add_argument(
         "--no-etl",
@@ -166,6 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     _up_parser(sub)
     _store_parser(sub)
     _etl_parser(sub)
+    keys.add_arguments(sub)
     o = sub.add_parser("openapi", help="write the services' OpenAPI specs to openapi/")
     o.add_argument("--check", action="store_true", help="only check; exit 1 when a committed spec is stale")
     o.add_argument("--dir", type=Path, default=Path("openapi"))
@@ -191,6 +207,7 @@ def main(argv: list[str] | None = None) -> None:
             push_port=args.push_port,
             delay_levels=args.delay_levels,
             etl=args.etl,
+            insecure_no_auth=args.insecure_no_auth,
         )
         sys.exit(up(options, args.redis_url))
     if args.command == "openapi":
@@ -215,15 +232,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command == "store":
         sys.exit(_store(args))
+    if args.command == "keys":
+        sys.exit(keys.run(args))
     if args.command == "etl":
         from services.etl.command import daily, report
 
         sys.exit(report(args) if args.job == "report" else daily(args))
-    if args.command == "webhook-receiver":
-        _webhook_receiver(args)
-        return
-    if args.command == "checkback-receiver":
-        from deploy.checkback_receiver import run
-
-        run(args.port, args.secret, args.answer, args.decisions)
-        return
+    if args.command in ("webhook-receiver", "checkback-receiver"):
+        _run_receiver(args)

@@ -34,6 +34,8 @@ class UpOptions:
     """PETREL_DELAY_LEVELS of every process: the gateway, the brokers and the timer must agree on it."""
     etl: bool = True
     """the nightly ETL's Celery worker and beat (`--no-etl`, PETREL_ETL_NIGHTLY=false: left out)"""
+    insecure_no_auth: bool = False
+    """`--insecure-no-auth`: let the gateway run without API keys on an address other hosts reach"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,7 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
             "PETREL_GATEWAY_TIMER_ADDRESS": f"127.0.0.1:{options.timer_port}",
             "PETREL_GATEWAY_PUSH_ADDRESS": f"127.0.0.1:{options.push_port}",
         }
+        | ({"PETREL_GATEWAY_INSECURE_NO_AUTH": "true"} if options.insecure_no_auth else {})
     )
     specs.append(ProcessSpec("gateway", "gateway", options.gateway_port, gateway_env, host=options.host))
     return specs

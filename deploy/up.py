@@ -10,6 +10,7 @@ from types import FrameType
 from deploy.plan import ProcessSpec, UpOptions, plan_cluster
 from deploy.redis_server import DEFAULT_REDIS_URL, RedisNotAvailable, private_redis_command, redis_answers
 from deploy.supervisor import StartupFailed, Supervisor, port_in_use
+from gateway.settings import GatewaySettings
 from services.etl.settings import EtlSettings
 
 
@@ -61,13 +62,29 @@ def _redis(supervisor: Supervisor, options: UpOptions) -> str:
     return f"redis://127.0.0.1:{port}/0"
 
 
+def _auth_line(options: UpOptions) -> str:
+    """What the gateway will ask of callers, as its settings decide (GatewaySettings.auth_required)."""
+    settings = GatewaySettings(host=options.host, insecure_no_auth=options.insecure_no_auth)
+    try:
+        required = settings.auth_required()
+    except ValueError:
+        required = True
+    if not required:
+        off = "PETREL_AUTH=off" if settings.auth == "off" else "the gateway listens on loopback"
+        return f"off ({off}); PETREL_AUTH=required turns API keys on"
+    return (
+        f"API keys required; make one with: petrel keys --data-dir {options.data_dir} create --name admin --allow admin"
+    )
+
+
 def _print_urls(specs: list[ProcessSpec], options: UpOptions, redis_url: str) -> None:
     print("\nPetrel is up.", flush=True)
     for spec in specs:
         where = spec.url if spec.port else f"(Celery {spec.args[0] if spec.args else 'process'}, no port)"
         print(f"  {spec.name:15} {where}", flush=True)
     print(f"  {'redis':15} {redis_url}")
-    print(f"\n  API docs:  http://{options.host}:{options.gateway_port}/docs")
+    print(f"\n  auth:      {_auth_line(options)}")
+    print(f"  API docs:  http://{options.host}:{options.gateway_port}/docs")
     print(f"  logs:      {options.data_dir / 'logs'}/")
     print(f"  try:       curl -X PUT http://{options.host}:{options.gateway_port}/v1/topics/orders")
     print("\nCtrl-C stops every process.", flush=True)

@@ -11,6 +11,13 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from prometheus_client import Gauge
 
+from gateway.auth import routes as keys
+from gateway.auth.audit import RefusalBudget
+from gateway.auth.directory import KeyDirectory
+from gateway.auth.middleware import Authenticator, AuthMiddleware
+from gateway.auth.rates import RateLimiter
+from gateway.auth.schemas import KeyRequest
+from gateway.auth.spec import document_security
 from gateway.cluster.long_polls import LongPollGate
 from gateway.consume import routes as consume
 from gateway.consume.schemas import AckRequest, NackRequest, ReceiveRequest, VisibilityRequest
@@ -29,6 +36,7 @@ from gateway.transactions import routes as transactions
 from gateway.transactions.producer_groups import ProducerGroups
 from gateway.transactions.schemas import EndTransaction, ProducerGroupUpdate, SendTransaction
 from gateway.transactions.transaction_ends import TransactionEnds
+from libs.auth.keys import KeyStore, open_key_engine
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.nameservers import NameserverClient
 from libs.broker_api.receiver import Receiver
@@ -41,8 +49,15 @@ from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 from libs.push_api.client import PushClient
 from libs.push_api.schemas import RotateSecretRequest, SubscriptionRequest
 
+RATE_PREFIX = "petrel:rate:"
+"""Per-key windows in Redis: a key id is random, so clusters sharing a Redis do not mix their counts."""
+
 DESCRIPTION = """\
 Petrel is a message queue you use over plain HTTP.
+
+Every call but health, readiness and metrics carries an API key, `Authorization: Bearer <key>`
+(unless the gateway runs with auth off, on loopback); each operation's `x-petrel-permissions`
+says which grants it needs.
 
 Errors are RFC 9457 `application/problem+json` documents whose `type` is stable
 per kind of error (`https://petrel.dev/problems/<slug>`).
@@ -53,12 +68,23 @@ def create_app(
     settings: GatewaySettings, *, transport: Transport | None = None, clock: Callable[[], float] = time.time
 ) -> FastAPI:
     # `clock` (seconds) is the wall clock of born timestamps, due times and lookup windows; tests pass a fake one.
+    auth_required = settings.auth_required()  # refuses, before anything opens, to run open where others reach it
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
         options = ClientOptions(token=token, timeout=settings.broker_timeout_seconds)
         redis = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=1, socket_timeout=2)
         metadata = await asyncio.to_thread(open_metadata_engine, settings.metadata_url)
+        key_engine = await asyncio.to_thread(open_key_engine, settings.metadata_url)
+        keys = KeyStore(key_engine)
+        directory = rates = None
+        background: list[asyncio.Task[None]] = []
+        if auth_required:
+            directory = KeyDirectory(keys, settings.key_refresh_seconds, settings.key_rate_per_second)
+            await directory.load()
+            rates = RateLimiter(redis, RATE_PREFIX)
+            background = [asyncio.create_task(directory.run()), asyncio.create_task(rates.run())]
         try:
             # transport: how it calls nameservers and brokers, TCP unless given (tests give an in-process one)
             async with InternalClient(options, transport) as client:
@@ -91,10 +117,20 @@ def create_app(
                     producer_groups=ProducerGroups(ProducerGroupStore(metadata), settings.egress_guard()),
                     transaction_ends=TransactionEnds(brokers),
                     push=PushClient(client, settings.push_address),
+                    keys=keys,
+                    key_directory=directory,
                     clock=clock,
                 )
-                yield {"gateway": context}
+                yield {
+                    "gateway": context,
+                    "auth": Authenticator(directory, rates),
+                    "refusal_budget": RefusalBudget(settings.audit_refusals_per_second),
+                }
         finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            key_engine.dispose()
             metadata.dispose()
             await redis.aclose()
 
@@ -115,6 +151,7 @@ def create_app(
         public=True,
         max_body_bytes=settings.max_body_bytes,
         description=DESCRIPTION,
+        guards=[AuthMiddleware],
     )
     # Starlette tries routes in order, a few microseconds each: the hot paths (send, consume, transactions) first.
     app.include_router(messages.router)
@@ -124,6 +161,7 @@ def create_app(
     app.include_router(timers.router)
     app.include_router(groups.router)
     app.include_router(push.router)
+    app.include_router(keys.router)
     register_schemas(
         app,
         [
@@ -141,6 +179,8 @@ def create_app(
             EndTransaction,
             SubscriptionRequest,
             RotateSecretRequest,
+            KeyRequest,
         ],
     )
+    document_security(app)
     return app

@@ -8,11 +8,13 @@ from typing import Annotated, cast
 
 from fastapi import Depends, Request
 
+from gateway.auth.directory import KeyDirectory
 from gateway.messages.idempotency import IdempotencyKeys
 from gateway.messages.sender import Sender
 from gateway.settings import GatewaySettings
 from gateway.transactions.producer_groups import ProducerGroups
 from gateway.transactions.transaction_ends import TransactionEnds
+from libs.auth.keys import KeyStore
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.nameservers import NameserverClient
 from libs.broker_api.receiver import Receiver
@@ -35,6 +37,9 @@ class GatewayContext:
     producer_groups: ProducerGroups
     transaction_ends: TransactionEnds
     push: PushClient
+    keys: KeyStore
+    key_directory: KeyDirectory | None
+    """None when auth is off"""
     clock: Callable[[], float]
     """The wall clock (seconds) of time windows and due times; tests pass a FakeClock."""
 

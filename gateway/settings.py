@@ -1,12 +1,15 @@
-"""Gateway settings (env prefix `PETREL_GATEWAY_`; shared: `PETREL_DATABASE_URL`, `PETREL_DELAY_LEVELS`,
-`PETREL_PUSH_ALLOWED_NETWORKS`)."""
+"""Gateway settings (env prefix `PETREL_GATEWAY_`; shared: `PETREL_AUTH`, `PETREL_DATABASE_URL`,
+`PETREL_DELAY_LEVELS`, `PETREL_PUSH_ALLOWED_NETWORKS`)."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from gateway.cluster.long_polls import DEFAULT_MAX_LONG_POLLS
+from libs.egress import is_loopback_host
 from libs.settings import DelayLevelSettings, EgressSettings, SharedDatabaseSettings
 from libs.topic import DEFAULT_QUEUES
 
@@ -39,3 +42,40 @@ class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings
         description="how long a send with an Idempotency-Key holds the key; after a gateway died, a repeat "
         "waits this long",
     )
+    auth: Literal["required", "off"] | None = Field(
+        default=None,
+        description="API keys on every call (required) or none (off); default: off when the gateway listens on "
+        "loopback, else required. Off on another address needs insecure_no_auth too",
+    )
+    insecure_no_auth: bool = Field(
+        default=False,
+        description="let auth be off on an address other hosts reach: anyone who reaches the gateway can do anything",
+    )
+    key_refresh_seconds: float = Field(
+        default=2.0, gt=0, description="how often the gateway reads keys created or revoked elsewhere"
+    )
+    key_rate_per_second: float = Field(
+        default=5000.0,
+        ge=0,
+        description="calls a second per API key, across the cluster, for a key created without its own rate; 0: "
+        "unlimited",
+    )
+    audit_refusals_per_second: float = Field(
+        default=100.0, gt=0, description="at most this many audit events of refused calls (401, 403, 429) a second"
+    )
+
+    @classmethod
+    def shared_fields(cls) -> frozenset[str]:
+        return super().shared_fields() | {"auth"}
+
+    def auth_required(self) -> bool:
+        """Whether calls need a key; ValueError when auth would be off on an address other hosts reach."""
+        loopback = is_loopback_host(self.host)
+        mode = self.auth or ("off" if loopback else "required")
+        if mode == "off" and not loopback and not self.insecure_no_auth:
+            raise ValueError(
+                f"PETREL_AUTH=off on {self.host}, which other hosts can reach: anyone could send, consume and "
+                "delete. Create keys (petrel keys create) and leave auth on, or set "
+                "PETREL_GATEWAY_INSECURE_NO_AUTH=true (petrel up --insecure-no-auth) to run open anyway"
+            )
+        return mode == "required"

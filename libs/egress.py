@@ -88,13 +88,17 @@ def parse_networks(entries: Iterable[str]) -> tuple[IPNetwork, ...]:
     return tuple(networks)
 
 
+def is_loopback_host(host: str) -> bool:
+    """A bind address only this machine can reach: 127.0.0.0/8, ::1 or localhost."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def default_allowed(bound_host: str) -> tuple[IPNetwork, ...]:
     """Loopback when the service listens on a loopback address; else nothing."""
-    try:
-        loopback = ipaddress.ip_address(bound_host).is_loopback
-    except ValueError:
-        loopback = bound_host == "localhost"
-    return LOOPBACK_NETWORKS if loopback else ()
+    return LOOPBACK_NETWORKS if is_loopback_host(bound_host) else ()
 
 
 def refusal(address: IPAddress) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
 
+from gateway.auth.route import AuthorizedRoute
 from gateway.consume.schemas import (
     AckRequest,
     HandleResults,
@@ -38,7 +39,7 @@ from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.receipt import ReceiptHandle
 
-router = APIRouter(prefix="/v1/groups", tags=["consume"], responses=PROBLEM_RESPONSES)
+router = APIRouter(prefix="/v1/groups", tags=["consume"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
 
 JSON: Final = "application/json"
 

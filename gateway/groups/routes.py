@@ -11,6 +11,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
+from gateway.auth.needs import ADMIN, SUB
+from gateway.auth.principal import principal_of
+from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import (
     cluster_masters,
     first_master_answer,
@@ -48,7 +51,7 @@ from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.timeparse import parse_time_ms
 
-router = APIRouter(prefix="/v1/groups", tags=["groups"], responses=PROBLEM_RESPONSES)
+router = APIRouter(prefix="/v1/groups", tags=["groups"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
 
 
 @router.put(
@@ -72,15 +75,17 @@ async def put_group(ctx: Context, group: GroupName, request: Request, response: 
 
 
 @router.get("", operation_id="listGroups", response_model=GroupList)
-async def list_groups(ctx: Context) -> GroupList:
-    """Every consumer group, by name."""
+async def list_groups(ctx: Context, request: Request) -> GroupList:
+    """Every consumer group the key may subscribe to or administer, by name."""
+    principal = principal_of(request)
     answers, failed = await on_every_master(ctx, ctx.brokers.list_groups)
     if not answers:
         raise failure_of_all(e for _, e in failed)
     groups: dict[str, Group] = {}
     for _, listed in answers:
         for group in listed:
-            groups.setdefault(group.name, _public(group))
+            if principal.may((SUB, ADMIN), "group", group.name):
+                groups.setdefault(group.name, _public(group))
     return GroupList(groups=[groups[name] for name in sorted(groups)], unavailable=_unavailable(failed))
 
 

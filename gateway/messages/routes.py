@@ -11,6 +11,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel
 
+from gateway.auth.needs import SUB
+from gateway.auth.principal import authorize
+from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import ensure_topic, master_address
 from gateway.context import Context, GatewayContext
 from gateway.edge.entries import entry_error
@@ -38,7 +41,7 @@ from libs.problem import PROBLEM_RESPONSES
 from libs.routing import TopicRoute
 from libs.timeparse import parse_time_ms
 
-router = APIRouter(prefix="/v1", tags=["messages"], responses=PROBLEM_RESPONSES)
+router = APIRouter(prefix="/v1", tags=["messages"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
 
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", description="repeat-safe sends for 24 h")]
 MAX_WAIT_MS = 30_000
@@ -141,7 +144,7 @@ async def pull_messages(
 
 
 @router.get("/messages/{message_id}", operation_id="getMessage", response_model=Message)
-async def get_message(ctx: Context, message_id: str) -> Message:
+async def get_message(ctx: Context, message_id: str, request: Request) -> Message:
     """The message with this id, as stored in its topic.
 
     Only the message in the topic it was sent to is answered, never a copy in a system topic:
@@ -159,7 +162,9 @@ async def get_message(ctx: Context, message_id: str) -> Message:
             f"no broker holds a message with id {message_id} in its topic"
             " (a scheduled message is found once it is due, a transaction's once it is committed)"
         )
-    return min(found, key=lambda m: m.stored_at)
+    message = min(found, key=lambda m: m.stored_at)
+    authorize(request, (SUB,), "topic", message.topic)
+    return message
 
 
 @router.get("/topics/{topic}/messages", operation_id="queryMessagesByKey", response_model=MessageList)

@@ -13,6 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import first_master_answer
 from gateway.context import Context, GatewayContext
 from gateway.edge.params import GroupName
@@ -30,7 +31,7 @@ from libs.push_api.schemas import (
     SubscriptionRequest,
 )
 
-router = APIRouter(prefix="/v1/groups", tags=["push"], responses=PROBLEM_RESPONSES)
+router = APIRouter(prefix="/v1/groups", tags=["push"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
 
 
 async def _topic(topic: str) -> str:

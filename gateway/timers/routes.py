@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
+from gateway.auth.needs import ADMIN, PUB
+from gateway.auth.principal import authorize
+from gateway.auth.route import AuthorizedRoute
 from gateway.context import Context
 from gateway.edge.message_ids import ask_every_broker, id_time
 from libs.codec import iter_records
@@ -14,7 +17,7 @@ from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from libs.problem import PROBLEM_RESPONSES
 from services.timer.schemas import TimerStats
 
-router = APIRouter(prefix="/v1", tags=["timers"], responses=PROBLEM_RESPONSES)
+router = APIRouter(prefix="/v1", tags=["timers"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
 
 
 @router.get("/timers/stats", operation_id="getTimerStats", response_model=TimerStats)
@@ -45,6 +48,7 @@ async def cancel_schedule(ctx: Context, message_id: str, request: Request) -> Re
     if not scheduled:
         raise MessageNotFound(f"no scheduled message has id {message_id}")
     broker, record = scheduled[0]
+    authorize(request, (PUB, ADMIN), "topic", record.properties.get(Prop.REAL_TOPIC) or record.topic)
     if due_at(record) <= ctx.now_ms():
         raise AlreadyDelivered(f"message {message_id} was due at {due_at(record)} and is being delivered")
     try:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Query, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 
+from gateway.auth.needs import ANY
+from gateway.auth.principal import principal_of
+from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import create_topic, first_detail, master_address
 from gateway.context import Context, GatewayContext
 from gateway.topics.schemas import Topic, TopicList, TopicOnBroker, TopicQueue, TopicSpec, TopicSummary
@@ -17,7 +20,7 @@ from libs.problem import PROBLEM_RESPONSES
 from libs.routing import TopicRoute
 from libs.topic import Perm, TopicConfig
 
-router = APIRouter(prefix="/v1/topics", tags=["topics"], responses=PROBLEM_RESPONSES)
+router = APIRouter(prefix="/v1/topics", tags=["topics"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
 
 
 async def _user_topic(topic: str) -> str:
@@ -51,13 +54,16 @@ async def put_topic(
 
 @router.get("", operation_id="listTopics", response_model=TopicList)
 async def list_topics(
-    ctx: Context, include_system: Annotated[bool, Query(description="also list Petrel's system topics")] = False
+    ctx: Context,
+    request: Request,
+    include_system: Annotated[bool, Query(description="also list Petrel's system topics")] = False,
 ) -> TopicList:
-    """Every topic a live broker holds."""
+    """Every topic a live broker holds that the key holds any grant on."""
+    principal = principal_of(request)
     summaries = [
         _summary(route)
         for route in await ctx.nameservers.routes()
-        if include_system or not is_system_topic(route.topic)
+        if (include_system or not is_system_topic(route.topic)) and principal.may(ANY, "topic", route.topic)
     ]
     return TopicList(topics=summaries)
 

@@ -14,6 +14,9 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
+from gateway.auth.needs import ADMIN, PUB
+from gateway.auth.principal import authorize, principal_of
+from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import ensure_topic, on_each
 from gateway.context import Context, GatewayContext
 from gateway.edge.outgoing import outgoing
@@ -41,7 +44,7 @@ from libs.message import Prop
 from libs.names import validate_group_name, validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 
-router = APIRouter(prefix="/v1", tags=["transactions"], responses=PROBLEM_RESPONSES)
+router = APIRouter(prefix="/v1", tags=["transactions"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
 
 DELAY_FIELDS: Final = frozenset({"delay_level", "delay_ms", "deliver_at"})
 HALF_PROPERTIES: Final = frozenset({CHECK_IMMUNITY, FIRST_STORED})
@@ -79,9 +82,10 @@ async def put_producer_group(
 
 
 @router.get("/producer-groups", operation_id="listProducerGroups", response_model=ProducerGroupList)
-async def list_producer_groups(ctx: Context) -> ProducerGroupList:
-    """Every producer group, by name (without secrets)."""
-    listed = await ctx.producer_groups.list()
+async def list_producer_groups(ctx: Context, request: Request) -> ProducerGroupList:
+    """Every producer group the key may administer, by name (without secrets)."""
+    principal = principal_of(request)
+    listed = [g for g in await ctx.producer_groups.list() if principal.may((ADMIN,), "group", g.name)]
     return ProducerGroupList(producer_groups=[ProducerGroup(**_producer_group_fields(g)) for g in listed])
 
 
@@ -105,7 +109,8 @@ async def send_transaction(ctx: Context, topic: str, request: Request) -> Respon
     reserved = sorted(spec.properties.keys() & HALF_PROPERTIES)
     if reserved:
         raise InvalidMessage(f"property name(s) {', '.join(reserved)} are reserved for Petrel")
-    await ctx.producer_groups.require(validate_group_name(spec.producer_group))
+    authorize(request, (PUB,), "group", validate_group_name(spec.producer_group))
+    await ctx.producer_groups.require(spec.producer_group)
     system = {Prop.PRODUCER_GROUP: spec.producer_group, Prop.TRANSACTION_PREPARED: "true"}
     if spec.check_immunity_seconds is not None:
         system[CHECK_IMMUNITY] = str(spec.check_immunity_seconds)
@@ -159,6 +164,7 @@ async def rollback(ctx: Context, transaction_id: str, request: Request) -> Respo
 @router.get("/transactions", operation_id="listTransactions", response_model=TransactionList)
 async def list_transactions(
     ctx: Context,
+    request: Request,
     state: Annotated[TransactionFilter, Query(description="abandoned: past the check limit, still resolvable")],
     max: Annotated[int, Query(ge=1, le=1000, description="at most this many from each broker")] = 100,
 ) -> TransactionList:
@@ -172,23 +178,35 @@ async def list_transactions(
     )
     if not answers:
         raise failure_of_all(e for _, e in failed)
+    principal = principal_of(request)
     return TransactionList(
-        transactions=[_transaction(t, broker) for broker, listed in answers for t in listed],
+        transactions=[
+            _transaction(t, broker)
+            for broker, listed in answers
+            for t in listed
+            if principal.may((PUB, ADMIN), "topic", str(t["topic"]))
+        ],
         unavailable=[name for name, exc in failed if not isinstance(exc, NotFound)],
     )
 
 
 @router.get("/transactions/{transaction_id}", operation_id="getTransaction", response_model=Transaction)
-async def get_transaction(ctx: Context, transaction_id: str) -> Transaction:
+async def get_transaction(ctx: Context, transaction_id: str, request: Request) -> Transaction:
     """The transaction's state: OPEN, ABANDONED (past the check limit), COMMITTED or ROLLED_BACK."""
     broker, address, message_id = await _locate(ctx, transaction_id)
-    return _transaction(await ctx.brokers.get_transaction(broker, address, message_id), broker)
+    transaction = _transaction(await ctx.brokers.get_transaction(broker, address, message_id), broker)
+    authorize(request, (PUB, ADMIN), "topic", transaction.topic)
+    return transaction
 
 
 async def _end(ctx: GatewayContext, transaction_id: str, outcome: TransactionOutcome, request: Request) -> Response:
     raw = await request.body()
     spec = parse_json(EndTransaction, raw) if raw.strip() else EndTransaction()
     broker, address, message_id = await _locate(ctx, transaction_id)
+    principal = principal_of(request)
+    if not principal.may_all((PUB, ADMIN), "topic"):  # a key limited to some topics: which is this one's?
+        half = await ctx.brokers.get_transaction(broker, address, message_id)
+        principal.require((PUB, ADMIN), "topic", str(half["topic"]))
     ended = await ctx.transaction_ends.end(broker, address, message_id, outcome.value, spec.by.value)
     answer = {"transaction_id": transaction_id} | {name: ended[name] for name in END_RESULT_FIELDS}
     return Response(jsonutil.dumps(answer), media_type=JSON)  # as EndTransactionResult: the broker's EndAnswer

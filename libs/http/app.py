@@ -7,7 +7,7 @@ balancers and Prometheus can treat them alike; the service adds its routers.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -59,11 +59,14 @@ def service_app(
     max_body_bytes: int = 8 * 1024 * 1024,
     description: str = "",
     version: str = "0.1.0",
+    guards: Sequence[Callable[..., Any]] = (),
 ) -> FastAPI:
     """A FastAPI app with Petrel's common endpoints and middleware.
 
     Internal services (public=False) require the internal token when one is
-    configured; the gateway (public=True) has its own auth.
+    configured; the gateway (public=True) has its own auth, given as `guards`: pure ASGI
+    middleware classes that run inside the request metrics (their refusals are counted)
+    and before the body limit and the routes.
     """
     telemetry_on = settings.otel_enabled
     app = FastAPI(
@@ -106,6 +109,8 @@ def service_app(
     token = settings.internal_token
     if not public and token is not None and token.get_secret_value():
         app.add_middleware(InternalTokenMiddleware, token=token.get_secret_value())
+    for guard in reversed(guards):
+        app.add_middleware(guard)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     return app
 

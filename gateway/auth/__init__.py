@@ -1,0 +1,1 @@
+"""The gateway's authentication (bearer API keys), authorization (per operation) and per-key rates."""

@@ -1,0 +1,81 @@
+"""KeyDirectory: the gateway's copy of the API keys, refreshed every few seconds, and who a bearer key is.
+
+All keys are read at start; then every `refresh_seconds` only those created or revoked
+since (with a minute's overlap, for clocks that differ between the hosts that write
+keys). A key made through this gateway is known here at once; on the others within
+the interval, as is a revocation. If the database cannot be read, the copy keeps
+answering (revocations then wait) and the failure is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from gateway.auth.principal import Principal
+from libs.auth.keys import ApiKey, Credential, KeyStore
+from libs.errors import Unauthorized
+
+log = logging.getLogger(__name__)
+
+OVERLAP_MS = 60_000
+BEARER = "bearer "
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    key: ApiKey
+    principal: Principal
+
+
+class KeyDirectory:
+    def __init__(self, store: KeyStore, refresh_seconds: float, default_rate: float) -> None:
+        self.store = store
+        self.refresh_seconds = refresh_seconds
+        self.default_rate = default_rate
+        self._entries: dict[str, _Entry] = {}
+        self._since = 0
+
+    async def load(self) -> None:
+        for key in await asyncio.to_thread(self.store.list_keys):
+            self.put(key)
+
+    async def refresh(self) -> None:
+        for key in await asyncio.to_thread(self.store.changed_since, max(0, self._since - OVERLAP_MS)):
+            self.put(key)
+
+    async def run(self) -> None:
+        """Refresh forever (a task of the gateway's lifespan)."""
+        while True:
+            await asyncio.sleep(self.refresh_seconds)
+            try:
+                await self.refresh()
+            except SQLAlchemyError as exc:  # a database that cannot be read: keep the copy, say so, try again
+                log.warning("API keys not refreshed (revocations wait): %s", exc)
+
+    def put(self, key: ApiKey) -> None:
+        rate = self.default_rate if key.rate_per_second is None else key.rate_per_second
+        self._entries[key.key_id] = _Entry(key, Principal(key.key_id, key.name, key.policy(), rate))
+        self._since = max(self._since, key.changed_at)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        """The key's principal; Unauthorized (401) saying what is wrong with the header or the key."""
+        if not authorization:
+            raise Unauthorized("this call needs an API key: send 'Authorization: Bearer <key>' (petrel keys create)")
+        if authorization[: len(BEARER)].lower() != BEARER:
+            raise Unauthorized("the Authorization header must read 'Bearer <key>'")
+        credential = Credential.parse(authorization[len(BEARER) :].strip())
+        if credential is None:
+            raise Unauthorized("the bearer token is not a Petrel API key (ptk_<key id>_<secret>)")
+        entry = self._entries.get(credential.key_id)
+        if entry is None or not entry.key.verifies(credential.secret):
+            raise Unauthorized("the API key is not valid", key_id=credential.key_id)
+        if entry.key.revoked:
+            raise Unauthorized(f"the API key {credential.key_id} was revoked", key_id=credential.key_id)
+        return entry.principal

@@ -1,0 +1,113 @@
+"""What each operation of the public API needs: the one table that both enforces and documents permissions.
+
+An operation's needs are all required; each need is met by any of its actions on its
+resource. The resource is named by a path parameter, or it is the whole cluster, or it
+is found later by the handler (a message's topic, a transaction's): then the key must
+hold some grant of the action to get that far, and the handler checks the name it found
+(`gateway.auth.principal.authorize`). Listing operations answer only what the key may see.
+
+The spec shows each operation's needs as `x-petrel-permissions`; docs/security.md
+prints this table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from libs.auth.grants import Action, ResourceKind
+
+PUB, SUB, ADMIN = Action.PUBLISH, Action.SUBSCRIBE, Action.ADMIN
+ANY: Final = (PUB, SUB, ADMIN)
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    actions: tuple[Action, ...]
+    kind: ResourceKind
+    param: str | None = None
+    """the path parameter naming the resource; None: the whole cluster, or checked later / filtered"""
+    later: str = ""
+    """when the handler checks the resource it finds: what that resource is (the spec's words)"""
+
+    def text(self) -> str:
+        actions = "|".join(action.value for action in self.actions)
+        if self.kind == "cluster":
+            return f"{actions} on the cluster"
+        where = f"{{{self.param}}}" if self.param else f"({self.later})"
+        return f"{actions} on {self.kind} {where}"
+
+
+def on_topic(*actions: Action, param: str = "topic") -> Need:
+    return Need(actions, "topic", param)
+
+
+def on_group(*actions: Action, param: str = "group") -> Need:
+    return Need(actions, "group", param)
+
+
+def later(kind: ResourceKind, what: str, *actions: Action) -> Need:
+    return Need(actions, kind, None, what)
+
+
+CLUSTER_ADMIN: Final = Need((ADMIN,), "cluster")
+
+NEEDS: Final[dict[str, tuple[Need, ...]]] = {
+    # messages
+    "sendMessage": (on_topic(PUB),),
+    "sendMessageBatch": (on_topic(PUB),),
+    "queryMessagesByKey": (on_topic(SUB),),
+    "pullMessages": (on_topic(SUB),),
+    "getMessage": (later("topic", "the message's topic", SUB),),
+    "cancelScheduledMessage": (later("topic", "the message's topic", PUB, ADMIN),),
+    # consuming
+    "receiveMessages": (on_group(SUB), on_topic(SUB)),
+    "ackMessages": (on_group(SUB),),
+    "nackMessages": (on_group(SUB),),
+    "changeVisibility": (on_group(SUB),),
+    # transactions
+    "sendTransaction": (on_topic(PUB), later("group", "the body's producer_group", PUB)),
+    "commitTransaction": (later("topic", "the transaction's topic", PUB, ADMIN),),
+    "rollbackTransaction": (later("topic", "the transaction's topic", PUB, ADMIN),),
+    "getTransaction": (later("topic", "the transaction's topic", PUB, ADMIN),),
+    "listTransactions": (later("topic", "listed: the transactions of topics the key may see", PUB, ADMIN),),
+    "putProducerGroup": (on_group(ADMIN),),
+    "getProducerGroup": (on_group(ADMIN),),
+    "listProducerGroups": (later("group", "listed: the groups the key may administer", ADMIN),),
+    # topics
+    "putTopic": (on_topic(ADMIN),),
+    "getTopic": (on_topic(*ANY),),
+    "deleteTopic": (on_topic(ADMIN),),
+    "listTopics": (later("topic", "listed: the topics the key holds any grant on", *ANY),),
+    # timers
+    "getTimerStats": (CLUSTER_ADMIN,),
+    # consumer groups
+    "putGroup": (on_group(ADMIN),),
+    "getGroup": (on_group(SUB, ADMIN),),
+    "deleteGroup": (on_group(ADMIN),),
+    "listGroups": (later("group", "listed: the groups the key may subscribe to or administer", SUB, ADMIN),),
+    "getGroupLag": (on_group(SUB, ADMIN),),
+    "resetGroupOffsets": (on_group(ADMIN),),
+    "peekDeadLetters": (on_group(SUB, ADMIN),),
+    "redriveDeadLetters": (on_group(ADMIN),),
+    # push subscriptions
+    "putSubscription": (on_group(ADMIN), on_topic(SUB, ADMIN)),
+    "getSubscription": (on_group(ADMIN),),
+    "deleteSubscription": (on_group(ADMIN),),
+    "listSubscriptions": (on_group(ADMIN),),
+    "pauseSubscription": (on_group(ADMIN),),
+    "resumeSubscription": (on_group(ADMIN),),
+    "rotateSubscriptionSecret": (on_group(ADMIN),),
+    "listPushAttempts": (on_group(ADMIN),),
+    # keys
+    "createKey": (CLUSTER_ADMIN,),
+    "listKeys": (CLUSTER_ADMIN,),
+    "getKey": (CLUSTER_ADMIN,),
+    "revokeKey": (CLUSTER_ADMIN,),
+}
+"""operationId -> what it needs; a /v1 route missing here refuses to be built."""
+
+
+def is_admin_operation(needs: tuple[Need, ...]) -> bool:
+    """Audited as `admin_call`: every need of it can be met only by admin."""
+    return all(need.actions == (ADMIN,) for need in needs)
