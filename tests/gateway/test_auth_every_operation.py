@@ -45,7 +45,7 @@ def operations(spec: dict[str, Any]) -> list[tuple[str, str, str]]:
         if path in OPEN_PATHS:
             continue
         for method, operation in methods.items():
-            filled = re.sub(r"\{(\w+)\}", lambda m: PATH_VALUES[m[1]], path)
+            filled = re.sub(r"\{(\w+)\}", lambda m: PATH_VALUES[str(m[1])], path)
             found.append((operation["operationId"], method.upper(), filled))
     return found
 
@@ -113,4 +113,4 @@ async def test_every_operation_refuses_without_the_grants_it_declares(
 
 
 def _template(spec: dict[str, Any], operation_id: str) -> str:
-    return next(p for p, ms in spec["paths"].items() for m in ms.values() if m.get("operationId") == operation_id)
+    return next(str(p) for p, ms in spec["paths"].items() for m in ms.values() if m.get("operationId") == operation_id)
