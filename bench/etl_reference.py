@@ -6,7 +6,7 @@ line of D's folder and its neighbours' read as text, parsed against the same con
 reasons; then topic_hourly, group_hourly (counts, p50/p95/p99 latencies by
 `approx_quantile` where the job uses `percentile_approx`, and the lag at each hour's
 end: `bench.etl_reference_lag`), delay_daily, transaction_daily, message_journey,
-push_hourly, data_quality (its invariants too) and the quarantine, each written as zstd Parquet
+push_hourly, audit_daily, data_quality (its invariants too) and the quarantine, each written as zstd Parquet
 partitioned by `dt`. The count columns and the lag equal the job's
 (tests/services/etl/test_bench_reference.py checks it on a generated day); the
 percentiles are approximations by two different sketches, close but not equal.
@@ -33,6 +33,7 @@ from bench.etl_reference_lag import hourly_lag
 from bench.etl_reference_quality import data_quality
 from libs.events.contract import COMMON_FIELDS, EVENTS
 from libs.names import RETRY_PREFIX
+from services.etl.audit import AUDIT_KEYS, TOP, TOP_LISTS
 from services.etl.delays import DELAY_EVENTS
 from services.etl.events import (
     BOOLEAN_FIELDS,
@@ -52,6 +53,7 @@ TABLES = (
     "transaction_daily",
     "message_journey",
     "push_hourly",
+    "audit_daily",
     "data_quality",
     "quarantine",
 )
@@ -244,6 +246,7 @@ def _tables(day: date, now_ms: int) -> dict[str, str]:
         "transaction_daily": _transaction_daily(),
         "message_journey": _message_journey(),
         "push_hourly": _push_hourly(),
+        "audit_daily": _audit_daily(),
         "data_quality": data_quality(day),
         "quarantine": f"""
             SELECT raw, reason,
@@ -336,6 +339,26 @@ def _push_hourly() -> str:
                max(delivery_attempt) AS max_delivery_attempt, strftime(hour, '%Y-%m-%d') AS dt
         FROM {WITH_OWN_TOPIC} WHERE in_day AND event = 'push_attempt'
         GROUP BY ALL"""
+
+
+def _audit_daily() -> str:
+    """Each top_* list: the values of a field with their calls in the row, sorted by calls (descending), value."""
+    grain = ", ".join([*(_quote(key) for key in AUDIT_KEYS), "dt"])
+    counted = ", ".join(f"count(*) OVER (PARTITION BY {grain}, {field}) AS {field}_calls" for field in TOP_LISTS)
+    tops = ", ".join(
+        f"list_transform(coalesce(list_sort(list(DISTINCT {{'rank': -{field}_calls, 'value': {field}}}) "
+        f"FILTER (WHERE {field} IS NOT NULL))[1:{TOP}], []), lambda entry: entry.value) AS {column}"
+        for field, column in TOP_LISTS.items()
+    )
+    return f"""
+        WITH audit AS (
+            SELECT *, CASE WHEN path IS NOT NULL THEN concat_ws(' ', method, path) END AS request
+            FROM event_window WHERE in_day AND event = 'audit'
+        ), counted AS (SELECT *, {counted} FROM audit)
+        SELECT {", ".join(_quote(key) for key in AUDIT_KEYS)}, count(*) AS calls, count(DISTINCT remote) AS remotes,
+               make_timestamp(min(ts) * 1000)::TIMESTAMPTZ AS first_at,
+               make_timestamp(max(ts) * 1000)::TIMESTAMPTZ AS last_at, {tops}, dt
+        FROM counted GROUP BY {grain}"""
 
 
 def _message_journey() -> str:

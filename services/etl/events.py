@@ -56,6 +56,7 @@ STRING_LIST_FIELDS = frozenset({"keys"})
 TABLE_FIELDS = (
     *("ts", "event", "message_id", "topic", "group", "by", "reason", "size", "delay_ms", "deliver_at"),
     *("delivery_attempt", "lateness_ms", "latency_ms", "endpoint", "status", "outcome"),
+    *("action", "key_id", "key_name", "operation", "method", "path", "resource", "remote"),
 )
 """The contract's fields the tables read: the window keeps only these (every field is still parsed and checked)."""
 PROBLEM = "quarantined_for"

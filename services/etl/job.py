@@ -18,6 +18,7 @@ from functools import cache
 from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
+from services.etl.audit import audit_daily
 from services.etl.command import add_daily_arguments, configure_logging, settings_from
 from services.etl.delays import delay_daily
 from services.etl.events import EventLog, read_event_log
@@ -83,6 +84,7 @@ def tables(
         "transaction_daily": lambda: transaction_daily(window),
         "message_journey": lambda: message_journey(followed()),
         "push_hourly": lambda: push_hourly(followed()),
+        "audit_daily": lambda: audit_daily(window),
         **checked,
         "data_quality": lambda: data_quality(spark, event_log, mismatches(reconciled()) if commitlogs else []),
         "quarantine": lambda: event_log.quarantine,

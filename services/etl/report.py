@@ -16,8 +16,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructType, TimestampType
 
+from services.etl.audit import audit_daily_schema
 from services.etl.delays import delay_daily_schema
 from services.etl.push import push_hourly_schema
 from services.etl.quality import data_quality_schema
@@ -34,6 +35,7 @@ DRAWN: dict[str, Callable[[], StructType]] = {
     "delay_daily": delay_daily_schema,
     "data_quality": data_quality_schema,
     "push_hourly": push_hourly_schema,
+    "audit_daily": audit_daily_schema,
 }
 """The tables whose rows the report draws (the others: only counted), with their schemas."""
 
@@ -67,8 +69,11 @@ def _rows(spark: SparkSession, warehouse: str, table: str, day: date, schema: St
     frame = _partition(spark, warehouse, table, day, schema)
     if frame is None:
         return []
-    if "hour" in frame.columns:  # the hour of day in the session's zone (UTC), not the driver's
-        frame = frame.withColumn("hour", F.hour("hour"))
+    for field in schema.fields:  # times of day in the session's zone (UTC), not the driver's
+        if field.name == "hour":
+            frame = frame.withColumn("hour", F.hour("hour"))
+        elif isinstance(field.dataType, TimestampType):
+            frame = frame.withColumn(field.name, F.date_format(field.name, "HH:mm:ss"))
     return [row.asDict() for row in frame.collect()]
 
 

@@ -2,7 +2,8 @@
 a section with the chart, as an embedded PNG, and the numbers it draws in a table beneath.
 
 A section with no rows for the day shows a "no data" panel instead of a chart (the push
-section, of a day without push attempts, as most clusters have, one line instead). The page
+section, of a day without push attempts, as most clusters have, one line instead). The
+security section has no chart: its tables are the day's refusals and key changes. The page
 is self-contained: inline style, system fonts, images as data: URIs, no script.
 """
 
@@ -16,10 +17,13 @@ from html import escape
 from typing import Any
 
 from services.etl import plots
+from services.etl.audit import DENIALS, KEY_CHANGES
 
 Row = dict[str, Any]
 TOP_ENDPOINTS = 5
 """The push section's table: at most this many endpoints, those with most failed and throttled attempts."""
+TOP_KEYS = 5
+"""The security section's keys: at most this many, those refused most."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,7 @@ class DayTables:
     delay_daily: list[Row]
     data_quality: list[Row]
     push_hourly: list[Row]
+    audit_daily: list[Row]
     row_counts: dict[str, int]
 
 
@@ -64,6 +69,7 @@ def report_page(tables: DayTables) -> str:
         _failures(tables.group_hourly, day),
         _lateness(tables.delay_daily, day),
         _push(tables.push_hourly, day),
+        _security(tables.audit_daily, day),
     ]
     return "\n".join(
         [
@@ -178,6 +184,57 @@ def _push(rows: Sequence[Row], day: str) -> str:
         f"webhook attempts per UTC hour by outcome; the endpoints (at most {TOP_ENDPOINTS}) failing or throttled most"
     )
     return _section(title, what, rows, plots.push_attempts, table, day)
+
+
+def _security(rows: Sequence[Row], day: str) -> str:
+    """Refused calls by action, the keys refused most, the keys created and revoked; a day without: one line."""
+    title = "Security"
+    if not rows:
+        return f'<section><h2>{title}</h2><p class="sub">no audit events on {day}</p></section>'
+    admin_calls = sum(row["calls"] for row in rows if row["action"] == "admin_call")
+    what = (
+        f"calls refused (401 unauthorized, 403 forbidden, 429 rate limited), the keys refused most (at most "
+        f"{TOP_KEYS}), the keys created and revoked; {admin_calls:,} admin calls"
+    )
+    parts = [_refused(rows), _refused_keys(rows), _key_changes(rows)]
+    return f'<section><h2>{title}</h2><p class="sub">{escape(what)}</p>{"".join(parts)}</section>'
+
+
+def _refused(rows: Sequence[Row]) -> str:
+    """Every refusal action, 0 included: its calls, with a key and without one, and the keys refused."""
+    table = []
+    for action in DENIALS:
+        own = [row for row in rows if row["action"] == action]
+        keyed = [row for row in own if row["key_id"] is not None]
+        calls, with_key = sum(row["calls"] for row in own), sum(row["calls"] for row in keyed)
+        keys = len({row["key_id"] for row in keyed})
+        table.append([action.replace("_", " "), calls, with_key, calls - with_key, keys])
+    return _table(["refused", "calls", "with a key", "without a key", "keys"], table)
+
+
+def _refused_keys(rows: Sequence[Row]) -> str:
+    per_key: dict[tuple[str | None, str], Row] = {}
+    for row in rows:
+        if row["action"] in DENIALS and row["key_id"] is not None:
+            key = per_key.setdefault((row["key_name"], row["key_id"]), dict.fromkeys(DENIALS, 0) | {"last": ""})
+            key[row["action"]] += row["calls"]
+            key["last"] = max(key["last"], row["last_at"])
+    ranked = sorted(per_key.items(), key=lambda item: (-sum(item[1][a] for a in DENIALS), str(item[0])))
+    table = [[name, key_id, *(key[a] for a in DENIALS), key["last"]] for (name, key_id), key in ranked[:TOP_KEYS]]
+    header = ["key", "key id", *(a.replace("_", " ") for a in DENIALS), "last refused"]
+    return _table(header, table) or '<p class="sub">no key was refused</p>'
+
+
+def _key_changes(rows: Sequence[Row]) -> str:
+    changes = sorted((row for row in rows if row["action"] in KEY_CHANGES), key=lambda row: row["first_at"])
+    table = [[*_key_change(row), row["calls"], row["first_at"], row["last_at"]] for row in changes]
+    header = ["key change", "by", "keys", "calls", "first", "last"]
+    return _table(header, table) or '<p class="sub">no key was created or revoked</p>'
+
+
+def _key_change(row: Row) -> list[str | None]:
+    """What changed (created, revoked), by whose key (none: `petrel keys create`), on which keys."""
+    return [row["action"].replace("_", " "), row["key_name"] or "(no key)", ", ".join(row["top_resources"]) or None]
 
 
 def _section(

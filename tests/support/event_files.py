@@ -16,7 +16,7 @@ from typing import Any
 
 from libs.events.contract import EVENTS
 
-SERVICE_OF = {"sent": "gateway", "transaction_half": "gateway", "delay_cancelled": "gateway"}
+SERVICE_OF = {"sent": "gateway", "transaction_half": "gateway", "delay_cancelled": "gateway", "audit": "gateway"}
 
 
 def at(utc: str) -> int:

@@ -44,6 +44,7 @@ def test_petrel_etl_daily_writes_the_tables_and_sums_up(
         "  transaction_daily           1 rows",
         "  message_journey            10 rows",
         "  push_hourly                 0 rows",
+        "  audit_daily                 0 rows",
         "  data_quality               10 rows",
         "  quarantine                  4 rows",
         f"report: {warehouse.as_uri()}/reports/dt={DAY}/index.html",
