@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Self
+
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from gateway.cluster.long_polls import DEFAULT_MAX_LONG_POLLS
@@ -39,3 +41,12 @@ class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings
         description="how long a send with an Idempotency-Key holds the key; after a gateway died, a repeat "
         "waits this long",
     )
+
+    @model_validator(mode="after")
+    def _long_polls_within_connections(self) -> Self:
+        if self.max_long_polls >= self.max_connections:
+            raise ValueError(
+                f"max_long_polls ({self.max_long_polls}) must be below max_connections ({self.max_connections}): "
+                "each waiting receive holds a connection, and the others need some too"
+            )
+        return self
