@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from gateway.cluster.long_polls import DEFAULT_MAX_LONG_POLLS
@@ -79,3 +79,12 @@ class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings
                 "PETREL_GATEWAY_INSECURE_NO_AUTH=true (petrel up --insecure-no-auth) to run open anyway"
             )
         return mode == "required"
+
+    @model_validator(mode="after")
+    def _long_polls_within_connections(self) -> Self:
+        if self.max_long_polls >= self.max_connections:
+            raise ValueError(
+                f"max_long_polls ({self.max_long_polls}) must be below max_connections ({self.max_connections}): "
+                "each waiting receive holds a connection, and the others need some too"
+            )
+        return self

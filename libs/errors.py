@@ -20,6 +20,7 @@
      │    ├── ProducerGroupNotFound    404 producer-group-not-found
  │    ├── SubscriptionNotFound     404 subscription-not-found
      │    └── TransactionNotFound      404 transaction-not-found
+     ├── RequestHeaderTimeout          408 request-header-timeout
      ├── AlreadyDelivered              409 already-delivered
      ├── TransactionAlreadyEnded       409 transaction-already-ended
      ├── LeaseEnded                    409 lease-ended
@@ -246,6 +247,12 @@ class OffsetOutOfRange(PetrelError):
     status = 416
     slug = "offset-out-of-range"
     title = "Offset out of range"
+
+
+class RequestHeaderTimeout(PetrelError):
+    status = 408
+    slug = "request-header-timeout"
+    title = "Request header timeout"
 
 
 class AlreadyDelivered(PetrelError):

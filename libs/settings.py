@@ -72,6 +72,24 @@ class ServiceSettings(BaseSettings):
     events_enabled: bool = Field(
         default=True, description="write lifecycle events under <data_dir>/export/events (the ETL's input)"
     )
+    max_header_bytes: int = Field(
+        default=32 * 1024,
+        ge=1024,
+        description="the longest request line plus headers a connection may send; past it: 431 and the "
+        "connection is closed",
+    )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="how long a connection has to send a request's headers, from connecting or from the "
+        "request's first bytes; past it the connection is closed (with a 408 if a request had begun)",
+    )
+    max_connections: int = Field(
+        default=10_000,
+        ge=1,
+        description="open connections per service process; past it a new connection is closed at once "
+        "(keep it well above the gateway's max_long_polls: each waiting receive holds one)",
+    )
     otel_enabled: bool = Field(
         default=False,
         description="FastAPI's native OpenTelemetry hooks: off unless asked for (Petrel exports Prometheus "

@@ -5,6 +5,11 @@ internal client (30 s, libs.http.client): the client always drops a connection
 first, so it never writes a request into one the server is closing (a reset
 that a non-idempotent call could not retry).
 
+Connection limits (header size and time, open connections: libs.http.connection_limits)
+are uvicorn's protocol's, set from the service's settings; a connection they refuse or
+close is counted in `petrel_http_connections_refused_total{reason=...}`. The process's
+open-file limit is raised to fit `max_connections`, as far as its hard limit allows.
+
 The garbage collector: a service's objects that live for its whole life are
 frozen after start-up, and full collections are made rarer, so that a
 collection does not stop a busy gateway for 50-80 ms (measured by the consumer
@@ -16,23 +21,36 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import resource
 from collections.abc import AsyncIterator
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from prometheus_client import Counter
 from starlette.types import Lifespan
 
+from libs.http.connection_limits import ConnectionLimits, Refused, limited_protocol
 from libs.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
 
 KEEP_ALIVE_SECONDS = 75
 GC_THRESHOLDS = (50_000, 20, 100)
+OTHER_OPEN_FILES = 1024
+"""Files a service holds besides its clients' connections: store segments, calls to other services, logs."""
 
 
 def serve(app: FastAPI, settings: ServiceSettings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app.router.lifespan_context = _frozen_after_start(app.router.lifespan_context)
-    uvicorn.run(
+    _allow_open_files(settings.max_connections + OTHER_OPEN_FILES)
+    uvicorn.Server(server_config(app, settings)).run()
+
+
+def server_config(app: FastAPI, settings: ServiceSettings) -> uvicorn.Config:
+    """How uvicorn serves a service: uvloop, httptools under the connection limits, keep-alive."""
+    return uvicorn.Config(
         app,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         host=settings.host,
@@ -40,9 +58,38 @@ def serve(app: FastAPI, settings: ServiceSettings) -> None:
         log_level=settings.log_level,
         access_log=False,
         loop="uvloop",
-        http="httptools",
+        http=limited_protocol(ConnectionLimits.of(settings), _refusals_counter(app)),
         timeout_graceful_shutdown=10,
     )
+
+
+def _refusals_counter(app: FastAPI) -> Refused:
+    """Counts refusals in the app's registry (`service_app`'s), when it has one."""
+    metrics = getattr(app.state, "metrics", None)
+    if metrics is None:
+        return lambda reason: None
+    counter = Counter(
+        "petrel_http_connections_refused",
+        "Connections refused or closed by a connection limit",
+        ["service", "reason"],
+        registry=metrics.registry,
+    )
+    service = metrics.service
+
+    def refused(reason: str) -> None:
+        counter.labels(service, reason).inc()
+
+    return refused
+
+
+def _allow_open_files(wanted: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+    if raised < wanted:
+        log.warning("open files are limited to %d (hard limit): fewer than max_connections can be open", raised)
 
 
 def _frozen_after_start(lifespan: Lifespan[Any]) -> Lifespan[Any]:

@@ -175,3 +175,9 @@ def test_a_malformed_delay_level_table_is_refused_when_the_settings_are_read(mon
     monkeypatch.setenv("PETREL_DELAY_LEVELS", "1s 5 minutes")
     with pytest.raises(ValidationError, match="delay level '5' is not a number with ms, s, m, h or d"):
         GatewaySettings()
+
+
+def test_the_gateway_refuses_more_long_polls_than_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PETREL_MAX_CONNECTIONS", "1000")
+    with pytest.raises(ValidationError, match=r"max_long_polls \(4096\) must be below max_connections \(1000\)"):
+        GatewaySettings()

@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -132,8 +133,6 @@ class ServedApp:
 
 def start_app(app: ASGIApp, port: int = 0, tls: tuple[Path, Path] | None = None) -> ServedApp:
     """`tls`: (certificate, key) files: serve https (the URL stays http://: callers name their own host)."""
-    sock = bound_socket(port)
-    port = int(sock.getsockname()[1])
     certificate, key = tls if tls is not None else (None, None)
     config = uvicorn.Config(
         app,
@@ -145,10 +144,20 @@ def start_app(app: ASGIApp, port: int = 0, tls: tuple[Path, Path] | None = None)
         ssl_certfile=certificate,
         ssl_keyfile=key,
     )
+    return start_config(config, port, warm_up=tls is None)
+
+
+def start_config(config: uvicorn.Config, port: int = 0, warm_up: bool = True) -> ServedApp:
+    """Serves as `config` says (its loop and protocol: libs.http.serve's, say), on a loopback port."""
+    sock = bound_socket(port)
+    port = int(sock.getsockname()[1])
     server = _PromptServer(config)
-    thread = threading.Thread(
-        target=lambda: asyncio.run(server.serve(sockets=[sock])), name=f"serve-{port}", daemon=True
-    )
+
+    def run() -> None:
+        with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+            runner.run(server.serve(sockets=[sock]))
+
+    thread = threading.Thread(target=run, name=f"serve-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while not server.started:
@@ -156,9 +165,9 @@ def start_app(app: ASGIApp, port: int = 0, tls: tuple[Path, Path] | None = None)
             sock.close()
             raise RuntimeError(f"the app on port {port} did not start within {STARTUP_TIMEOUT} s")
         time.sleep(0.005)
-    if tls is None:
+    if warm_up:
         _warm_up(port)
-    return ServedApp(app, port, server, thread, sock)
+    return ServedApp(cast(ASGIApp, config.app), port, server, thread, sock)
 
 
 def _warm_up(port: int) -> None:
