@@ -64,10 +64,12 @@ class Grant:
     @classmethod
     def parse(cls, text: str) -> Grant:
         """`pub:orders*`, `sub:group/billing`, `admin`; InvalidRequest (400) saying what is wrong."""
-        action_name, _, rest = text.strip().partition(":")
+        action_name, colon, rest = text.strip().partition(":")
         action = _ACTION_NAMES.get(action_name.lower())
         if action is None:
             raise InvalidRequest(f"grant {text!r}: the action must be pub, sub or admin (then :pattern)")
+        if colon and not rest:
+            raise InvalidRequest(f"grant {text!r}: nothing after the colon (leave it out for every name)")
         kind: Literal["topic", "group"] | None = None
         pattern = rest or "*"
         prefix, slash, name = pattern.partition("/")
