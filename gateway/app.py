@@ -84,7 +84,7 @@ def create_app(
             directory = KeyDirectory(keys, settings.key_refresh_seconds, settings.key_rate_per_second)
             await directory.load()
             rates = RateLimiter(redis, RATE_PREFIX)
-            background = [asyncio.create_task(directory.run()), asyncio.create_task(rates.run())]
+            background = [asyncio.create_task(directory.run()), asyncio.create_task(rates.run(), name="rates")]
         try:
             # transport: how it calls nameservers and brokers, TCP unless given (tests give an in-process one)
             async with InternalClient(options, transport) as client:
@@ -127,9 +127,11 @@ def create_app(
                     "refusal_budget": RefusalBudget(settings.audit_refusals_per_second),
                 }
         finally:
-            for task in background:
+            if rates is not None:
+                rates.stop()  # its last flush ends by itself; the refresh is cancelled (its thread finishes alone)
+            for task in background[:1]:
                 task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            await asyncio.wait(background, timeout=settings.broker_timeout_seconds)
             key_engine.dispose()
             metadata.dispose()
             await redis.aclose()

@@ -2,9 +2,12 @@
 
 All keys are read at start; then every `refresh_seconds` only those created or revoked
 since (with a minute's overlap, for clocks that differ between the hosts that write
-keys). A key made through this gateway is known here at once; on the others within
-the interval, as is a revocation. If the database cannot be read, the copy keeps
-answering (revocations then wait) and the failure is logged.
+keys). A revocation reaches every gateway within the interval. A key id the copy does
+not hold is looked up in the database at once (a key made a moment ago by `petrel keys
+create` or another gateway works on its first call), within a budget of lookups a
+second, and a miss is remembered until the next refresh, so forged keys cannot make
+every call a database query. If the database cannot be read, the copy keeps answering
+(revocations then wait) and the failure is logged.
 """
 
 from __future__ import annotations
@@ -15,14 +18,17 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from gateway.auth.audit import RefusalBudget
 from gateway.auth.principal import Principal
-from libs.auth.keys import ApiKey, Credential, KeyStore
+from libs.auth.keys import ApiKey, Credential, KeyNotFound, KeyStore
 from libs.errors import Unauthorized
 
 log = logging.getLogger(__name__)
 
 OVERLAP_MS = 60_000
 BEARER = "bearer "
+LOOKUPS_PER_SECOND = 20.0
+MAX_MISSES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,12 +44,15 @@ class KeyDirectory:
         self.default_rate = default_rate
         self._entries: dict[str, _Entry] = {}
         self._since = 0
+        self._misses: set[str] = set()
+        self._lookups = RefusalBudget(LOOKUPS_PER_SECOND)
 
     async def load(self) -> None:
         for key in await asyncio.to_thread(self.store.list_keys):
             self.put(key)
 
     async def refresh(self) -> None:
+        self._misses.clear()
         for key in await asyncio.to_thread(self.store.changed_since, max(0, self._since - OVERLAP_MS)):
             self.put(key)
 
@@ -64,7 +73,7 @@ class KeyDirectory:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def authenticate(self, authorization: str | None) -> Principal:
+    async def authenticate(self, authorization: str | None) -> Principal:
         """The key's principal; Unauthorized (401) saying what is wrong with the header or the key."""
         if not authorization:
             raise Unauthorized("this call needs an API key: send 'Authorization: Bearer <key>' (petrel keys create)")
@@ -74,8 +83,26 @@ class KeyDirectory:
         if credential is None:
             raise Unauthorized("the bearer token is not a Petrel API key (ptk_<key id>_<secret>)")
         entry = self._entries.get(credential.key_id)
+        if entry is None:
+            entry = await self._look_up(credential.key_id)
         if entry is None or not entry.key.verifies(credential.secret):
             raise Unauthorized("the API key is not valid", key_id=credential.key_id)
         if entry.key.revoked:
             raise Unauthorized(f"the API key {credential.key_id} was revoked", key_id=credential.key_id)
         return entry.principal
+
+    async def _look_up(self, key_id: str) -> _Entry | None:
+        """A key made since the last refresh, straight from the database (misses remembered until the next)."""
+        if key_id in self._misses or not self._lookups.take():
+            return None
+        try:
+            self.put(await asyncio.to_thread(self.store.get, key_id))
+        except KeyNotFound:
+            if len(self._misses) >= MAX_MISSES:
+                self._misses.clear()
+            self._misses.add(key_id)
+            return None
+        except SQLAlchemyError as exc:
+            log.warning("API key %s not looked up: %s", key_id, exc)
+            return None
+        return self._entries.get(key_id)

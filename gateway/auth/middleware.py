@@ -32,8 +32,8 @@ class Authenticator:
     directory: KeyDirectory | None
     rates: RateLimiter | None
 
-    def principal(self, authorization: str | None) -> Principal:
-        return EVERYONE if self.directory is None else self.directory.authenticate(authorization)
+    async def principal(self, authorization: str | None) -> Principal:
+        return EVERYONE if self.directory is None else await self.directory.authenticate(authorization)
 
 
 class AuthMiddleware:
@@ -46,7 +46,7 @@ class AuthMiddleware:
             return
         auth: Authenticator = scope["state"]["auth"]
         try:
-            principal = auth.principal(_authorization(scope))
+            principal = await auth.principal(_authorization(scope))
         except Unauthorized as exc:
             audit_scope(scope, "unauthorized", 401, key_id=exc.extensions.get("key_id"), reason=exc.detail)
             await _refuse(scope, send, exc, (b"www-authenticate", b'Bearer realm="petrel"'))

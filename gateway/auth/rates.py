@@ -50,6 +50,7 @@ class RateLimiter:
         self.clock = clock
         self._windows: dict[str, _Window] = {}
         self._failing = False
+        self._stopping = asyncio.Event()
 
     def admit(self, key_id: str, rate: float) -> float | None:
         """None when the call may go ahead; else the seconds until the key's next window (Retry-After)."""
@@ -66,10 +67,16 @@ class RateLimiter:
         return None
 
     async def run(self) -> None:
-        """Flush forever (a task of the gateway's lifespan)."""
-        while True:
-            await asyncio.sleep(self.flush_seconds)
-            await self.flush()
+        """Flush until `stop` (a task of the gateway's lifespan); stopped between flushes, never inside a Redis call
+        (a pipeline cancelled mid-call can leave its connection waiting)."""
+        while not self._stopping.is_set():
+            try:
+                await asyncio.wait_for(self._stopping.wait(), self.flush_seconds)
+            except TimeoutError:
+                await self.flush()
+
+    def stop(self) -> None:
+        self._stopping.set()
 
     async def flush(self) -> None:
         current = int(self.clock())
