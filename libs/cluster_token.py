@@ -63,25 +63,24 @@ def _create(path: Path) -> None:
 
 def read_token_file(path: Path) -> str:
     """The token in `path` (whitespace stripped); ClusterTokenError if the file cannot be used."""
+    where = f"the cluster token file {path} ({TOKEN_FILE_SETTING})"
     try:
         info = path.stat()
-        text = path.read_text(encoding="utf-8")
+        if not stat.S_ISREG(info.st_mode):
+            raise ClusterTokenError(f"{where} is not a regular file")
+        if info.st_mode & 0o077:
+            raise ClusterTokenError(
+                f"{where} is open to its group or others (mode {stat.S_IMODE(info.st_mode):04o}); "
+                f"make it private: chmod 600 {path}"
+            )
+        token = path.read_text(encoding="utf-8").strip()
     except OSError as exc:
-        raise ClusterTokenError(
-            f"cannot read the cluster token file {path} ({TOKEN_FILE_SETTING}): {exc.strerror or exc}"
-        ) from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ClusterTokenError(f"the cluster token file {path} ({TOKEN_FILE_SETTING}) is not a regular file")
-    if info.st_mode & 0o077:
-        raise ClusterTokenError(
-            f"the cluster token file {path} ({TOKEN_FILE_SETTING}) is open to its group or others "
-            f"(mode {stat.S_IMODE(info.st_mode):04o}); make it private: chmod 600 {path}"
-        )
-    token = text.strip()
+        raise ClusterTokenError(f"cannot read {where}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ClusterTokenError(f"{where} is not text") from None
     if not token:
         raise ClusterTokenError(
-            f"the cluster token file {path} ({TOKEN_FILE_SETTING}) is empty; delete it for `petrel up` to "
-            "make a new one, or write the cluster's token into it"
+            f"{where} is empty; delete it for `petrel up` to make a new one, or write the cluster's token into it"
         )
     return token
 
