@@ -2,7 +2,9 @@
 
 With `push=True`, also the push service. With `txcheck=True`, also txcheck's Celery worker
 and beat on the real Redis, under a key prefix of the cluster's own (scans every second,
-transactions due after one second).
+transactions due after one second). With `token=True`, a cluster token as `petrel up` makes
+one (`<data_dir>/cluster.token`): a test's own calls to an internal service then send
+`internal_headers()`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import redis
 
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
+from libs.cluster_token import TOKEN_FILE_SETTING, ensure_token_file, read_token_file, token_file_of
+from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
 
@@ -46,9 +50,13 @@ SMALL_TIMER = {
 
 
 class LocalCluster:
-    def __init__(self, data_dir: Path, env: dict[str, str], *, txcheck: bool = False, push: bool = False) -> None:
+    def __init__(
+        self, data_dir: Path, env: dict[str, str], *, txcheck: bool = False, push: bool = False, token: bool = False
+    ) -> None:
         self.data_dir = data_dir
         self.supervisor = Supervisor(data_dir)
+        self.token_file = ensure_token_file(token_file_of(data_dir)) if token else None
+        token_env = {TOKEN_FILE_SETTING: str(self.token_file)} if self.token_file else {}
         ports = {name: free_port() for name in ("nameserver", "broker", "timer", "push", "gateway")}
         self.redis_prefix = f"petrel-e2e:{uuid.uuid4().hex[:12]}:"
         shared = (
@@ -60,6 +68,7 @@ class LocalCluster:
             | SMALL_BROKER
             | SMALL_TIMER
             | (FAST_TXCHECK if txcheck else {})
+            | token_env
             | env
         )
 
@@ -90,6 +99,10 @@ class LocalCluster:
     @property
     def url(self) -> str:
         return self.specs["gateway"].url
+
+    def internal_headers(self) -> dict[str, str]:
+        """What a test's call to an internal service carries: the cluster token, if the cluster has one."""
+        return {INTERNAL_TOKEN_HEADER: read_token_file(self.token_file)} if self.token_file else {}
 
     async def start(self) -> None:
         for spec in self.specs.values():
@@ -129,9 +142,11 @@ async def local_cluster(data_dir: Path, **env: str) -> AsyncIterator[tuple[Local
 
 
 @asynccontextmanager
-async def local_cluster_with_push(data_dir: Path, **env: str) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
-    """The cluster and the push service."""
-    async with _running(LocalCluster(data_dir, env, push=True)) as running:
+async def local_cluster_with_push(
+    data_dir: Path, *, token: bool = False, **env: str
+) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
+    """The cluster and the push service (with a cluster token if `token`)."""
+    async with _running(LocalCluster(data_dir, env, push=True, token=token)) as running:
         yield running
 
 
