@@ -73,8 +73,9 @@ class ServiceSettings(BaseSettings):
     allowed_hosts: AddressList = Field(
         default=[],
         json_schema_extra={"env_type": "host names, comma-separated"},
-        description="host names an internal service answers to in the Host header, besides IP addresses and "
-        "localhost (a DNS-rebinding page uses a name), e.g. 'broker-a.petrel.internal'",
+        description="host names an internal service answers to in the Host header, besides IP addresses, "
+        "localhost, the nameservers' names and its own (a DNS-rebinding page uses a name of its own), "
+        "e.g. 'timer.petrel.internal'",
     )
     nameservers: AddressList = Field(default=["127.0.0.1:9876"], description="every nameserver's host:port")
     redis_url: str = Field(
@@ -128,6 +129,11 @@ class ServiceSettings(BaseSettings):
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def host_names(self) -> list[str]:
+        """Names (host or host:port) an internal service answers to in the Host header, besides IP addresses and
+        localhost: `allowed_hosts`, the nameservers' names (every service calls them by those) and its own `host`."""
+        return [*self.allowed_hosts, *self.nameservers, self.host]
 
     def cluster_token(self) -> str | None:
         """The token internal calls carry: `internal_token_file`'s content, else `internal_token`, else None.

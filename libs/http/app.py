@@ -65,7 +65,7 @@ def service_app(
     """A FastAPI app with Petrel's common endpoints and middleware.
 
     Internal services (public=False) require the cluster token when one is
-    configured and answer only to IP addresses, localhost and `allowed_hosts` in
+    configured and answer only to IP addresses, localhost and `host_names()` in
     the Host header; the gateway (public=True) has its own auth. Any service
     listening on an address other than loopback refuses to be built without a
     cluster token (ClusterTokenError): the gateway needs it to call the others.
@@ -113,7 +113,7 @@ def service_app(
     if not public and token is not None:
         app.add_middleware(InternalTokenMiddleware, token=token)
     if not public:
-        app.add_middleware(HostCheckMiddleware, allowed_hosts=settings.allowed_hosts)
+        app.add_middleware(HostCheckMiddleware, allowed_hosts=settings.host_names())
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     return app
 

@@ -99,14 +99,15 @@ class HostCheckMiddleware:
     """Answers 400 to a call whose Host header is a name the service does not answer to.
 
     IP addresses (v4, v6; with or without a port) and `localhost` pass, and the
-    names in `allowed_hosts`. A DNS-rebinding page (a name of the attacker's
-    that resolves to this machine once the page is loaded) sends its own name.
+    names in `allowed_hosts` (`name` or `name:port`: any port). A DNS-rebinding
+    page (a name of the attacker's that resolves to this machine once the page
+    is loaded) sends its own name.
     A request with no Host at all (HTTP/1.0; no browser sends one) passes.
     """
 
     def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = ()) -> None:
         self.app = app
-        self.allowed = frozenset(name.strip().lower().rstrip(".") for name in allowed_hosts) | {"localhost"}
+        self.allowed = frozenset(host_name(name).rstrip(".") for name in allowed_hosts) | {"localhost"}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in CHECKED_SCOPES:

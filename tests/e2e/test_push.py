@@ -19,7 +19,7 @@ import pytest
 import pytest_asyncio
 
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
-from tests.support.cluster import LocalCluster, local_cluster_with_push
+from tests.support.cluster import LocalCluster, local_cluster_with_push, started
 from tests.support.serving import ServedApp, serving
 from tests.support.waiting import eventually
 from tests.support.webhook_endpoint import Answer, Delivery, WebhookEndpoint
@@ -34,7 +34,7 @@ QUICK_CIRCUIT = {"PETREL_PUSH_CIRCUIT_FAILURES": "3", "PETREL_PUSH_CIRCUIT_OPEN_
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
     """One cluster for the tests that kill nothing (each has its own group and topic), with a cluster token."""
     data_dir = tmp_path_factory.mktemp("push") / "data"
-    async with local_cluster_with_push(data_dir, token=True, **QUICK_CIRCUIT) as running:
+    async with started(LocalCluster(data_dir, QUICK_CIRCUIT, push=True, token=True)) as running:
         yield running
 
 

@@ -279,6 +279,20 @@ async def test_any_other_host_name_is_refused_on_every_path_with_the_setting_tha
     assert app.state.calls == []
 
 
+async def test_a_service_also_answers_to_the_nameservers_names_and_its_own() -> None:
+    settings = BrokerSettings(
+        nameservers=["ns1.petrel.internal:9876"],
+        host="0.0.0.0",
+        advertised_address="broker-b.petrel.internal:10911",
+        internal_token=SecretStr(TOKEN),
+    )
+    for host in ("ns1.petrel.internal:9876", "broker-b.petrel.internal:10911", "broker-b.petrel.internal"):
+        async with client_for(internal_app(settings), host, **{INTERNAL_TOKEN_HEADER: TOKEN}) as client:
+            assert (await client.get("/internal/topics/orders")).status_code == 200, host
+    async with client_for(internal_app(settings), "ns2.petrel.internal:9876") as client:
+        assert (await client.get("/healthz")).status_code == 400
+
+
 async def test_the_gateway_answers_to_any_host_name() -> None:
     async with client_for(internal_app(public=True), "petrel.example.com") as client:
         assert (await client.get("/internal/topics/orders")).status_code == 200

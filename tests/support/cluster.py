@@ -54,6 +54,7 @@ class LocalCluster:
         self, data_dir: Path, env: dict[str, str], *, txcheck: bool = False, push: bool = False, token: bool = False
     ) -> None:
         self.data_dir = data_dir
+        self.txcheck = txcheck
         self.supervisor = Supervisor(data_dir)
         self.token_file = ensure_token_file(token_file_of(data_dir)) if token else None
         token_env = {TOKEN_FILE_SETTING: str(self.token_file)} if self.token_file else {}
@@ -137,16 +138,14 @@ class LocalCluster:
 
 @asynccontextmanager
 async def local_cluster(data_dir: Path, **env: str) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
-    async with _running(LocalCluster(data_dir, env)) as running:
+    async with started(LocalCluster(data_dir, env)) as running:
         yield running
 
 
 @asynccontextmanager
-async def local_cluster_with_push(
-    data_dir: Path, *, token: bool = False, **env: str
-) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
-    """The cluster and the push service (with a cluster token if `token`)."""
-    async with _running(LocalCluster(data_dir, env, push=True, token=token)) as running:
+async def local_cluster_with_push(data_dir: Path, **env: str) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
+    """The cluster and the push service."""
+    async with started(LocalCluster(data_dir, env, push=True)) as running:
         yield running
 
 
@@ -154,23 +153,22 @@ async def local_cluster_with_push(
 async def local_cluster_with_txcheck(
     data_dir: Path, **env: str
 ) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
-    """The cluster and txcheck's Celery worker and beat; their Redis keys are removed afterwards."""
-    cluster = LocalCluster(data_dir, env, txcheck=True)
-    try:
-        async with _running(cluster) as running:
-            yield running
-    finally:
-        _forget_redis_keys(cluster.redis_prefix)
+    """The cluster and txcheck's Celery worker and beat."""
+    async with started(LocalCluster(data_dir, env, txcheck=True)) as running:
+        yield running
 
 
 @asynccontextmanager
-async def _running(cluster: LocalCluster) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
+async def started(cluster: LocalCluster) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
+    """The cluster running, and a client of its gateway; stopped after (txcheck's Redis keys removed)."""
     try:
         await cluster.start()
         async with httpx.AsyncClient(base_url=cluster.url, timeout=15) as client:
             yield cluster, client
     finally:
         cluster.supervisor.stop_all()
+        if cluster.txcheck:
+            _forget_redis_keys(cluster.redis_prefix)
 
 
 def _forget_redis_keys(prefix: str) -> None:
