@@ -105,14 +105,18 @@ class HostCheckMiddleware:
     A request with no Host at all (HTTP/1.0; no browser sends one) passes.
     """
 
+    KNOWN_MAX = 256
+    """Host values already answered, kept to skip parsing them on the hot path (a few per cluster)."""
+
     def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = ()) -> None:
         self.app = app
         self.allowed = frozenset(host_name(name).rstrip(".") for name in allowed_hosts) | {"localhost"}
+        self._known: set[bytes] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in CHECKED_SCOPES:
             given = dict(scope["headers"]).get(b"host")
-            if given is not None and not self.answers_to(given.decode("latin-1")):
+            if given is not None and given not in self._known and not self._answered(given):
                 refused = HostNotAllowed(
                     f"this service does not answer to the Host {given.decode('latin-1')!r}: call it by IP address "
                     f"or localhost, or list the name in {ALLOWED_HOSTS_SETTING}",
@@ -126,6 +130,13 @@ class HostCheckMiddleware:
     def answers_to(self, host: str) -> bool:
         name = host_name(host)
         return _is_ip_address(name) or name.rstrip(".") in self.allowed
+
+    def _answered(self, given: bytes) -> bool:
+        if not self.answers_to(given.decode("latin-1")):
+            return False
+        if len(self._known) < self.KNOWN_MAX:
+            self._known.add(given)
+        return True
 
 
 def host_name(host: str) -> str:
