@@ -2,8 +2,9 @@
 
 Each child is `python -m <module>` configured only through `PETREL_*`
 environment variables, exactly as one would run it by hand or in a container.
-The cluster-wide settings (data dir, nameservers, Redis, the delay-level table)
-go to every process alike.
+The cluster-wide settings (data dir, nameservers, Redis, the delay-level table,
+the cluster token's file) go to every process alike: the token file's path, never
+the token (libs.cluster_token).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from libs.cluster_token import TOKEN_FILE_SETTING, token_file_of
 from libs.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from libs.settings import cluster_key_prefix
 
@@ -36,6 +38,11 @@ class UpOptions:
     """the nightly ETL's Celery worker and beat (`--no-etl`, PETREL_ETL_NIGHTLY=false: left out)"""
     insecure_no_auth: bool = False
     """`--insecure-no-auth`: let the gateway run without API keys on an address other hosts reach"""
+
+    @property
+    def token_file(self) -> Path:
+        """The cluster token's file, `<data_dir>/cluster.token`: `up` creates it once, every process reads it."""
+        return token_file_of(self.data_dir)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +84,7 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
         "PETREL_NAMESERVERS": ",".join(nameservers),
         "PETREL_REDIS_URL": redis_url,
         "PETREL_DELAY_LEVELS": options.delay_levels,
+        TOKEN_FILE_SETTING: str(options.token_file),
     } | _egress(options.host)
     specs = [
         ProcessSpec(

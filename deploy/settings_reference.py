@@ -148,6 +148,8 @@ def _default(field: FieldInfo) -> str:
     if isinstance(value, enum.Enum):
         value = value.value
     if isinstance(value, list):
+        if not value:
+            return "(none)"
         value = ",".join(str(item) for item in value)
     if isinstance(value, bool):
         value = str(value).lower()

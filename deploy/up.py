@@ -11,6 +11,7 @@ from deploy.plan import ProcessSpec, UpOptions, plan_cluster
 from deploy.redis_server import DEFAULT_REDIS_URL, RedisNotAvailable, private_redis_command, redis_answers
 from deploy.supervisor import StartupFailed, Supervisor, port_in_use
 from gateway.settings import GatewaySettings
+from libs.cluster_token import ClusterTokenError, ensure_token_file
 from services.etl.settings import EtlSettings
 
 
@@ -24,13 +25,14 @@ def up(options: UpOptions, redis_url: str | None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     try:
         options = _with_etl_setting(options)
+        ensure_token_file(options.token_file)
         url = redis_url or _redis(supervisor, options)
         specs = plan_cluster(options, url)
         supervisor.check_ports(specs)
         for spec in specs:
             print(f"[petrel] starting {spec.name}{f' on {spec.url}' if spec.port else ''} ...", flush=True)
             supervisor.start(spec)
-    except (StartupFailed, RedisNotAvailable, ValueError) as exc:
+    except (StartupFailed, RedisNotAvailable, ValueError, ClusterTokenError) as exc:
         print(f"[petrel] could not start the cluster: {exc}", file=sys.stderr, flush=True)
         supervisor.stop_all()
         return 1
@@ -86,5 +88,6 @@ def _print_urls(specs: list[ProcessSpec], options: UpOptions, redis_url: str) ->
     print(f"\n  auth:      {_auth_line(options)}")
     print(f"  API docs:  http://{options.host}:{options.gateway_port}/docs")
     print(f"  logs:      {options.data_dir / 'logs'}/")
+    print(f"  token:     {options.token_file} (internal calls carry it in x-petrel-internal-token)")
     print(f"  try:       curl -X PUT http://{options.host}:{options.gateway_port}/v1/topics/orders")
     print("\nCtrl-C stops every process.", flush=True)

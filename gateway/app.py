@@ -72,7 +72,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
-        token = settings.internal_token.get_secret_value() if settings.internal_token else None
+        token = settings.cluster_token()
         options = ClientOptions(token=token, timeout=settings.broker_timeout_seconds)
         redis = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=1, socket_timeout=2)
         metadata = await asyncio.to_thread(open_metadata_engine, settings.metadata_url)

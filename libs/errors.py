@@ -8,7 +8,8 @@
      │    ├── InvalidMessage           400 invalid-message
      │    ├── InvalidFilter            400 invalid-filter
      │    ├── InvalidReceiptHandle     400 invalid-receipt-handle
-     │    └── ForeignReceiptHandle     400 foreign-receipt-handle
+     │    ├── ForeignReceiptHandle     400 foreign-receipt-handle
+     │    └── HostNotAllowed           400 host-not-allowed
      ├── Unauthorized                  401 unauthorized
      ├── Forbidden                     403 forbidden
      ├── NotFound                      404 not-found
@@ -135,6 +136,13 @@ class InvalidReceiptHandle(InvalidRequest):
 class ForeignReceiptHandle(InvalidRequest):
     slug = "foreign-receipt-handle"
     title = "Receipt handle of another group"
+
+
+class HostNotAllowed(InvalidRequest):
+    """An internal service was called by a Host name it does not answer to (a DNS-rebinding page uses a name)."""
+
+    slug = "host-not-allowed"
+    title = "Host not allowed"
 
 
 class Unauthorized(PetrelError):

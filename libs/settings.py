@@ -3,7 +3,7 @@
 Each service subclasses `ServiceSettings` with its own prefix, e.g.
 `PETREL_BROKER_PORT`. The fields of `ServiceSettings` itself are shared by the
 whole cluster, so they may also be given once without the service's name
-(`PETREL_DATA_DIR`, `PETREL_INTERNAL_TOKEN`, `PETREL_NAMESERVERS`, ...); the
+(`PETREL_DATA_DIR`, `PETREL_INTERNAL_TOKEN_FILE`, `PETREL_NAMESERVERS`, ...); the
 service-specific spelling wins when both are set.
 
 `SharedDatabaseSettings` is the base of the services that use the cluster's
@@ -39,6 +39,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from libs.cluster_token import read_token_file
 from libs.delay import DEFAULT_DELAY_LEVELS, DelayLevelTable
 from libs.egress import EgressGuard, Resolver, default_allowed, parse_networks, system_resolver
 
@@ -61,7 +62,20 @@ class ServiceSettings(BaseSettings):
     data_dir: Path = Field(default=Path("data"), description="stores, logs, events and run state go under it")
     internal_token: SecretStr | None = Field(
         default=None,
-        description="a secret every internal call carries (x-petrel-internal-token); set, calls without it are refused",
+        description="a secret every internal call carries (x-petrel-internal-token); set, calls without it are "
+        "refused; internal_token_file is the better way to give it",
+    )
+    internal_token_file: Path | None = Field(
+        default=None,
+        description="a file (mode 0600) holding the cluster token, read at start; wins over internal_token; "
+        "`petrel up` writes <data_dir>/cluster.token and gives its path to every service",
+    )
+    allowed_hosts: AddressList = Field(
+        default=[],
+        json_schema_extra={"env_type": "host names, comma-separated"},
+        description="host names an internal service answers to in the Host header, besides IP addresses, "
+        "localhost, the nameservers' names and its own (a DNS-rebinding page uses a name of its own), "
+        "e.g. 'timer.petrel.internal'",
     )
     nameservers: AddressList = Field(default=["127.0.0.1:9876"], description="every nameserver's host:port")
     redis_url: str = Field(
@@ -96,10 +110,15 @@ class ServiceSettings(BaseSettings):
         "metrics itself)",
     )
 
-    @field_validator("nameservers", mode="before")
+    @field_validator("nameservers", "allowed_hosts", mode="before")
     @classmethod
     def _split_addresses(cls, value: Any) -> Any:
         return split_entries(value)
+
+    @field_validator("internal_token_file", mode="before")
+    @classmethod
+    def _no_empty_path(cls, value: Any) -> Any:
+        return None if value == "" else value
 
     @classmethod
     def settings_customise_sources(
@@ -128,6 +147,23 @@ class ServiceSettings(BaseSettings):
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def host_names(self) -> list[str]:
+        """Names (host or host:port) an internal service answers to in the Host header, besides IP addresses and
+        localhost: `allowed_hosts`, the nameservers' names (every service calls them by those) and its own `host`."""
+        return [*self.allowed_hosts, *self.nameservers, self.host]
+
+    def cluster_token(self) -> str | None:
+        """The token internal calls carry: `internal_token_file`'s content, else `internal_token`, else None.
+
+        Reads the file at each call (a service calls it once, at start); ClusterTokenError when the file is
+        missing, unreadable, empty or open to its group or others.
+        """
+        if self.internal_token_file is not None:
+            return read_token_file(self.internal_token_file)
+        if self.internal_token is not None and self.internal_token.get_secret_value():
+            return self.internal_token.get_secret_value()
+        return None
 
 
 class SharedDatabaseSettings(ServiceSettings):

@@ -18,9 +18,11 @@ from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 from starlette.types import Lifespan
 
+from libs.cluster_token import require_token_off_loopback
 from libs.events.writer import EventWriter
 from libs.http.middleware import (
     BodyLimitMiddleware,
+    HostCheckMiddleware,
     InternalTokenMiddleware,
     RequestMetrics,
     RequestMetricsMiddleware,
@@ -63,11 +65,16 @@ def service_app(
 ) -> FastAPI:
     """A FastAPI app with Petrel's common endpoints and middleware.
 
-    Internal services (public=False) require the internal token when one is
-    configured; the gateway (public=True) has its own auth, given as `guards`: pure ASGI
-    middleware classes that run inside the request metrics (their refusals are counted)
-    and before the body limit and the routes.
+    Internal services (public=False) require the cluster token when one is
+    configured and answer only to IP addresses, localhost and `host_names()` in
+    the Host header; the gateway (public=True) has its own auth, given as `guards`:
+    pure ASGI middleware classes that run inside the request metrics (their refusals
+    are counted) and before the body limit and the routes. Any service listening on
+    an address other than loopback refuses to be built without a cluster token
+    (ClusterTokenError): the gateway needs it to call the others.
     """
+    token = settings.cluster_token()
+    require_token_off_loopback(name, settings.host, token)
     telemetry_on = settings.otel_enabled
     app = FastAPI(
         telemetry={"tracing": telemetry_on, "metrics": telemetry_on, "logs": telemetry_on},
@@ -106,9 +113,10 @@ def service_app(
 
     _document_problems(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
-    token = settings.internal_token
-    if not public and token is not None and token.get_secret_value():
-        app.add_middleware(InternalTokenMiddleware, token=token.get_secret_value())
+    if not public and token is not None:
+        app.add_middleware(InternalTokenMiddleware, token=token)
+    if not public:
+        app.add_middleware(HostCheckMiddleware, allowed_hosts=settings.host_names())
     for guard in reversed(guards):
         app.add_middleware(guard)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)

@@ -135,7 +135,7 @@ def create_app(
         log.info("transactions: %d ended ones read from the op queue", await asyncio.to_thread(transactions.load))
         watch_memory(app.state.metrics.registry, pop, transactions)
         leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
-        token = settings.internal_token.get_secret_value() if settings.internal_token else None
+        token = settings.cluster_token()
         try:
             # transport: how it calls the nameservers, TCP unless given (tests give an in-process one)
             async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1), transport) as client:

@@ -79,6 +79,10 @@ class BrokerSettings(DelayLevelSettings):
     def address(self) -> str:
         return self.advertised_address or f"{self.host}:{self.port}"
 
+    def host_names(self) -> list[str]:
+        """Also the name in its advertised address: the one others call it by."""
+        return [*super().host_names(), self.address]
+
     @property
     def store_dir(self) -> Path:
         return self.data_dir / "brokers" / self.broker_name

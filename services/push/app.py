@@ -34,7 +34,7 @@ def create_app(
         engine = open_subscription_engine(settings.metadata_url)
         store = SubscriptionStore(engine)
         guard = settings.egress_guard(resolve)
-        token = settings.internal_token.get_secret_value() if settings.internal_token else None
+        token = settings.cluster_token()
         options = ClientOptions(token=token, timeout=settings.broker_timeout_seconds)
         try:
             async with InternalClient(options, transport) as client:

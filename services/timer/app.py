@@ -92,7 +92,7 @@ def create_app(settings: TimerSettings, *, transport: Transport | None = None) -
             max_delay_ms=settings.max_delay_ms,
             segment_bytes=settings.timer_log_segment_bytes,
         )
-        token = settings.internal_token.get_secret_value() if settings.internal_token else None
+        token = settings.cluster_token()
         async with InternalClient(ClientOptions(token=token, timeout=5.0), transport) as client:
             scheduler = TimerScheduler(
                 store,

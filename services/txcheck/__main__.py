@@ -27,6 +27,7 @@ def main(argv: list[str]) -> int:
         serve(create_app(settings), settings)
         return 0
     if role in {"worker", "beat"}:
+        settings.cluster_token()  # a token file that cannot be used stops the worker here, not at its first task
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         app = create_celery(settings)
         return int(app.start(celery_argv(role, settings, argv[1:])) or 0)

@@ -29,7 +29,7 @@ PRODUCER_GROUP_TTL_SECONDS = 2.0
 
 class Runtime:
     def __init__(self, settings: TxcheckSettings) -> None:
-        token = settings.internal_token.get_secret_value() if settings.internal_token else None
+        token = settings.cluster_token()
         self._opened = contextlib.ExitStack()
         timeout = settings.broker_timeout_seconds
         options = ClientOptions(

@@ -18,7 +18,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from tests.support.cluster import LocalCluster, local_cluster_with_push
+from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from tests.support.cluster import LocalCluster, local_cluster_with_push, started
 from tests.support.serving import ServedApp, serving
 from tests.support.waiting import eventually
 from tests.support.webhook_endpoint import Answer, Delivery, WebhookEndpoint
@@ -31,8 +32,9 @@ QUICK_CIRCUIT = {"PETREL_PUSH_CIRCUIT_FAILURES": "3", "PETREL_PUSH_CIRCUIT_OPEN_
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
-    """One cluster for the tests that kill nothing (each has its own group and topic)."""
-    async with local_cluster_with_push(tmp_path_factory.mktemp("push") / "data", **QUICK_CIRCUIT) as running:
+    """One cluster for the tests that kill nothing (each has its own group and topic), with a cluster token."""
+    data_dir = tmp_path_factory.mktemp("push") / "data"
+    async with started(LocalCluster(data_dir, QUICK_CIRCUIT, push=True, token=True)) as running:
         yield running
 
 
@@ -115,6 +117,31 @@ async def test_every_message_arrives_signed_once_and_is_acked(
     shown = await status(client, "billing", "orders")
     assert shown["status"]["acked"] == 20
     assert shown["status"]["state"] == "active"
+
+
+async def test_the_cluster_token_never_reaches_an_endpoint(
+    cluster: tuple[LocalCluster, httpx.AsyncClient], endpoint: tuple[WebhookEndpoint, ServedApp]
+) -> None:
+    running, client = cluster
+    receiver, served = endpoint
+    token = running.internal_headers()[INTERNAL_TOKEN_HEADER]
+    attempts = iter([Answer(503), Answer(200)])
+    receiver.answer = lambda _: next(attempts, Answer(200))  # a retry too: a fresh attempt, the same session
+    await subscribe(client, "tokens", "invoices", served, receiver, group_config={"retry_policy": FAST_RETRIES})
+
+    ids = await send(client, "invoices", "invoice 1", "invoice 2")
+
+    async def all_acked() -> bool:
+        return receiver.seen() == set(ids) and await lag(client, "tokens") == 0
+
+    await eventually(all_acked, "2 messages pushed and acked", timeout=15, context=lambda: log_of(running))
+    assert len(receiver.deliveries) == 3
+    for delivery in receiver.deliveries:
+        assert INTERNAL_TOKEN_HEADER not in delivery.headers
+        assert not any(token in value for value in delivery.headers.values()), delivery.headers
+        assert token.encode() not in delivery.body
+    push_url = running.specs["push"].url
+    assert (await client.get(f"{push_url}/internal/subscriptions")).status_code == 401, "the cluster has no token"
 
 
 async def test_a_message_answered_500_retries_into_the_dlq_while_the_others_flow(

@@ -61,7 +61,7 @@ def build_app(*, token: str | None = None, public: bool = False, max_body_bytes:
 async def client_for(app: FastAPI, **headers: str) -> AsyncIterator[httpx.AsyncClient]:
     # raise_app_exceptions=False: Starlette re-raises an unhandled error after answering 500.
     transport = httpx.ASGITransport(app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testsvc", headers=headers) as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", headers=headers) as client:
         yield client
 
 

@@ -32,5 +32,5 @@ async def in_process(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client calling the app in-process, with its lifespan running."""
     async with LifespanManager(app) as manager:
         transport = httpx.ASGITransport(app=manager.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             yield client

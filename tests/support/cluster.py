@@ -2,7 +2,9 @@
 
 With `push=True`, also the push service. With `txcheck=True`, also txcheck's Celery worker
 and beat on the real Redis, under a key prefix of the cluster's own (scans every second,
-transactions due after one second).
+transactions due after one second). With `token=True`, a cluster token as `petrel up` makes
+one (`<data_dir>/cluster.token`): a test's own calls to an internal service then send
+`internal_headers()`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import redis
 
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
+from libs.cluster_token import TOKEN_FILE_SETTING, ensure_token_file, read_token_file, token_file_of
+from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
 
@@ -46,9 +50,14 @@ SMALL_TIMER = {
 
 
 class LocalCluster:
-    def __init__(self, data_dir: Path, env: dict[str, str], *, txcheck: bool = False, push: bool = False) -> None:
+    def __init__(
+        self, data_dir: Path, env: dict[str, str], *, txcheck: bool = False, push: bool = False, token: bool = False
+    ) -> None:
         self.data_dir = data_dir
+        self.txcheck = txcheck
         self.supervisor = Supervisor(data_dir)
+        self.token_file = ensure_token_file(token_file_of(data_dir)) if token else None
+        token_env = {TOKEN_FILE_SETTING: str(self.token_file)} if self.token_file else {}
         ports = {name: free_port() for name in ("nameserver", "broker", "timer", "push", "gateway")}
         self.redis_prefix = f"petrel-e2e:{uuid.uuid4().hex[:12]}:"
         shared = (
@@ -60,6 +69,7 @@ class LocalCluster:
             | SMALL_BROKER
             | SMALL_TIMER
             | (FAST_TXCHECK if txcheck else {})
+            | token_env
             | env
         )
 
@@ -90,6 +100,10 @@ class LocalCluster:
     @property
     def url(self) -> str:
         return self.specs["gateway"].url
+
+    def internal_headers(self) -> dict[str, str]:
+        """What a test's call to an internal service carries: the cluster token, if the cluster has one."""
+        return {INTERNAL_TOKEN_HEADER: read_token_file(self.token_file)} if self.token_file else {}
 
     async def start(self) -> None:
         for spec in self.specs.values():
@@ -124,14 +138,14 @@ class LocalCluster:
 
 @asynccontextmanager
 async def local_cluster(data_dir: Path, **env: str) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
-    async with _running(LocalCluster(data_dir, env)) as running:
+    async with started(LocalCluster(data_dir, env)) as running:
         yield running
 
 
 @asynccontextmanager
 async def local_cluster_with_push(data_dir: Path, **env: str) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
     """The cluster and the push service."""
-    async with _running(LocalCluster(data_dir, env, push=True)) as running:
+    async with started(LocalCluster(data_dir, env, push=True)) as running:
         yield running
 
 
@@ -139,23 +153,22 @@ async def local_cluster_with_push(data_dir: Path, **env: str) -> AsyncIterator[t
 async def local_cluster_with_txcheck(
     data_dir: Path, **env: str
 ) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
-    """The cluster and txcheck's Celery worker and beat; their Redis keys are removed afterwards."""
-    cluster = LocalCluster(data_dir, env, txcheck=True)
-    try:
-        async with _running(cluster) as running:
-            yield running
-    finally:
-        _forget_redis_keys(cluster.redis_prefix)
+    """The cluster and txcheck's Celery worker and beat."""
+    async with started(LocalCluster(data_dir, env, txcheck=True)) as running:
+        yield running
 
 
 @asynccontextmanager
-async def _running(cluster: LocalCluster) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
+async def started(cluster: LocalCluster) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
+    """The cluster running, and a client of its gateway; stopped after (txcheck's Redis keys removed)."""
     try:
         await cluster.start()
         async with httpx.AsyncClient(base_url=cluster.url, timeout=15) as client:
             yield cluster, client
     finally:
         cluster.supervisor.stop_all()
+        if cluster.txcheck:
+            _forget_redis_keys(cluster.redis_prefix)
 
 
 def _forget_redis_keys(prefix: str) -> None:

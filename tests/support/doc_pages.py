@@ -1,7 +1,8 @@
 """A page of the README or docs/ run against a fresh cluster of its own (tests.support.doc_blocks runs the blocks).
 
 The cluster has txcheck when the page shows check-backs, the push service when it shows
-a webhook receiver; the page's `petrel` is this venv's.
+a webhook receiver, and a cluster token in `data/cluster.token` as `petrel up` makes one;
+the page's `petrel` is this venv's.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from tests.support.cluster import local_cluster, local_cluster_with_push, local_cluster_with_txcheck
+from tests.support.cluster import LocalCluster, started
 from tests.support.doc_blocks import run_page, shell_blocks
 from tests.support.serving import free_port
 
@@ -38,8 +39,8 @@ async def run_page_as_written(page: str, tmp_path: Path) -> None:
     blocks = shell_blocks(ROOT / page, page)
     with_txcheck = any("checkback-receiver" in b.text for b in blocks)
     with_push = any("webhook-receiver" in b.text for b in blocks)
-    starting = local_cluster_with_txcheck if with_txcheck else local_cluster_with_push if with_push else local_cluster
-    async with starting(tmp_path / "data") as (cluster, _):
+    cluster = LocalCluster(tmp_path / "data", {}, txcheck=with_txcheck, push=with_push, token=True)
+    async with started(cluster):
         ports = {
             8080: cluster.specs["gateway"].port,
             9876: cluster.specs["nameserver"].port,

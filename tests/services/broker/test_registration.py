@@ -60,7 +60,7 @@ async def slow_start(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """As tests.conftest.in_process, with time to load and register 100,000 topics on a busy machine."""
     async with LifespanManager(app, startup_timeout=120) as manager:
         transport = httpx.ASGITransport(app=manager.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             yield client
 
 

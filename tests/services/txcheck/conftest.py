@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from libs.http.client import ClientOptions
+from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 from services.broker.app import create_app as broker_app
 from services.txcheck.brokers import Brokers, open_brokers
@@ -47,7 +48,8 @@ def tx_broker_factory(nameserver: ServedApp) -> Iterator[Any]:
         settings = broker_settings(nameserver, **cast(dict[str, Any], overrides))
         context = serving(broker_app(settings), settings.port)
         served = context.__enter__()
-        http = httpx.Client(base_url=served.url, timeout=10)
+        token = settings.cluster_token()  # a broker given a token asks the test's own calls for it too
+        http = httpx.Client(base_url=served.url, timeout=10, headers={INTERNAL_TOKEN_HEADER: token} if token else {})
         opened.append((context, http))
         assert http.put("/internal/topics/orders", json={"read_queues": 2, "write_queues": 2}).status_code in {200, 201}
         return TxBroker(served, http, settings.broker_name)

@@ -21,11 +21,13 @@ from libs.broker_api.wire import CHECK_IMMUNITY
 from libs.egress import LOOPBACK_NETWORKS, EgressGuard, system_resolver
 from libs.errors import BrokerUnavailable
 from libs.events.writer import EventWriter
+from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.producer_groups import ProducerGroupStore
 from services.txcheck.brokers import Brokers
 from services.txcheck.checkback import MAX_ANSWER_BYTES, CheckBack
-from services.txcheck.runtime import RecentProducerGroups
+from services.txcheck.runtime import RecentProducerGroups, Runtime
 from services.txcheck.scan import CheckOrder
+from services.txcheck.settings import TxcheckSettings
 from tests.support.clock import FakeClock
 from tests.support.serving import ServedApp, free_port, serving
 from tests.support.txcheck import TxBroker
@@ -45,6 +47,8 @@ class Receiver:
     requests: list[dict[str, Any]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    """every request's headers, verified or not"""
 
     def app(self) -> FastAPI:
         app = FastAPI()
@@ -52,6 +56,7 @@ class Receiver:
         @app.post("/checkback")
         async def checkback(request: Request) -> Response:
             body = await request.body()
+            self.headers.append(dict(request.headers))
             try:
                 webhooks.verify(self.secret, request.headers, body)
             except webhooks.VerificationFailed as exc:
@@ -373,3 +378,36 @@ def test_an_answer_past_the_bound_is_unknown(
     producer.answer = b'{"status": "COMMIT", "pad": "' + b"x" * MAX_ANSWER_BYTES + b'"}'
     reply = checkback.ask(_half(checkback, tx_broker, "A"), "broker-a")
     assert (reply.answer, reply.reason) == ("UNKNOWN", f"the answer is longer than {MAX_ANSWER_BYTES} bytes")
+
+
+def test_the_cluster_token_reaches_the_brokers_and_never_the_producer(
+    tmp_path: Path,
+    nameserver: ServedApp,
+    tx_broker_factory: Any,
+    receiver: tuple[Receiver, ServedApp],
+    producer_groups: tuple[str, ProducerGroupStore],
+) -> None:
+    token_file = tmp_path / "cluster.token"
+    token_file.write_text("the-cluster-token\n")
+    token_file.chmod(0o600)
+    broker: TxBroker = tx_broker_factory(internal_token_file=token_file)  # refuses a call without the token
+    producer, _ = receiver
+    url, _ = producer_groups
+    settings = TxcheckSettings(
+        data_dir=tmp_path / "data",
+        nameservers=[nameserver.address],
+        database_url=url,
+        events_enabled=False,
+        internal_token_file=token_file,
+    )
+    runtime = Runtime(settings)  # as a txcheck worker opens it
+    try:
+        assert runtime.checkback.check(order_for(broker, broker.put_half("A"))) == "COMMIT"
+    finally:
+        runtime.close()
+
+    assert broker.state("A")["state"] == "COMMITTED", "the broker was called with the token"
+    assert len(producer.headers) == 1
+    (seen,) = producer.headers
+    assert INTERNAL_TOKEN_HEADER not in seen
+    assert not any("the-cluster-token" in value for value in seen.values()), seen

@@ -1,0 +1,107 @@
+"""`petrel up` as a real subprocess on free ports, driven the way a curl user would, with its cluster token.
+
+`petrel up` gives every service the cluster token (`<data_dir>/cluster.token`):
+a test that calls an internal service directly sends `internal_headers()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from libs.cluster_token import read_token_file, token_file_of
+from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from tests.support.serving import free_port
+from tests.support.waiting import wait_until
+
+PORT_FLAGS = ("--gateway-port", "--nameserver-port", "--broker-port", "--timer-port", "--txcheck-port", "--push-port")
+
+
+@dataclass
+class UpCluster:
+    process: subprocess.Popen[str]
+    data_dir: Path
+    ports: dict[str, int]
+    """`petrel up`'s port flags without the dashes and `-port`: gateway, nameserver, broker (the first), ..."""
+    output: Path
+
+    def url(self, service: str) -> str:
+        return f"http://127.0.0.1:{self.ports[service]}"
+
+    @property
+    def gateway(self) -> str:
+        return self.url("gateway")
+
+    @property
+    def nameserver(self) -> str:
+        return self.url("nameserver")
+
+    @property
+    def token_file(self) -> Path:
+        return token_file_of(self.data_dir)
+
+    def internal_headers(self) -> dict[str, str]:
+        """What a call to an internal service carries: the cluster token `petrel up` made."""
+        return {INTERNAL_TOKEN_HEADER: read_token_file(self.token_file)}
+
+    def state(self) -> dict[str, object]:
+        return json.loads((self.data_dir / "run" / "cluster.json").read_text())  # type: ignore[no-any-return]
+
+    def pid_of(self, name: str) -> int:
+        processes = self.state()["processes"]
+        assert isinstance(processes, list)
+        return int(next(p["pid"] for p in processes if p["name"] == name))
+
+    def all_pids(self) -> list[int]:
+        processes = self.state()["processes"]
+        assert isinstance(processes, list)
+        return [int(p["pid"]) for p in processes]
+
+
+@contextmanager
+def petrel_up(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[UpCluster]:
+    """`petrel up <args>` on free ports (two consecutive ones for brokers) and `tmp_path/data`; stopped after."""
+    data_dir = tmp_path / "data"
+    ports = {flag: free_port() for flag in PORT_FLAGS}
+    ports["--broker-port"] = free_port_pair()
+    argv = [sys.executable, "-m", "deploy", "up", *args, "--data-dir", str(data_dir)]
+    for flag, port in ports.items():
+        argv += [flag, str(port)]
+    output = tmp_path / "petrel-up.out"
+    with output.open("w") as out:
+        process = subprocess.Popen(argv, env=os.environ | (env or {}), stdout=out, stderr=subprocess.STDOUT, text=True)
+    named = {flag.removeprefix("--").removesuffix("-port"): port for flag, port in ports.items()}
+    cluster = UpCluster(process, data_dir, named, output)
+    try:
+        wait_until(lambda: "Petrel is up." in output.read_text() or process.poll() is not None, "cluster up", 90)
+        assert process.poll() is None, f"petrel up exited:\n{output.read_text()}"
+        yield cluster
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+
+
+def free_port_pair() -> int:
+    for _ in range(50):
+        port = free_port()
+        if port < 65000 and _free(port + 1):
+            return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
