@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -40,6 +41,9 @@ from libs.http.transport import Transport
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 from libs.push_api.client import PushClient
 from libs.push_api.schemas import RotateSecretRequest, SubscriptionRequest
+from libs.redis_url import failure
+
+log = logging.getLogger(__name__)
 
 DESCRIPTION = """\
 Petrel is a message queue you use over plain HTTP.
@@ -58,6 +62,7 @@ def create_app(
         token = settings.internal_token.get_secret_value() if settings.internal_token else None
         options = ClientOptions(token=token, timeout=settings.broker_timeout_seconds)
         redis = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=1, socket_timeout=2)
+        await _say_if_redis_fails(redis, settings.redis_url)
         metadata = await asyncio.to_thread(open_metadata_engine, settings.metadata_url)
         try:
             # transport: how it calls nameservers and brokers, TCP unless given (tests give an in-process one)
@@ -144,3 +149,12 @@ def create_app(
         ],
     )
     return app
+
+
+async def _say_if_redis_fails(redis: aioredis.Redis, url: str) -> None:
+    """A log line at start when Redis refuses the URL's password or does not answer (the gateway starts anyway:
+    only sends with an Idempotency-Key need it, and they answer 503 meanwhile)."""
+    try:
+        await redis.ping()
+    except (aioredis.RedisError, OSError) as exc:
+        log.error("%s (sends with an Idempotency-Key answer 503 meanwhile)", failure(url, exc))
