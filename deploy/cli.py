@@ -16,7 +16,13 @@ def _receiver_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     """The example receivers: of transaction check-backs, of push deliveries."""
     r = sub.add_parser("checkback-receiver", help="an example transaction check-back receiver (prints and answers)")
     r.add_argument("--port", type=int, default=9000)
-    r.add_argument("--secret", required=True, help="the producer group's signing_secret (whsec_...)")
+    given = r.add_mutually_exclusive_group()
+    given.add_argument(
+        "--secret", help="the producer group's signing_secret (whsec_...); ps shows it: prefer the file or variable"
+    )
+    given.add_argument(
+        "--secret-file", type=Path, help="a file holding the signing_secret (default: $PETREL_CHECKBACK_SECRET)"
+    )
     r.add_argument("--answer", choices=["COMMIT", "ROLLBACK", "UNKNOWN"], default="COMMIT", help="the default answer")
     r.add_argument("--decisions", type=Path, help="a file of '<message_id> COMMIT|ROLLBACK' lines, read per check")
     w = sub.add_parser("webhook-receiver", help="an example push endpoint: verifies, prints and answers each delivery")
@@ -25,8 +31,14 @@ def _receiver_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     w.add_argument(
         "--secret",
         action="append",
-        help="the subscription's signing_secret (whsec_...); repeat to accept any of several "
-        "(default: $PETREL_WEBHOOK_SECRET)",
+        help="the subscription's signing_secret (whsec_...); repeat to accept any of several; ps shows it: "
+        "prefer --secret-file or $PETREL_WEBHOOK_SECRET",
+    )
+    w.add_argument(
+        "--secret-file",
+        type=Path,
+        action="append",
+        help="a file of signing secrets, one a line (default: $PETREL_WEBHOOK_SECRET)",
     )
     answer = w.add_mutually_exclusive_group()
     answer.add_argument("--answer", type=int, default=200, metavar="STATUS", help="the status to answer (default: 200)")
@@ -41,7 +53,7 @@ def _receiver_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _webhook_receiver(args: argparse.Namespace) -> None:
     from deploy.webhook_receiver import ReceiverOptions, run
 
-    secrets = args.secret or [s for s in [os.environ.get("PETREL_WEBHOOK_SECRET")] if s]
+    secrets = receiver_secrets(args.secret, args.secret_file, "PETREL_WEBHOOK_SECRET")
     defer_seconds = args.defer_seconds if args.defer else None
     run(args.host, args.port, ReceiverOptions(secrets, args.answer, args.retry_after, defer_seconds, args.gateway))
 
@@ -50,9 +62,33 @@ def _run_receiver(args: argparse.Namespace) -> None:
     if args.command == "webhook-receiver":
         _webhook_receiver(args)
         return
+    _checkback_receiver(args)
+
+
+def _checkback_receiver(args: argparse.Namespace) -> None:
     from deploy.checkback_receiver import run
 
-    run(args.port, args.secret, args.answer, args.decisions)
+    given = [args.secret] if args.secret is not None else None
+    secrets = receiver_secrets(given, [args.secret_file] if args.secret_file else None, "PETREL_CHECKBACK_SECRET")
+    if not secrets:
+        raise SystemExit(
+            "petrel checkback-receiver: --secret-file FILE (or PETREL_CHECKBACK_SECRET): the producer group's "
+            "signing_secret"
+        )
+    run(args.port, secrets[0], args.answer, args.decisions)
+
+
+def receiver_secrets(given: list[str] | None, files: list[Path] | None, variable: str) -> list[str]:
+    """An example receiver's secrets: those given and the lines of the files given, else the variable's."""
+    found = list(given or [])
+    for path in files or []:
+        try:
+            found += [line.strip() for line in path.read_text().splitlines() if line.strip()]
+        except OSError as exc:
+            raise SystemExit(f"--secret-file {path}: {exc.strerror}") from exc
+    if not found and os.environ.get(variable):
+        found.append(os.environ[variable])
+    return found
 
 
 def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,7 +104,12 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--timer-port", type=int, default=d.timer_port)
     p.add_argument("--txcheck-port", type=int, default=d.txcheck_port)
     p.add_argument("--push-port", type=int, default=d.push_port)
-    p.add_argument("--redis-url", default=None, help="use this Redis instead of finding or starting one")
+    p.add_argument(
+        "--redis-url",
+        default=None,
+        help="use this Redis instead of finding or starting one (default: $PETREL_REDIS_URL; a URL with a password "
+        "belongs there, not on a command line that ps shows)",
+    )
     p.add_argument(
         "--delay-levels",
         default=os.environ.get("PETREL_DELAY_LEVELS", d.delay_levels),

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import sys
 from types import FrameType
 
 from deploy.plan import ProcessSpec, UpOptions, plan_cluster
-from deploy.redis_server import DEFAULT_REDIS_URL, RedisNotAvailable, private_redis_command, redis_answers
+from deploy.redis_server import (
+    DEFAULT_REDIS_URL,
+    RedisNotAvailable,
+    private_redis_command,
+    redis_answers,
+    redis_refusal,
+)
 from deploy.supervisor import StartupFailed, Supervisor, port_in_use
 from gateway.settings import GatewaySettings
 from libs.cluster_token import ClusterTokenError, ensure_token_file
+from libs.redis_url import masked
 from services.etl.settings import EtlSettings
 
 
 def up(options: UpOptions, redis_url: str | None) -> int:
+    """Start the cluster; `redis_url` (else PETREL_REDIS_URL, else one found or started) is the Redis it uses."""
     supervisor = Supervisor(options.data_dir)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -26,7 +35,7 @@ def up(options: UpOptions, redis_url: str | None) -> int:
     try:
         options = _with_etl_setting(options)
         ensure_token_file(options.token_file)
-        url = redis_url or _redis(supervisor, options)
+        url = _redis(supervisor, options, redis_url or os.environ.get("PETREL_REDIS_URL"))
         specs = plan_cluster(options, url)
         supervisor.check_ports(specs)
         for spec in specs:
@@ -52,8 +61,14 @@ def _with_etl_setting(options: UpOptions) -> UpOptions:
     return options if EtlSettings().nightly else dataclasses.replace(options, etl=False)
 
 
-def _redis(supervisor: Supervisor, options: UpOptions) -> str:
+def _redis(supervisor: Supervisor, options: UpOptions, configured: str | None) -> str:
+    if configured:
+        if refusal := redis_refusal(configured):
+            raise RedisNotAvailable(refusal)
+        return configured
     if redis_answers("127.0.0.1", 6379):
+        if refusal := redis_refusal(DEFAULT_REDIS_URL):
+            raise RedisNotAvailable(f"{refusal}; set PETREL_REDIS_URL=redis://:<password>@127.0.0.1:6379/0")
         return DEFAULT_REDIS_URL
     port = 6390
     while port_in_use("127.0.0.1", port):
@@ -84,7 +99,7 @@ def _print_urls(specs: list[ProcessSpec], options: UpOptions, redis_url: str) ->
     for spec in specs:
         where = spec.url if spec.port else f"(Celery {spec.args[0] if spec.args else 'process'}, no port)"
         print(f"  {spec.name:15} {where}", flush=True)
-    print(f"  {'redis':15} {redis_url}")
+    print(f"  {'redis':15} {masked(redis_url)}")
     print(f"\n  auth:      {_auth_line(options)}")
     print(f"  API docs:  http://{options.host}:{options.gateway_port}/docs")
     print(f"  logs:      {options.data_dir / 'logs'}/")

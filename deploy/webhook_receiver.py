@@ -219,7 +219,10 @@ def run(host: str, port: int, options: ReceiverOptions) -> None:
     if options.retry_after is not None and options.answer not in RETRY_AFTER_STATUSES:
         raise SystemExit("petrel webhook-receiver: --retry-after goes with --answer 429 or 503")
     if not options.secrets:
-        raise SystemExit("petrel webhook-receiver: --secret (or PETREL_WEBHOOK_SECRET): the subscription's secret")
+        raise SystemExit(
+            "petrel webhook-receiver: --secret-file FILE (or PETREL_WEBHOOK_SECRET, or --secret): "
+            "the subscription's secret"
+        )
     try:
         app = create_app(options)
     except webhooks.InvalidSecret as exc:

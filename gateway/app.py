@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -13,9 +14,8 @@ from prometheus_client import Gauge
 
 from gateway.auth import routes as keys
 from gateway.auth.audit import RefusalBudget
-from gateway.auth.directory import KeyDirectory
-from gateway.auth.middleware import Authenticator, AuthMiddleware
-from gateway.auth.rates import RateLimiter
+from gateway.auth.middleware import AuthMiddleware
+from gateway.auth.opened import opened_auth
 from gateway.auth.schemas import KeyRequest
 from gateway.auth.spec import document_security
 from gateway.cluster.long_polls import LongPollGate
@@ -36,7 +36,6 @@ from gateway.transactions import routes as transactions
 from gateway.transactions.producer_groups import ProducerGroups
 from gateway.transactions.schemas import EndTransaction, ProducerGroupUpdate, SendTransaction
 from gateway.transactions.transaction_ends import TransactionEnds
-from libs.auth.keys import KeyStore, open_key_engine
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.nameservers import NameserverClient
 from libs.broker_api.receiver import Receiver
@@ -48,9 +47,9 @@ from libs.http.transport import Transport
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 from libs.push_api.client import PushClient
 from libs.push_api.schemas import RotateSecretRequest, SubscriptionRequest
+from libs.redis_url import failure
 
-RATE_PREFIX = "petrel:rate:"
-"""Per-key windows in Redis: a key id is random, so clusters sharing a Redis do not mix their counts."""
+log = logging.getLogger(__name__)
 
 DESCRIPTION = """\
 Petrel is a message queue you use over plain HTTP.
@@ -68,26 +67,18 @@ def create_app(
     settings: GatewaySettings, *, transport: Transport | None = None, clock: Callable[[], float] = time.time
 ) -> FastAPI:
     # `clock` (seconds) is the wall clock of born timestamps, due times and lookup windows; tests pass a fake one.
-    auth_required = settings.auth_required()  # refuses, before anything opens, to run open where others reach it
+    settings.auth_required()  # refuses, before anything opens, to run open where others reach it
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         token = settings.cluster_token()
         options = ClientOptions(token=token, timeout=settings.broker_timeout_seconds)
         redis = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=1, socket_timeout=2)
+        await _say_if_redis_fails(redis, settings.redis_url)
         metadata = await asyncio.to_thread(open_metadata_engine, settings.metadata_url)
-        key_engine = await asyncio.to_thread(open_key_engine, settings.metadata_url)
-        keys = KeyStore(key_engine)
-        directory = rates = None
-        background: list[asyncio.Task[None]] = []
-        if auth_required:
-            directory = KeyDirectory(keys, settings.key_refresh_seconds, settings.key_rate_per_second)
-            await directory.load()
-            rates = RateLimiter(redis, RATE_PREFIX)
-            background = [asyncio.create_task(directory.run()), asyncio.create_task(rates.run(), name="rates")]
         try:
             # transport: how it calls nameservers and brokers, TCP unless given (tests give an in-process one)
-            async with InternalClient(options, transport) as client:
+            async with opened_auth(settings, redis) as auth, InternalClient(options, transport) as client:
                 nameservers = NameserverClient(client, settings.nameservers)
                 routes = RouteCache(nameservers, settings.route_refresh_seconds)
                 long_polls = LongPollGate(settings.max_long_polls)
@@ -117,22 +108,16 @@ def create_app(
                     producer_groups=ProducerGroups(ProducerGroupStore(metadata), settings.egress_guard()),
                     transaction_ends=TransactionEnds(brokers),
                     push=PushClient(client, settings.push_address),
-                    keys=keys,
-                    key_directory=directory,
+                    keys=auth.keys,
+                    key_directory=auth.directory,
                     clock=clock,
                 )
                 yield {
                     "gateway": context,
-                    "auth": Authenticator(directory, rates),
+                    "auth": auth,
                     "refusal_budget": RefusalBudget(settings.audit_refusals_per_second),
                 }
         finally:
-            if rates is not None:
-                rates.stop()  # its last flush ends by itself; the refresh is cancelled (its thread finishes alone)
-            for task in background[:1]:
-                task.cancel()
-            await asyncio.wait(background, timeout=settings.broker_timeout_seconds)
-            key_engine.dispose()
             metadata.dispose()
             await redis.aclose()
 
@@ -186,3 +171,12 @@ def create_app(
     )
     document_security(app)
     return app
+
+
+async def _say_if_redis_fails(redis: aioredis.Redis, url: str) -> None:
+    """A log line at start when Redis refuses the URL's password or does not answer (the gateway starts anyway:
+    only sends with an Idempotency-Key need it, and they answer 503 meanwhile)."""
+    try:
+        await redis.ping()
+    except (aioredis.RedisError, OSError) as exc:
+        log.error("%s (sends with an Idempotency-Key answer 503 meanwhile)", failure(url, exc))

@@ -18,6 +18,7 @@ from gateway.auth.audit import audit_scope
 from gateway.auth.directory import KeyDirectory
 from gateway.auth.principal import EVERYONE, SCOPE_KEY, Principal
 from gateway.auth.rates import RateLimiter
+from libs.auth.keys import KeyStore
 from libs.errors import PetrelError, RateLimited, Unauthorized
 from libs.problem import error_response
 
@@ -29,6 +30,7 @@ OPEN_SPEC: Final = "/openapi.json"
 class Authenticator:
     """What the middleware asks, opened in the gateway's lifespan (state `auth`): None directory means auth off."""
 
+    keys: KeyStore
     directory: KeyDirectory | None
     rates: RateLimiter | None
 

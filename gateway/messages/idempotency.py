@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import redis.asyncio as aioredis
+from redis.exceptions import AuthenticationError
 
 from libs import jsonutil
 from libs.errors import IdempotencyConflict, PetrelError, ServiceUnavailable, ValidationFailed
@@ -162,5 +163,9 @@ class IdempotencyKeys:
     async def _redis(call: Awaitable[T]) -> T:
         try:
             return await call
+        except AuthenticationError as exc:
+            raise ServiceUnavailable(
+                f"the idempotency key store (Redis) refused the gateway's credentials (PETREL_REDIS_URL): {exc}"
+            ) from exc
         except (aioredis.RedisError, OSError) as exc:
             raise ServiceUnavailable(f"the idempotency key store (Redis) did not answer: {exc}") from exc

@@ -26,8 +26,8 @@ from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.http.transport import Transport
 from libs.names import validate_topic_name
+from libs.private_files import ensure_private, write_private
 from libs.problem import PROBLEM_RESPONSES
-from libs.store.mapped_file import write_atomically
 from libs.store.message_store import MessageStore
 from libs.topic import TopicConfig
 from services.broker import messages, timers, transaction_api
@@ -247,8 +247,10 @@ def _consumers(
 def receipt_key(store_dir: Path) -> bytes:
     """The key this broker signs receipt handles with: made once, kept in its store dir."""
     path = store_dir / RECEIPT_KEY_FILE
-    if not path.exists():
-        write_atomically(path, secrets.token_bytes(32))
+    if path.exists():
+        ensure_private(path, create=False)  # made readable to all by an older Petrel: narrowed, with a warning
+    else:
+        write_private(path, secrets.token_bytes(32))
     key = path.read_bytes()
     if len(key) < 16:
         raise RuntimeError(f"{path} holds {len(key)} bytes, not a receipt-signing key: delete it to make a new one")

@@ -42,6 +42,7 @@ from celery.schedules import crontab
 from celery.signals import worker_shutting_down
 from redis.exceptions import LockError
 
+from libs.redis_url import celery_tls
 from services.etl.command import daily_arguments
 from services.etl.settings import EtlSettings
 from services.etl.submit import SparkSubmitNotFound, spark_submit
@@ -202,6 +203,7 @@ def celery_config(settings: EtlSettings) -> dict[str, Any]:
     }
     return {
         "broker_url": settings.redis_url,
+        **celery_tls(settings.redis_url),
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {
             "global_keyprefix": settings.key_prefix,

@@ -9,6 +9,7 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 
 from libs.http.app import service_app
+from libs.redis_url import failure
 from services.txcheck.settings import TxcheckSettings
 
 
@@ -25,7 +26,7 @@ def create_app(settings: TxcheckSettings) -> FastAPI:
         try:
             await request.state.redis.ping()
         except Exception as exc:  # noqa: BLE001 - any failure means "not ready", said in the answer
-            return {"redis": f"{settings.redis_url} did not answer: {exc}"}
+            return {"redis": failure(settings.redis_url, exc)}
         return {"redis": "ok"}
 
     return service_app(

@@ -29,6 +29,7 @@ from celery.signals import after_setup_logger, worker_process_shutdown, worker_s
 from celery.utils.time import get_exponential_backoff_interval
 
 from libs.errors import NameserverUnavailable
+from libs.redis_url import celery_tls
 from services.txcheck.runtime import RuntimeHolder
 from services.txcheck.scan import CheckOrder, HalfScanner, ScanOptions
 from services.txcheck.settings import TxcheckSettings
@@ -46,6 +47,7 @@ def celery_config(settings: TxcheckSettings) -> dict[str, Any]:
     visibility = settings.visibility_timeout_seconds
     return {
         "broker_url": settings.redis_url,
+        **celery_tls(settings.redis_url),
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {
             "global_keyprefix": settings.redis_key_prefix,

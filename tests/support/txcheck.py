@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+from fastapi import FastAPI, Request, Response
 
+from libs import webhooks
 from libs.codec import encode_record, iter_records
 from libs.message import MessageRecord, Prop
 from services.txcheck.brokers import Broker
@@ -68,6 +72,34 @@ class TxcheckProcess:
 
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class Producer:
+    """A check-back receiver: answers by message id; can hold requests until released."""
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+        self.answers: dict[str, str] = {}
+        self.requests: list[tuple[str, str]] = []
+        """(message id, webhook-id) of each verified request"""
+        self.hold_first = 0
+        self.released = threading.Event()
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/checkback")
+        async def checkback(request: Request) -> Response:
+            body = await request.body()
+            webhooks.verify(self.secret, request.headers, body)
+            message_id = (await request.json())["message_id"]
+            self.requests.append((message_id, request.headers["webhook-id"]))
+            if len(self.requests) <= self.hold_first:  # the worker asking is killed meanwhile
+                await asyncio.to_thread(self.released.wait, 10)  # let go at the end of the test
+            status = self.answers.get(message_id, "UNKNOWN")
+            return Response(f'{{"status": "{status}"}}', media_type="application/json")
+
+        return app
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -183,6 +184,12 @@ def test_without_pyspark_the_task_fails_saying_so(settings: EtlSettings, monkeyp
     assert result.failed()
     assert isinstance(result.result, EtlNotInstalled)
     assert str(result.result) == "the nightly ETL cannot run: pyspark is not installed (pip install -e '.[etl]')"
+
+
+def test_the_queue_over_rediss_verifies_the_servers_certificate() -> None:
+    config = celery_config(EtlSettings(redis_url="rediss://:pw@redis.internal:6380/0"))
+    assert config["broker_use_ssl"] == {"ssl_cert_reqs": ssl.CERT_REQUIRED}  # kombu's own default verifies nothing
+    assert "broker_use_ssl" not in celery_config(EtlSettings(redis_url="redis://:pw@127.0.0.1:6379/0"))
 
 
 def test_beat_runs_the_task_daily_at_the_settings_utc_time_and_its_message_expires_at_midnight() -> None:

@@ -26,7 +26,7 @@ async def test_not_ready_without_redis() -> None:
         assert (await client.get("/healthz")).status_code == 200
         answer = await client.get("/readyz")
         assert answer.status_code == 503
-        assert answer.json()["checks"]["redis"].startswith(f"{url} did not answer: ")
+        assert answer.json()["checks"]["redis"].startswith(f"Redis at {url} did not answer: ")
 
 
 def test_the_defaults_are_the_issues() -> None:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fastapi import FastAPI, Request, Response
 
 from libs import webhooks
 from libs.broker_api.wire import CHECK_IMMUNITY
@@ -18,38 +15,10 @@ from libs.producer_groups import ProducerGroupStore
 from services.txcheck.celery_app import CHECK_TASK, SCAN_TASK, create_celery
 from services.txcheck.settings import TxcheckSettings
 from tests.support.serving import ServedApp, free_port, serving
-from tests.support.txcheck import REDIS_URL, TxBroker, TxcheckProcess
+from tests.support.txcheck import REDIS_URL, Producer, TxBroker, TxcheckProcess
 from tests.support.waiting import wait_until
 
 IMMUNE = {CHECK_IMMUNITY: "0"}
-
-
-class Producer:
-    """A check-back receiver: answers by message id; can hold requests until released."""
-
-    def __init__(self, secret: str) -> None:
-        self.secret = secret
-        self.answers: dict[str, str] = {}
-        self.requests: list[tuple[str, str]] = []
-        """(message id, webhook-id) of each verified request"""
-        self.hold_first = 0
-        self.released = threading.Event()
-
-    def app(self) -> FastAPI:
-        app = FastAPI()
-
-        @app.post("/checkback")
-        async def checkback(request: Request) -> Response:
-            body = await request.body()
-            webhooks.verify(self.secret, request.headers, body)
-            message_id = (await request.json())["message_id"]
-            self.requests.append((message_id, request.headers["webhook-id"]))
-            if len(self.requests) <= self.hold_first:  # the worker asking is killed meanwhile
-                await asyncio.to_thread(self.released.wait, 10)  # let go at the end of the test
-            status = self.answers.get(message_id, "UNKNOWN")
-            return Response(f'{{"status": "{status}"}}', media_type="application/json")
-
-        return app
 
 
 @pytest.fixture
