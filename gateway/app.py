@@ -100,6 +100,7 @@ def create_app(
                         delay_levels=len(settings.delay_levels),
                         max_delay_ms=int(settings.max_delay_days * 86_400_000),
                         clock=clock,
+                        max_message_bytes=settings.max_message_bytes,
                     ),
                     internal=client,
                     idempotency=IdempotencyKeys(redis, settings.idempotency_lease_ms),

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from gateway.cluster.long_polls import DEFAULT_MAX_LONG_POLLS
+from libs.codec import MAX_BODY_SIZE
 from libs.egress import is_loopback_host
 from libs.settings import DelayLevelSettings, EgressSettings, SharedDatabaseSettings
 from libs.topic import DEFAULT_QUEUES
@@ -28,6 +29,12 @@ class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings
         default=DEFAULT_QUEUES, ge=1, description="queues per broker of a topic created without a count"
     )
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, description="the largest request body accepted")
+    max_message_bytes: int = Field(
+        default=MAX_BODY_SIZE,
+        ge=1,
+        le=MAX_BODY_SIZE,
+        description="the largest message body sent (bytes, as stored); larger: 413 (RocketMQ's maxMessageSize)",
+    )
     auto_create_topics: bool = Field(default=True, description="a send to a topic that does not exist creates it")
     broker_timeout_seconds: float = Field(default=5.0, gt=0, description="per call to a broker or nameserver")
     max_long_polls: int = Field(

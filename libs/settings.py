@@ -83,6 +83,18 @@ class ServiceSettings(BaseSettings):
         description="the gateway's Idempotency-Key records; txcheck's and the nightly ETL's Celery queues and locks",
     )
     log_level: str = Field(default="info", description="debug, info, warning or error")
+    max_json_depth: int = Field(
+        default=32,
+        ge=1,
+        le=128,
+        description="how deep a JSON request body may nest (arrays and objects); deeper: 400 malformed-body",
+    )
+    max_json_items: int = Field(
+        default=65_536,
+        ge=1,
+        description="array items and object members a JSON request body may hold, counted before it is parsed; "
+        "more: 413",
+    )
     events_enabled: bool = Field(
         default=True, description="write lifecycle events under <data_dir>/export/events (the ETL's input)"
     )

@@ -4,16 +4,38 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from typing_extensions import TypeAliasType
 
 MAX_BATCH = 256
+MAX_PROPERTIES = 64
+MAX_PROPERTY_NAME = 128
+MAX_PROPERTY_VALUE = 16_384
+MAX_KEYS = 64
+MAX_KEY_LENGTH = 128
+"""Limits of a message sent, in characters; the encoded properties (keys, tag and Petrel's own included)
+are at most 32 KiB (libs.codec.MAX_PROPERTIES_BYTES, RocketMQ's limit too): 400 invalid-message past it."""
 
 # Named, so that the spec has one `Properties` schema and a generated client one class for it,
 # not one per model that has a `properties` field.
 Properties = TypeAliasType(
     "Properties", Annotated[dict[str, str], Field(description="a message's user properties: text names and values")]
 )
+PropertiesToSend = TypeAliasType(
+    "PropertiesToSend",
+    Annotated[
+        dict[
+            Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROPERTY_NAME)],
+            Annotated[str, StringConstraints(max_length=MAX_PROPERTY_VALUE)],
+        ],
+        Field(
+            max_length=MAX_PROPERTIES,
+            description=f"a message's user properties: at most {MAX_PROPERTIES}, names of 1 to {MAX_PROPERTY_NAME} "
+            f"characters, values of at most {MAX_PROPERTY_VALUE}, 32 KiB in all (with keys and tag)",
+        ),
+    ],
+)
+Key = Annotated[str, StringConstraints(min_length=1, max_length=MAX_KEY_LENGTH)]
 
 
 class MessageContent(BaseModel):
@@ -21,11 +43,19 @@ class MessageContent(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    body: str | None = Field(default=None, description="the body as text (UTF-8)")
-    body_base64: str | None = Field(default=None, description="the body as base64, for bytes")
+    body: str | None = Field(
+        default=None, description="the body as text (UTF-8; at most max_message_bytes encoded, 4 MiB by default)"
+    )
+    body_base64: str | None = Field(
+        default=None, description="the body as base64, for bytes (at most max_message_bytes decoded)"
+    )
     tag: str | None = Field(default=None, max_length=255, description="one tag, for TAG filters")
-    keys: list[str] = Field(default_factory=list, max_length=64, description="keys to find the message by")
-    properties: Properties = Field(default_factory=dict, description="user properties, for SQL92 filters")
+    keys: list[Key] = Field(
+        default_factory=list,
+        max_length=MAX_KEYS,
+        description=f"keys to find the message by: at most {MAX_KEYS}, of 1 to {MAX_KEY_LENGTH} characters, no spaces",
+    )
+    properties: PropertiesToSend = Field(default_factory=dict, description="user properties, for SQL92 filters")
     message_group: str | None = Field(
         default=None, min_length=1, max_length=255, description="messages of one group go to one queue, in order"
     )

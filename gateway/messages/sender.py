@@ -116,8 +116,11 @@ class Sender:
         delay_levels: int = 18,
         max_delay_ms: int = 30 * 86_400_000,
         clock: Callable[[], float] = time.time,
+        max_message_bytes: int = MAX_BODY_SIZE,
     ) -> None:
         self.clock = clock
+        self.max_message_bytes = max_message_bytes
+        """The largest message body (decoded); at most the codec's MAX_BODY_SIZE."""
         """The wall clock (seconds): born timestamps and delivery times are measured on it."""
         self.delay_levels = delay_levels
         self.max_delay_ms = max_delay_ms
@@ -142,7 +145,7 @@ class Sender:
         `message_id`: an id fixed by an Idempotency-Key: the record is marked DEDUP, so that
         a broker holding a copy with this id answers with it rather than storing another.
         """
-        body, binary = _body(message)
+        body, binary = _body(message, self.max_message_bytes)
         properties = dict(message.properties)
         reserved = sorted(properties.keys() & SYSTEM_PROPERTIES)
         if reserved:
@@ -325,7 +328,7 @@ class Sender:
         return error
 
 
-def _body(message: OutgoingMessage) -> tuple[bytes, bool]:
+def _body(message: OutgoingMessage, limit: int) -> tuple[bytes, bool]:
     if (message.body is None) == (message.body_base64 is None):
         raise InvalidMessage("give exactly one of body (text) or body_base64")
     if message.body is not None:
@@ -337,8 +340,10 @@ def _body(message: OutgoingMessage) -> tuple[bytes, bool]:
         except (binascii.Error, ValueError) as exc:
             raise InvalidMessage(f"body_base64 is not valid base64: {exc}") from exc
         binary = True
-    if len(body) > MAX_BODY_SIZE:
-        raise PayloadTooLarge(f"the message body is {len(body)} bytes; the limit is {MAX_BODY_SIZE} (4 MiB)")
+    if len(body) > limit:
+        raise PayloadTooLarge(
+            f"the message body is {len(body)} bytes; the limit is {limit} (max_message_bytes)", limit=limit
+        )
     return body, binary
 
 

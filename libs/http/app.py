@@ -1,5 +1,10 @@
 """The frame every Petrel service is built in: health, readiness, metrics, errors, limits.
 
+Limits come before work: a body of a media type its route does not take is refused
+from its headers (libs.http.media), one over the size limit as it is read
+(libs.http.middleware), and a JSON body nested too deep or holding too many items
+before it is parsed (libs.http.json_shape).
+
 `service_app` gives each service the same outer shape so that `petrel up`, load
 balancers and Prometheus can treat them alike; the service adds its routers.
 """
@@ -20,6 +25,8 @@ from starlette.types import Lifespan
 
 from libs.cluster_token import require_token_off_loopback
 from libs.events.writer import EventWriter
+from libs.http.json_shape import JsonShapeMiddleware
+from libs.http.media import MediaTypeMiddleware
 from libs.http.middleware import (
     BodyLimitMiddleware,
     HostCheckMiddleware,
@@ -112,7 +119,11 @@ def service_app(
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     _document_problems(app)
+    # Outermost first: metrics, the gateway's guards (401, 429) or the Host check (400) and the cluster token
+    # (401), media type (415), body size (413), JSON shape (400/413), routes.
+    app.add_middleware(JsonShapeMiddleware, max_depth=settings.max_json_depth, max_items=settings.max_json_items)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    app.add_middleware(MediaTypeMiddleware, routes=app.router.routes)
     if not public and token is not None:
         app.add_middleware(InternalTokenMiddleware, token=token)
     if not public:
@@ -168,6 +179,12 @@ def json_body(model: type[BaseModel], *, required: bool = True) -> dict[str, Any
     """`openapi_extra` documenting a request body that the handler parses itself (see `parse_json`)."""
     schema = {"$ref": f"#/components/schemas/{model.__name__}"}
     return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}
+
+
+def binary_body(media_type: str = "application/octet-stream", *, required: bool = True) -> dict[str, Any]:
+    """`openapi_extra` of a route taking a binary body (the record codec): it then takes that type, not JSON."""
+    content = {media_type: {"schema": {"type": "string", "format": "binary"}}}
+    return {"requestBody": {"required": required, "content": content}}
 
 
 def parse_json(model: type[M], raw: bytes) -> M:

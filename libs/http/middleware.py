@@ -90,7 +90,7 @@ class InternalTokenMiddleware:
         if scope["type"] in CHECKED_SCOPES and scope["path"] not in self.open_paths:
             given = dict(scope["headers"]).get(INTERNAL_TOKEN_HEADER.encode(), b"")
             if not hmac.compare_digest(given, self.token):
-                await _answer(scope, send, Unauthorized(f"missing or wrong {INTERNAL_TOKEN_HEADER} header"))
+                await send_problem(scope, send, Unauthorized(f"missing or wrong {INTERNAL_TOKEN_HEADER} header"))
                 return
         await self.app(scope, receive, send)
 
@@ -123,7 +123,7 @@ class HostCheckMiddleware:
                     host=given.decode("latin-1"),
                     setting=ALLOWED_HOSTS_SETTING,
                 )
-                await _answer(scope, send, refused)
+                await send_problem(scope, send, refused)
                 return
         await self.app(scope, receive, send)
 
@@ -160,7 +160,13 @@ def _is_ip_address(value: str) -> bool:
 
 
 class BodyLimitMiddleware:
-    """Answers 413 for a body over `max_bytes`, before the endpoint reads any of it."""
+    """Answers 413 for a body over `max_bytes`, before the endpoint reads any of it.
+
+    A declared body is refused from its Content-Length; the server frames the body by
+    that length (uvicorn's parser hands the app no byte past it, and answers the bytes
+    that follow as a malformed next request), so it is never longer than declared.
+    A chunked body is read up to the limit, then handed on whole.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -173,7 +179,7 @@ class BodyLimitMiddleware:
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None:
             if declared.isdigit() and int(declared) > self.max_bytes:
-                await _answer(scope, send, self._too_large(int(declared)))
+                await send_problem(scope, send, self._too_large(int(declared)))
                 return
             await self.app(scope, receive, send)
             return
@@ -188,7 +194,7 @@ class BodyLimitMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await _answer(scope, send, self._too_large(size, at_least=True))
+                await send_problem(scope, send, self._too_large(size, at_least=True))
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
@@ -210,7 +216,8 @@ class BodyLimitMiddleware:
         )
 
 
-async def _answer(scope: Scope, send: Send, exc: PetrelError) -> None:
+async def send_problem(scope: Scope, send: Send, exc: PetrelError) -> None:
+    """Answer `exc` as problem+json from a pure ASGI middleware, without reading the body."""
     if scope["type"] == "websocket":  # refused before the handshake is accepted: the client sees a 403
         await send({"type": "websocket.close", "code": 1008, "reason": exc.detail[:120]})
         return

@@ -25,6 +25,7 @@ from libs.codec import encode_record, peek_head
 from libs.delay import is_scheduled
 from libs.errors import InvalidRequest, QueueNotFound, TopicNotFound
 from libs.filters import FilterType, MessageFilter, compile_filter
+from libs.http.app import binary_body
 from libs.http.disconnect import client_gone
 from libs.message import Prop
 from libs.names import is_public_topic
@@ -42,7 +43,7 @@ BINARY_BODY = {"content": {BINARY: {"schema": {"type": "string", "format": "bina
     "/messages",
     operation_id="putMessages",
     response_model=PutAnswer,
-    openapi_extra={"requestBody": {"required": True, **BINARY_BODY}},
+    openapi_extra=binary_body(BINARY),
 )
 async def put_messages(ctx: Context, request: Request) -> Response:
     """Store records (the binary codec, end to end) in order; under SYNC_FLUSH, once on disk."""

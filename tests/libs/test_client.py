@@ -14,7 +14,7 @@ from fastapi.responses import PlainTextResponse, Response
 from pydantic import SecretStr
 
 from libs.errors import CorruptRecord, ServiceUnavailable, TopicNotFound, Unauthorized, UpstreamError
-from libs.http.app import service_app
+from libs.http.app import binary_body, service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.settings import ServiceSettings
 from tests.support.serving import ServeApp, bound_socket
@@ -50,7 +50,7 @@ def downstream(*, token: str | None = None, unavailable_first: int = 0) -> tuple
     async def header(name: str, request: Request) -> dict[str, str | None]:
         return {name: request.headers.get(name)}
 
-    @app.post("/binary")
+    @app.post("/binary", openapi_extra=binary_body())
     async def binary(request: Request) -> Response:
         return Response(await request.body(), media_type="application/octet-stream", headers={"x-size": "5"})
 

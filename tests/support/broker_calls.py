@@ -25,7 +25,9 @@ async def put(broker: httpx.AsyncClient, *bodies: str, queue_id: int = 0, tag: s
         )
         for body in bodies
     ]
-    answer = await broker.post("/internal/messages", content=b"".join(records))
+    answer = await broker.post(
+        "/internal/messages", headers={"content-type": "application/octet-stream"}, content=b"".join(records)
+    )
     assert answer.status_code == 200, answer.text
     return [f"ID-{body}" for body in bodies]
 
@@ -72,7 +74,11 @@ def half(message_id: str, body: str = "pay order 7", **properties: str) -> bytes
 
 
 async def put_half(broker: httpx.AsyncClient, message_id: str, **properties: str) -> dict[str, Any]:
-    answer = await broker.post("/internal/messages", content=half(message_id, **properties))
+    answer = await broker.post(
+        "/internal/messages",
+        headers={"content-type": "application/octet-stream"},
+        content=half(message_id, **properties),
+    )
     assert answer.status_code == 200, answer.text
     stored: dict[str, Any] = answer.json()["stored"][0]
     return stored

@@ -50,7 +50,9 @@ class Broker:
     def send(self, topic: str, body: str, **properties: str) -> dict[str, Any]:
         props = {Prop.UNIQ_KEY: f"ID-{body}"} | properties
         raw = encode_record(MessageRecord(topic=topic, body=body.encode(), queue_id=0, properties=props))
-        answer = httpx.post(f"{self.url}/internal/messages", content=raw)
+        answer = httpx.post(
+            f"{self.url}/internal/messages", headers={"content-type": "application/octet-stream"}, content=raw
+        )
         assert answer.status_code in (200, 201), answer.text
         return dict(answer.json()["stored"][0])
 
@@ -62,7 +64,9 @@ class Broker:
             )
             for b in bodies
         )
-        answer = httpx.post(f"{self.url}/internal/messages", content=raw)
+        answer = httpx.post(
+            f"{self.url}/internal/messages", headers={"content-type": "application/octet-stream"}, content=raw
+        )
         assert answer.status_code in (200, 201), answer.text
         assert len(answer.json()["stored"]) == len(bodies), answer.text
 

@@ -124,7 +124,9 @@ class TxBroker:
             Prop.TAGS: "paid",
         } | (props or {})
         record = MessageRecord(topic="orders", body=body, queue_id=1, properties=properties)
-        answer = self.http.post("/internal/messages", content=encode_record(record))
+        answer = self.http.post(
+            "/internal/messages", headers={"content-type": "application/octet-stream"}, content=encode_record(record)
+        )
         assert answer.status_code == 200, answer.text
         stored: dict[str, Any] = answer.json()["stored"][0]
         return stored

@@ -44,7 +44,13 @@ async def test_a_receive_whose_client_left_takes_no_message(nameserver: ServedAp
             await eventually(left, "the broker saw the client leave")
 
             record = MessageRecord(topic="orders", body=b"m", properties={Prop.UNIQ_KEY: "M1", Prop.TAGS: "t"})
-            assert (await client.post("/internal/messages", content=encode_record(record))).status_code == 200
+            assert (
+                await client.post(
+                    "/internal/messages",
+                    headers={"content-type": "application/octet-stream"},
+                    content=encode_record(record),
+                )
+            ).status_code == 200
             answer = await client.post(RECEIVE, json={"max_messages": 1, "invisible_ms": 60_000})
             leases, _ = decode_leased(answer.content)
             assert len(leases) == 1, "the message was leased to the consumer that had left"

@@ -32,7 +32,7 @@ def record(message_id: str, body: str = "pay", **properties: str) -> bytes:
 
 
 async def put(broker: httpx.AsyncClient, raw: bytes) -> dict[str, Any]:
-    answer = await broker.post("/internal/messages", content=raw)
+    answer = await broker.post("/internal/messages", headers={"content-type": "application/octet-stream"}, content=raw)
     assert answer.status_code == 200, answer.text
     return dict(answer.json())
 

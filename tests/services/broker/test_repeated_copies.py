@@ -112,7 +112,9 @@ async def test_a_roll_whose_flush_timed_out_counts_as_rolled(
     raw = encode_record(
         MessageRecord("orders", b"later", properties={Prop.UNIQ_KEY: "ID-later", Prop.DELAY_LEVEL: "3"})
     )
-    original = (await broker.post("/internal/messages", content=raw)).json()["stored"][0]["physical_offset"]
+    original = (
+        await broker.post("/internal/messages", headers={"content-type": "application/octet-stream"}, content=raw)
+    ).json()["stored"][0]["physical_offset"]
     with stalled_disk(monkeypatch) as disk:
         answer = await broker.post("/internal/timers/rolls", json={"physical_offsets": [original]})
         disk.set()

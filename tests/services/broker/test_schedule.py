@@ -46,7 +46,13 @@ async def test_system_topics_exist_from_the_start(broker: httpx.AsyncClient) -> 
 
 async def test_a_level_message_waits_in_its_delay_queue_until_delivered(broker: httpx.AsyncClient) -> None:
     before = int(time.time() * 1000)
-    stored = (await broker.post("/internal/messages", content=record(2, **{Prop.DELAY_LEVEL: "3"}))).json()
+    stored = (
+        await broker.post(
+            "/internal/messages",
+            headers={"content-type": "application/octet-stream"},
+            content=record(2, **{Prop.DELAY_LEVEL: "3"}),
+        )
+    ).json()
 
     assert stored["stored"][0]["topic"] == SCHEDULE_TOPIC
     assert stored["stored"][0]["queue_id"] == 2  # level 3 -> queue 2
@@ -72,7 +78,11 @@ async def test_a_level_message_waits_in_its_delay_queue_until_delivered(broker: 
 
 async def test_an_exact_time_message_waits_in_the_timer_topic(broker: httpx.AsyncClient) -> None:
     due = int(time.time() * 1000) + 3_600_000
-    await broker.post("/internal/messages", content=record(1, **{Prop.TIMER_DELIVER_MS: str(due)}))
+    await broker.post(
+        "/internal/messages",
+        headers={"content-type": "application/octet-stream"},
+        content=record(1, **{Prop.TIMER_DELIVER_MS: str(due)}),
+    )
 
     ((_, _, code),) = await units(broker, TIMER_TOPIC, 0)
     assert code == due
@@ -80,13 +90,19 @@ async def test_an_exact_time_message_waits_in_the_timer_topic(broker: httpx.Asyn
 
 
 async def test_a_level_outside_the_table_is_refused(broker: httpx.AsyncClient) -> None:
-    answer = await broker.post("/internal/messages", content=record(0, **{Prop.DELAY_LEVEL: "19"}))
+    answer = await broker.post(
+        "/internal/messages",
+        headers={"content-type": "application/octet-stream"},
+        content=record(0, **{Prop.DELAY_LEVEL: "19"}),
+    )
     assert answer.status_code == 400
     assert answer.json()["detail"] == "delay level '19' is not between 1 and 18"
 
 
 async def test_delivering_what_is_not_scheduled_fails_clearly(broker: httpx.AsyncClient) -> None:
-    stored = (await broker.post("/internal/messages", content=record(0))).json()["stored"][0]
+    stored = (
+        await broker.post("/internal/messages", headers={"content-type": "application/octet-stream"}, content=record(0))
+    ).json()["stored"][0]
     answer = await broker.post("/internal/timers/deliveries", json={"physical_offsets": [stored["physical_offset"]]})
     (result,) = answer.json()["results"]
     assert result["status"] == "refused"
@@ -96,13 +112,21 @@ async def test_delivering_what_is_not_scheduled_fails_clearly(broker: httpx.Asyn
 
 async def test_plain_and_delayed_records_in_one_put_each_go_their_way(broker: httpx.AsyncClient) -> None:
     body = record(0) + record(0, **{Prop.DELAY_LEVEL: "1"}) + record(0)
-    stored = (await broker.post("/internal/messages", content=body)).json()["stored"]
+    stored = (
+        await broker.post("/internal/messages", headers={"content-type": "application/octet-stream"}, content=body)
+    ).json()["stored"]
     assert [s["topic"] for s in stored] == ["orders", SCHEDULE_TOPIC, "orders"]
     assert [m.queue_offset for m in await pulled(broker, "orders", 0)] == [0, 1]
 
 
 async def test_a_delivery_asked_again_or_of_a_rolled_copy_is_stored_once(broker: httpx.AsyncClient) -> None:
-    stored = (await broker.post("/internal/messages", content=record(1, **{Prop.DELAY_LEVEL: "3"}))).json()
+    stored = (
+        await broker.post(
+            "/internal/messages",
+            headers={"content-type": "application/octet-stream"},
+            content=record(1, **{Prop.DELAY_LEVEL: "3"}),
+        )
+    ).json()
     original = stored["stored"][0]["physical_offset"]
     rolls = (await broker.post("/internal/timers/rolls", json={"physical_offsets": [original]})).json()
     copy = rolls["results"][0]["new_offset"]
@@ -125,7 +149,13 @@ async def test_two_scheduled_copies_of_one_message_due_at_different_times_are_bo
     """As two retries of one message: same id, each its own due time and attempt count."""
     offsets = []
     for delay_level in ("3", "4"):
-        stored = (await broker.post("/internal/messages", content=record(1, **{Prop.DELAY_LEVEL: delay_level}))).json()
+        stored = (
+            await broker.post(
+                "/internal/messages",
+                headers={"content-type": "application/octet-stream"},
+                content=record(1, **{Prop.DELAY_LEVEL: delay_level}),
+            )
+        ).json()
         offsets.append(stored["stored"][0]["physical_offset"])
 
     answer = (await broker.post("/internal/timers/deliveries", json={"physical_offsets": offsets})).json()

@@ -105,7 +105,9 @@ async def test_a_deleted_topic_created_again_starts_empty(broker: httpx.AsyncCli
 
     await broker.put("/internal/topics/orders", json=TOPIC)
     record = encode_record(MessageRecord(topic="orders", body=b"old", queue_id=0))
-    assert (await broker.post("/internal/messages", content=record)).status_code == 200
+    assert (
+        await broker.post("/internal/messages", headers={"content-type": "application/octet-stream"}, content=record)
+    ).status_code == 200
     await broker.delete("/internal/topics/orders")
     await broker.put("/internal/topics/orders", json=TOPIC)
 

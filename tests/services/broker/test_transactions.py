@@ -61,7 +61,7 @@ async def test_a_half_message_needs_its_id_and_producer_group(broker: httpx.Asyn
     bare = encode_record(
         MessageRecord(topic="orders", body=b"x", properties={Prop.UNIQ_KEY: "TX3", Prop.TRANSACTION_PREPARED: "true"})
     )
-    answer = await broker.post("/internal/messages", content=bare)
+    answer = await broker.post("/internal/messages", headers={"content-type": "application/octet-stream"}, content=bare)
     assert answer.status_code == 400
     assert "PGROUP" in answer.json()["detail"]
 
@@ -142,7 +142,9 @@ async def test_a_committed_transaction_is_found_and_ends_again_behind_many_copie
     retry = "%RETRY%billing"
     await broker.put(f"/internal/topics/{quote(retry)}", json={"read_queues": 1, "write_queues": 1})
     copy = encode_record(MessageRecord(topic=retry, body=b"copy", queue_id=0, properties={Prop.UNIQ_KEY: "TX40"}))
-    assert (await broker.post("/internal/messages", content=copy * 40)).status_code == 200
+    assert (
+        await broker.post("/internal/messages", headers={"content-type": "application/octet-stream"}, content=copy * 40)
+    ).status_code == 200
 
     looked_up = await broker.get("/internal/transactions/TX40")
     again = await end(broker, "TX40", "commit")
