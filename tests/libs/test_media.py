@@ -163,7 +163,7 @@ async def test_the_refusal_comes_before_the_body_is_read(app_and_handled: tuple[
         "raw_path": b"/things",
         "root_path": "",
         "query_string": b"",
-        "headers": [(b"host", b"test"), (b"content-type", b"text/plain"), (b"content-length", b"8000000")],
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"text/plain"), (b"content-length", b"8000000")],
         "client": ("127.0.0.1", 1),
         "server": ("test", 80),
         "state": {},

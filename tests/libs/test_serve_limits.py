@@ -69,7 +69,8 @@ def connect(served: ServedApp) -> socket.socket:
 
 def request(path: str, method: str = "GET", body: bytes = b"", headers: str = "") -> bytes:
     length = f"content-length: {len(body)}\r\n" if body or method == "POST" else ""
-    return f"{method} {path} HTTP/1.1\r\nhost: test\r\n{headers}{length}\r\n".encode() + body
+    length += "content-type: application/json\r\n" if body else ""
+    return f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n{headers}{length}\r\n".encode() + body
 
 
 def read_response(reader: Any) -> Response:
@@ -130,7 +131,7 @@ def test_headers_just_under_the_bound_and_a_large_body_are_served(serve: Serve) 
     with connect(served) as sock, sock.makefile("rb") as reader:
         sock.sendall(request("/healthz", headers=f"x-padding: {'a' * 15 * 1024}\r\n"))
         assert read_response(reader).status == 200
-        sock.sendall(request("/echo", method="POST", body=b"x" * 200_000))
+        sock.sendall(request("/echo", method="POST", body=b'"' + b"x" * 199_998 + b'"'))
         answer = read_response(reader)
     assert (answer.status, answer.json()) == (200, {"length": 200_000})
 
