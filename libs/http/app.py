@@ -149,6 +149,7 @@ def _document_problems(app: FastAPI) -> None:
             return app.openapi_schema
         spec = generate()
         problem = {"schema": {"$ref": PROBLEM_SCHEMA_REF}}
+        used = False
         for operations in spec.get("paths", {}).values():
             for operation in operations.values():
                 responses = operation.get("responses", {})
@@ -157,8 +158,10 @@ def _document_problems(app: FastAPI) -> None:
                 for code, response in responses.items():
                     if code.startswith(("4", "5")) and _is_problem(response.get("content", {})):
                         response["content"] = {PROBLEM_MEDIA_TYPE: problem}
+                        used = True
         schemas = spec.setdefault("components", {}).setdefault("schemas", {})
-        schemas.setdefault("Problem", Problem.model_json_schema())
+        if used:  # routes that document problems by content (problem_responses) name no model FastAPI would add
+            schemas.setdefault("Problem", Problem.model_json_schema())
         for unused in ("HTTPValidationError", "ValidationError"):
             schemas.pop(unused, None)
         app.openapi_schema = spec
