@@ -22,6 +22,7 @@ from gateway.cluster.long_polls import LongPollGate
 from gateway.consume import routes as consume
 from gateway.consume.schemas import AckRequest, NackRequest, ReceiveRequest, VisibilityRequest
 from gateway.context import GatewayContext, gateway_context
+from gateway.edge.problems import document_public_problems
 from gateway.groups import routes as groups
 from gateway.groups.schemas import GroupUpdate, OffsetResetRequest, RedriveRequest
 from gateway.messages import routes as messages
@@ -170,6 +171,7 @@ def create_app(
             KeyRequest,
         ],
     )
+    document_public_problems(app)
     document_security(app)
     return app
 

@@ -9,6 +9,7 @@ flags follow RocketMQ's, so the seeds' descriptions apply unchanged.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import zlib
@@ -45,6 +46,8 @@ class Prop:
 
 
 KEY_SEPARATOR: Final = " "
+KEY_PATTERN: Final = f"^[^{KEY_SEPARATOR}]+$"
+"""A key a message is sent with: non-empty, without the separator of the KEYS property."""
 """Keys are kept in one property, separated by a space (as RocketMQ does)."""
 
 
@@ -121,6 +124,15 @@ class MessageRecord:
 SYSTEM_PROPERTIES: Final = frozenset(
     value for name, value in vars(Prop).items() if name.isupper() and isinstance(value, str)
 )
+
+
+MESSAGE_ID_PATTERN: Final = "^[0-9A-Fa-f]{32}$"
+"""A message id as Petrel makes them (MessageIdFactory) and takes them back (either case): 32 hex digits."""
+_MESSAGE_ID = re.compile(MESSAGE_ID_PATTERN)
+
+
+def is_message_id(text: str) -> bool:
+    return _MESSAGE_ID.fullmatch(text) is not None
 
 
 class MessageIdFactory:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
 
 from libs.errors import InvalidRequest, InvalidTopicName, ReservedTopicName
 
 MAX_NAME_LENGTH: Final = 127
-_USER_NAME = re.compile(r"[A-Za-z0-9_-]{1,127}")
-_SYSTEM_NAME = re.compile(r"[%|A-Za-z0-9_-]{1,255}")
+MAX_SYSTEM_NAME_LENGTH: Final = 255
+NAME_PATTERN: Final = f"^[A-Za-z0-9_-]{{1,{MAX_NAME_LENGTH}}}$"
+"""A user topic's or a group's name; one regular expression for Python and for JSON Schema (the spec)."""
+SYSTEM_NAME_PATTERN: Final = f"^[%|A-Za-z0-9_-]{{1,{MAX_SYSTEM_NAME_LENGTH}}}$"
+"""Any topic's name, a system topic's (%RETRY%group, %DLQ%group) included."""
+_USER_NAME = re.compile(NAME_PATTERN)
+_SYSTEM_NAME = re.compile(SYSTEM_NAME_PATTERN)
 
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 TIMER_TOPIC: Final = "rmq_sys_wheel_timer"
@@ -25,6 +30,20 @@ SYSTEM_TOPICS: Final = frozenset(
 TRANSACTION_TOPICS: Final = frozenset({TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
 SCHEDULE_TOPICS: Final = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
 _RESERVED_PREFIXES: Final = (RETRY_PREFIX, DLQ_PREFIX, "rmq_sys_", "RMQ_SYS_")
+
+
+def name_schema(*, allow_system: bool = False) -> dict[str, Any]:
+    """The JSON Schema of a name (pattern and length), for the spec of a field or parameter that takes one."""
+    if allow_system:
+        return {"pattern": SYSTEM_NAME_PATTERN, "minLength": 1, "maxLength": MAX_SYSTEM_NAME_LENGTH}
+    return {"pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME_LENGTH}
+
+
+def reserved_names() -> str:
+    """The user topic names that are reserved, in words (for the spec's descriptions)."""
+    names = ", ".join(sorted(SYSTEM_TOPICS))
+    prefixes = ", ".join(_RESERVED_PREFIXES)
+    return f"the system topics' names ({names}) and names starting with {prefixes}"
 
 
 def is_system_topic(name: str) -> bool:

@@ -44,6 +44,46 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 """Pass as `responses=` to every router so the spec documents the error body."""
 
+PROBLEM_SCHEMA_REF = "#/components/schemas/Problem"
+
+
+def problem_responses(*problems: type[PetrelError]) -> dict[int | str, dict[str, Any]]:
+    """`responses=` documenting the problems an operation may answer: each status, with the problem types it is.
+
+    Plain content, no `model`: responses documented in several places merge by status (`merge_problem_responses`).
+    """
+    lines: dict[int, set[str]] = {}
+    for problem in problems:
+        lines.setdefault(problem.status, set()).add(f"- `{problem.slug}`: {problem.title}")
+    return {status: _problem_response(found) for status, found in sorted(lines.items())}
+
+
+def merge_problem_responses(
+    responses: dict[int | str, dict[str, Any]], problems: dict[int | str, dict[str, Any]]
+) -> dict[int | str, dict[str, Any]]:
+    """`responses` with `problems` (of `problem_responses`) added: a status both document lists both's types.
+
+    Statuses match whether they are ints (a route's `responses=`) or strings (a generated spec's).
+    """
+    merged = dict(responses)
+    keys = {str(status): status for status in merged}
+    for status, response in problems.items():
+        key = keys.get(str(status), status)
+        known = merged.get(key)
+        if known is None:
+            merged[key] = response
+            continue
+        lines = set(known.get("description", "").splitlines()) | set(response["description"].splitlines())
+        merged[key] = _problem_response({line for line in lines if line})
+    return dict(sorted(merged.items(), key=lambda item: str(item[0])))
+
+
+def _problem_response(lines: set[str]) -> dict[str, Any]:
+    return {
+        "description": "\n".join(sorted(lines)),
+        "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": PROBLEM_SCHEMA_REF}}},
+    }
+
 
 def problem_response(
     status: int, problem_type: str, title: str, detail: str | None, instance: str | None, **extensions: Any

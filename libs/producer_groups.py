@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from sqlalchemy import BigInteger, Engine, MetaData, String, select
@@ -26,6 +26,14 @@ from libs.webhooks import SECRET_PREFIX, InvalidSecret, new_secret, secret_key
 MIN_SECRET_BYTES: Final = 24
 MAX_SECRET_BYTES: Final = 64
 MAX_URL_LENGTH: Final = 2048
+HTTP_URL_SCHEMA: Final[dict[str, Any]] = {"pattern": "^[Hh][Tt][Tt][Pp][Ss]?://[^/?#]", "maxLength": MAX_URL_LENGTH}
+"""The JSON Schema of what `validate_http_url` takes (an http or https URL with a host), for the spec."""
+SIGNING_SECRET_SCHEMA: Final[dict[str, Any]] = {
+    "pattern": f"^{SECRET_PREFIX}[A-Za-z0-9+/]+={{0,2}}$",
+    "minLength": len(SECRET_PREFIX) + 4 * -(-MIN_SECRET_BYTES // 3),
+    "maxLength": len(SECRET_PREFIX) + 4 * -(-MAX_SECRET_BYTES // 3),
+}
+"""The JSON Schema of what `validate_signing_secret` takes (whsec_ + base64 of 24 to 64 bytes), for the spec."""
 
 
 class Base(DeclarativeBase):

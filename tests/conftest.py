@@ -36,3 +36,12 @@ def broker(nameserver: ServedApp) -> Iterator[ServedApp]:
     settings = broker_settings(nameserver)
     with serving(broker_app(settings), settings.port) as served:
         yield served
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Figures a test recorded with `record_property("fuzz", ...)` (the schemathesis run's counts), one line each."""
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for name, value in getattr(report, "user_properties", ()):
+                if name == "fuzz" and getattr(report, "when", "") == "call":
+                    terminalreporter.write_line(f"{report.nodeid}: {value}")

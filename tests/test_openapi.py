@@ -75,10 +75,42 @@ def test_request_bodies_are_not_nullable(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_errors_are_documented_as_problem_json(name: str) -> None:
+    """Every error is a Problem, but readiness's 503: the Readiness body, whose checks say what is wrong."""
     for method, path, operation in operations(json.loads(SPECS[name])):
         for code, response in operation["responses"].items():
-            if code.startswith(("4", "5")):
+            if (path, code) == ("/readyz", "503"):
+                assert response["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Readiness"}
+            elif code.startswith(("4", "5")):
                 assert list(response["content"]) == ["application/problem+json"], f"{name} {method} {path} {code}"
+
+
+def test_every_public_operation_documents_its_problems() -> None:
+    """Each /v1 operation names the statuses it answers (no 4XX/5XX ranges), with the problem types of each."""
+    spec = json.loads(SPECS["gateway.json"])
+    for method, path, operation in operations(spec):
+        if not path.startswith("/v1/"):
+            continue
+        codes = set(operation["responses"])
+        assert not codes & {"4XX", "5XX", "default"}, f"{method} {path}: ranges {sorted(codes)}"
+        assert {"500", "503"} <= codes, f"{method} {path}: {sorted(codes)}"
+        for code in codes - {"200", "201", "204"}:
+            assert "`" in operation["responses"][code]["description"], f"{method} {path} {code}: no problem type"
+
+
+def test_name_parameters_carry_the_rules_the_server_enforces() -> None:
+    """Path names are documented with libs.names's own pattern and length, so clients and fuzzers see them."""
+    from libs.names import MAX_NAME_LENGTH, NAME_PATTERN
+
+    spec = json.loads(SPECS["gateway.json"])
+    named = [
+        (method, path, p["schema"])
+        for method, path, operation in operations(spec)
+        for p in operation.get("parameters", [])
+        if p["in"] == "path" and p["name"] == "group"
+    ]
+    assert named
+    for method, path, schema in named:
+        assert (schema["pattern"], schema["maxLength"]) == (NAME_PATTERN, MAX_NAME_LENGTH), f"{method} {path}"
 
 
 def refs(node: Any) -> list[str]:

@@ -12,15 +12,22 @@ from gateway.auth.principal import principal_of
 from gateway.auth.route import AuthorizedRoute
 from gateway.auth.schemas import CreatedKey, KeyInfo, KeyList, KeyRequest
 from gateway.context import Context
-from libs.auth.keys import KEY_ID_PATTERN
-from libs.problem import PROBLEM_RESPONSES
+from libs.auth.keys import KEY_ID_PATTERN, KeyNotFound
+from libs.errors import InvalidRequest, ValidationFailed
+from libs.problem import problem_responses
 
-router = APIRouter(prefix="/v1/keys", tags=["keys"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
+router = APIRouter(prefix="/v1/keys", tags=["keys"], route_class=AuthorizedRoute)
 
 KeyId = Annotated[str, Path(pattern=KEY_ID_PATTERN, description="the key's public id")]
 
 
-@router.post("", operation_id="createKey", response_model=CreatedKey, status_code=201)
+@router.post(
+    "",
+    operation_id="createKey",
+    response_model=CreatedKey,
+    status_code=201,
+    responses=problem_responses(InvalidRequest, ValidationFailed),
+)
 async def create_key(ctx: Context, spec: KeyRequest, request: Request) -> CreatedKey:
     """Create a key; the answer's `key` is shown once. It works on this gateway at once, on others within seconds."""
     principal = principal_of(request)
@@ -44,12 +51,22 @@ async def list_keys(ctx: Context) -> KeyList:
     return KeyList(keys=[KeyInfo.of(key) for key in await asyncio.to_thread(ctx.keys.list_keys)])
 
 
-@router.get("/{key_id}", operation_id="getKey", response_model=KeyInfo)
+@router.get(
+    "/{key_id}",
+    operation_id="getKey",
+    response_model=KeyInfo,
+    responses=problem_responses(KeyNotFound, ValidationFailed),
+)
 async def get_key(ctx: Context, key_id: KeyId) -> KeyInfo:
     return KeyInfo.of(await asyncio.to_thread(ctx.keys.get, key_id))
 
 
-@router.delete("/{key_id}", operation_id="revokeKey", status_code=204)
+@router.delete(
+    "/{key_id}",
+    operation_id="revokeKey",
+    status_code=204,
+    responses=problem_responses(KeyNotFound, ValidationFailed),
+)
 async def revoke_key(ctx: Context, key_id: KeyId, request: Request) -> Response:
     """Revoke: refused on this gateway at once, on every other within seconds. Repeating it is harmless."""
     key = await asyncio.to_thread(ctx.keys.revoke, key_id)

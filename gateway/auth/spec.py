@@ -1,4 +1,8 @@
-"""The spec declares the bearer scheme, which calls need it, and their 401, 403 and 429 answers."""
+"""The spec declares the bearer scheme, which calls need it, and the `Retry-After` of their 429s.
+
+The 401, 403 and 429 problems themselves are among every public operation's
+(gateway.edge.problems), documented with the others.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,6 @@ from fastapi import FastAPI
 from gateway.auth.middleware import OPEN_PATHS
 
 SCHEME = "apiKey"
-REFUSALS = {
-    "401": "No valid API key: missing, malformed, unknown or revoked (application/problem+json)",
-    "403": "The key lacks a grant this call needs; `required` lists the grants that would do (problem+json)",
-    "429": "The key is over its rate; `Retry-After` says when to call again (application/problem+json)",
-}
 
 
 def document_security(app: FastAPI) -> None:
@@ -30,15 +29,12 @@ def document_security(app: FastAPI) -> None:
             "description": "an API key, ptk_<key id>_<secret> (petrel keys create, POST /v1/keys)",
         }
         spec["security"] = [{SCHEME: []}]
-        problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
         for path, operations in spec.get("paths", {}).items():
             for operation in operations.values():
                 if path in OPEN_PATHS:
                     operation["security"] = []
                     continue
-                responses = operation.setdefault("responses", {})
-                for code, description in REFUSALS.items():
-                    responses.setdefault(code, {"description": description, "content": problem})
+                responses = operation.get("responses", {})
                 if "429" in responses:
                     responses["429"].setdefault("headers", {})["Retry-After"] = {
                         "description": "seconds to wait",

@@ -26,20 +26,38 @@ from gateway.consume.schemas import (
 )
 from gateway.context import Context, GatewayContext
 from gateway.edge.entries import failed_handle
-from gateway.edge.params import GroupName
+from gateway.edge.params import GroupName, UserTopic
 from gateway.edge.records import message_fields
 from libs import jsonutil
 from libs.broker_api.receiver import Receive, Received
 from libs.codec import iter_records
-from libs.errors import BrokerUnavailable, InvalidReceiptHandle, InvalidRequest, PetrelError
+from libs.errors import (
+    AlreadyAcked,
+    BrokerUnavailable,
+    ForeignReceiptHandle,
+    GroupNotFound,
+    InvalidFilter,
+    InvalidReceiptHandle,
+    InvalidRequest,
+    InvalidTopicName,
+    LeaseEnded,
+    LeaseExpired,
+    LeaseLost,
+    LeaseSuperseded,
+    MalformedBody,
+    PetrelError,
+    ReservedTopicName,
+    TooManyLongPolls,
+    TopicNotFound,
+    ValidationFailed,
+)
 from libs.http.app import json_body, parse_json
 from libs.http.disconnect import client_gone
 from libs.message import Prop
-from libs.names import validate_topic_name
-from libs.problem import PROBLEM_RESPONSES
+from libs.problem import problem_responses
 from libs.receipt import ReceiptHandle
 
-router = APIRouter(prefix="/v1/groups", tags=["consume"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
+router = APIRouter(prefix="/v1/groups", tags=["consume"], route_class=AuthorizedRoute)
 
 JSON: Final = "application/json"
 
@@ -52,10 +70,20 @@ SettleCall = Callable[[str, str, list[str]], Awaitable[list[dict[str, Any]]]]
     operation_id="receiveMessages",
     response_model=ReceiveResult,
     openapi_extra=json_body(ReceiveRequest),
+    responses=problem_responses(
+        InvalidRequest,
+        InvalidTopicName,
+        ReservedTopicName,
+        MalformedBody,
+        InvalidFilter,
+        TopicNotFound,
+        GroupNotFound,
+        ValidationFailed,
+        TooManyLongPolls,
+    ),
 )
-async def receive(ctx: Context, group: GroupName, topic: str, request: Request) -> Response:
+async def receive(ctx: Context, group: GroupName, topic: UserTopic, request: Request) -> Response:
     """Lease up to max_messages messages; with wait_seconds, wait for the first one to arrive."""
-    validate_topic_name(topic)
     spec = _receive(parse_json(ReceiveRequest, await request.body()))
     if spec.wait_seconds <= 0:
         received = await ctx.receiver.receive(group, topic, spec)
@@ -66,7 +94,11 @@ async def receive(ctx: Context, group: GroupName, topic: str, request: Request) 
 
 
 @router.post(
-    "/{group}/ack", operation_id="ackMessages", response_model=HandleResults, openapi_extra=json_body(AckRequest)
+    "/{group}/ack",
+    operation_id="ackMessages",
+    response_model=HandleResults,
+    openapi_extra=json_body(AckRequest),
+    responses=problem_responses(InvalidRequest, MalformedBody, ValidationFailed),
 )
 async def ack(ctx: Context, group: GroupName, request: Request) -> Response:
     """End the leases: the messages are consumed. One result per handle, in order."""
@@ -80,7 +112,11 @@ async def ack(ctx: Context, group: GroupName, request: Request) -> Response:
 
 
 @router.post(
-    "/{group}/nack", operation_id="nackMessages", response_model=HandleResults, openapi_extra=json_body(NackRequest)
+    "/{group}/nack",
+    operation_id="nackMessages",
+    response_model=HandleResults,
+    openapi_extra=json_body(NackRequest),
+    responses=problem_responses(InvalidRequest, MalformedBody, ValidationFailed),
 )
 async def nack(ctx: Context, group: GroupName, request: Request) -> Response:
     """Failed attempts: each message comes back after a delay, or goes to the DLQ after max_retries."""
@@ -100,6 +136,19 @@ async def nack(ctx: Context, group: GroupName, request: Request) -> Response:
     operation_id="changeVisibility",
     response_model=VisibilityResult,
     openapi_extra=json_body(VisibilityRequest),
+    responses=problem_responses(
+        InvalidRequest,
+        MalformedBody,
+        InvalidReceiptHandle,
+        ForeignReceiptHandle,
+        GroupNotFound,
+        LeaseEnded,
+        LeaseExpired,
+        LeaseSuperseded,
+        LeaseLost,
+        AlreadyAcked,
+        ValidationFailed,
+    ),
 )
 async def change_visibility(ctx: Context, group: GroupName, request: Request) -> VisibilityResult:
     """Extend or shorten a lease from now; answers a new handle (the old one no longer acks)."""

@@ -65,8 +65,17 @@ class NackRequest(BaseModel):
     receipt_handles: list[str] = Field(
         min_length=1, max_length=MAX_HANDLES, description="handles of received messages, from one group"
     )
-    delay_ms: int | None = Field(default=None, ge=0, description="redeliver after this many milliseconds")
-    delay_level: int | None = Field(default=None, ge=1, description="redeliver after delay level N's delay")
+    delay_ms: int | None = Field(
+        default=None,
+        ge=0,
+        description="redeliver after this many milliseconds (not with delay_level: 422); more than "
+        "PETREL_GATEWAY_MAX_DELAY_DAYS: 400",
+    )
+    delay_level: int | None = Field(
+        default=None,
+        ge=1,
+        description="redeliver after delay level N's delay (not with delay_ms: 422); past the last level: 400",
+    )
     reason: str | None = Field(
         default=None, max_length=MAX_REASON_LENGTH, description="why it failed: kept with a dead letter"
     )

@@ -7,11 +7,12 @@ from typing import Any
 
 from gateway.context import GatewayContext
 from libs.errors import MessageNotFound
+from libs.message import is_message_id
 
 
 def id_time(message_id: str) -> int:
     """When the message was born, in ms since the epoch; MessageNotFound for what is not a Petrel message id."""
-    if len(message_id) != 32 or not all(c in "0123456789ABCDEFabcdef" for c in message_id):
+    if not is_message_id(message_id):
         raise MessageNotFound(f"{message_id!r} is not a Petrel message id (32 hex digits)")
     return int(message_id[:12], 16)
 

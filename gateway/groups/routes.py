@@ -23,7 +23,7 @@ from gateway.cluster.writes import (
     write_failed,
 )
 from gateway.context import Context
-from gateway.edge.params import GroupName
+from gateway.edge.params import GroupName, UserTopic
 from gateway.edge.records import message_fields
 from gateway.groups.schemas import (
     DeadLetter,
@@ -44,21 +44,36 @@ from libs.broker_api.consume import RedriveBody
 from libs.broker_api.fanout import failure_of_all
 from libs.broker_api.groups import GroupConfigAnswer
 from libs.codec import iter_records
-from libs.errors import InvalidRequest, NotFound, PetrelError
+from libs.errors import (
+    GroupNotFound,
+    InvalidRequest,
+    InvalidTopicName,
+    MalformedBody,
+    NotFound,
+    PetrelError,
+    ReservedTopicName,
+    StoreFull,
+    TopicNotFound,
+    ValidationFailed,
+)
 from libs.http.app import json_body, parse_json
 from libs.message import MessageRecord, Prop
-from libs.names import validate_topic_name
-from libs.problem import PROBLEM_RESPONSES
+from libs.problem import problem_responses
 from libs.timeparse import parse_time_ms
 
-router = APIRouter(prefix="/v1/groups", tags=["groups"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
+router = APIRouter(prefix="/v1/groups", tags=["groups"], route_class=AuthorizedRoute)
+GROUP_PROBLEMS = problem_responses(InvalidRequest, GroupNotFound)
+"""Of every route on one group: a name that is not a group's (400), a group no broker knows (404)."""
 
 
 @router.put(
     "/{group}",
     operation_id="putGroup",
     response_model=Group,
-    responses={201: {"model": Group, "description": "Created"}},
+    responses={
+        201: {"model": Group, "description": "Created"},
+        **problem_responses(InvalidRequest, MalformedBody, ValidationFailed),
+    },
     openapi_extra=json_body(GroupUpdate, required=False),
 )
 async def put_group(ctx: Context, group: GroupName, request: Request, response: Response) -> Group:
@@ -89,13 +104,13 @@ async def list_groups(ctx: Context, request: Request) -> GroupList:
     return GroupList(groups=[groups[name] for name in sorted(groups)], unavailable=_unavailable(failed))
 
 
-@router.get("/{group}", operation_id="getGroup", response_model=Group)
+@router.get("/{group}", operation_id="getGroup", response_model=Group, responses=GROUP_PROBLEMS)
 async def get_group(ctx: Context, group: GroupName) -> Group:
     """The group's configuration and subscriptions."""
     return _public(await first_master_answer(ctx, lambda name, address: ctx.brokers.get_group(name, address, group)))
 
 
-@router.delete("/{group}", operation_id="deleteGroup", status_code=204)
+@router.delete("/{group}", operation_id="deleteGroup", status_code=204, responses=GROUP_PROBLEMS)
 async def delete_group(ctx: Context, group: GroupName) -> Response:
     """Delete the group's configuration and subscriptions from every broker (its retry and DLQ topics stay)."""
     deleted, failed = await on_every_master(ctx, lambda name, address: ctx.brokers.delete_group(name, address, group))
@@ -107,7 +122,7 @@ async def delete_group(ctx: Context, group: GroupName) -> Response:
     return Response(status_code=204)
 
 
-@router.get("/{group}/lag", operation_id="getGroupLag", response_model=GroupLag)
+@router.get("/{group}/lag", operation_id="getGroupLag", response_model=GroupLag, responses=GROUP_PROBLEMS)
 async def get_lag(ctx: Context, group: GroupName) -> GroupLag:
     """Per broker, topic and queue: the broker's offset, the group's, the lag and the messages in flight."""
     answers, failed = await on_every_master(ctx, lambda name, address: ctx.brokers.lag(name, address, group))
@@ -128,10 +143,18 @@ async def get_lag(ctx: Context, group: GroupName) -> GroupLag:
     operation_id="resetGroupOffsets",
     response_model=OffsetReset,
     openapi_extra=json_body(OffsetResetRequest),
+    responses=problem_responses(
+        InvalidRequest,
+        InvalidTopicName,
+        ReservedTopicName,
+        MalformedBody,
+        GroupNotFound,
+        TopicNotFound,
+        ValidationFailed,
+    ),
 )
-async def reset_offsets(ctx: Context, group: GroupName, topic: str, request: Request) -> OffsetReset:
+async def reset_offsets(ctx: Context, group: GroupName, topic: UserTopic, request: Request) -> OffsetReset:
     """Rewind or skip: move the group's offset in every queue of the topic to a time or an offset."""
-    validate_topic_name(topic)
     spec = parse_json(OffsetResetRequest, await request.body())
     body = {"timestamp": _reset_time(spec), "offset": spec.offset, "client_id": spec.client_id}
     route = await ctx.routes.get(topic)
@@ -145,7 +168,12 @@ async def reset_offsets(ctx: Context, group: GroupName, topic: str, request: Req
     return OffsetReset(group=group, topic=topic, queues=queues)
 
 
-@router.get("/{group}/dlq", operation_id="peekDeadLetters", response_model=DeadLetterList)
+@router.get(
+    "/{group}/dlq",
+    operation_id="peekDeadLetters",
+    response_model=DeadLetterList,
+    responses=problem_responses(InvalidRequest, GroupNotFound, ValidationFailed),
+)
 async def peek_dead_letters(
     ctx: Context,
     group: GroupName,
@@ -175,6 +203,7 @@ async def peek_dead_letters(
     operation_id="redriveDeadLetters",
     response_model=RedriveResult,
     openapi_extra=json_body(RedriveRequest, required=False),
+    responses=problem_responses(InvalidRequest, MalformedBody, GroupNotFound, ValidationFailed, StoreFull),
 )
 async def redrive(ctx: Context, group: GroupName, request: Request) -> RedriveResult:
     """Send dead letters back to the group, with their message ids kept (all, or those named), rate-limited."""

@@ -66,7 +66,7 @@ class GroupLag(BaseModel):
 
 
 class OffsetResetRequest(BaseModel):
-    """Move the group's offsets in every queue of the topic: to a time, or to an offset."""
+    """Move the group's offsets in every queue of the topic: to a time, or to an offset (exactly one; else 422)."""
 
     model_config = ConfigDict(extra="forbid")
 

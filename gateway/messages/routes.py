@@ -19,7 +19,9 @@ from gateway.context import Context, GatewayContext
 from gateway.edge.entries import entry_error
 from gateway.edge.message_ids import ask_every_broker, id_time
 from gateway.edge.outgoing import outgoing
+from gateway.edge.params import MessageId, QueueId, ReadableTopic, UserTopic
 from gateway.edge.records import message_fields
+from gateway.messages.idempotency import MAX_KEY_LENGTH
 from gateway.messages.schemas import (
     BatchEntry,
     BatchResult,
@@ -33,18 +35,58 @@ from gateway.messages.schemas import (
 from gateway.messages.sender import Pins, Prepared, Sent, unsettled
 from libs import jsonutil
 from libs.codec import iter_records
-from libs.errors import InvalidRequest, MessageNotFound, PetrelError, TopicNotFound
+from libs.errors import (
+    BrokerUnavailable,
+    FlushTimeout,
+    IdempotencyConflict,
+    InvalidFilter,
+    InvalidMessage,
+    InvalidRequest,
+    InvalidTopicName,
+    MalformedBody,
+    MessageNotFound,
+    OffsetOutOfRange,
+    PetrelError,
+    PutQueueFull,
+    QueueNotFound,
+    ReservedTopicName,
+    StoreFull,
+    StoreReadOnly,
+    TooManyLongPolls,
+    TopicNotFound,
+    ValidationFailed,
+)
 from libs.http.app import json_body, parse_json
 from libs.message import MessageRecord
-from libs.names import validate_readable_topic, validate_topic_name
-from libs.problem import PROBLEM_RESPONSES
+from libs.problem import problem_responses
 from libs.routing import TopicRoute
 from libs.timeparse import parse_time_ms
 
-router = APIRouter(prefix="/v1", tags=["messages"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
+router = APIRouter(prefix="/v1", tags=["messages"], route_class=AuthorizedRoute)
 
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", description="repeat-safe sends for 24 h")]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description=f"repeat-safe sends for 24 h: 1 to {MAX_KEY_LENGTH} characters (else 422)",
+        json_schema_extra={"minLength": 1, "maxLength": MAX_KEY_LENGTH},
+    ),
+]
 MAX_WAIT_MS = 30_000
+SEND_PROBLEMS = problem_responses(
+    InvalidTopicName,
+    ReservedTopicName,
+    MalformedBody,
+    InvalidMessage,
+    TopicNotFound,  # when topics are not created by a send (PETREL_GATEWAY_AUTO_CREATE_TOPICS=false)
+    IdempotencyConflict,
+    ValidationFailed,
+    BrokerUnavailable,
+    FlushTimeout,
+    PutQueueFull,
+    StoreReadOnly,
+    StoreFull,
+)
 
 
 @router.post(
@@ -53,10 +95,12 @@ MAX_WAIT_MS = 30_000
     response_model=SendResult,
     status_code=201,
     openapi_extra=json_body(SendMessage),
+    responses=SEND_PROBLEMS,
 )
-async def send_message(ctx: Context, topic: str, request: Request, idempotency_key: IdempotencyKey = None) -> Response:
+async def send_message(
+    ctx: Context, topic: UserTopic, request: Request, idempotency_key: IdempotencyKey = None
+) -> Response:
     """Send one message; answers where it was stored."""
-    validate_topic_name(topic)
     message = parse_json(SendMessage, await request.body())
 
     async def run(ids: list[str | None], pins: Pins | None) -> tuple[dict[str, Any], bool]:
@@ -77,10 +121,12 @@ async def send_message(ctx: Context, topic: str, request: Request, idempotency_k
     operation_id="sendMessageBatch",
     response_model=BatchResult,
     openapi_extra=json_body(SendBatch),
+    responses=SEND_PROBLEMS,
 )
-async def send_batch(ctx: Context, topic: str, request: Request, idempotency_key: IdempotencyKey = None) -> Response:
+async def send_batch(
+    ctx: Context, topic: UserTopic, request: Request, idempotency_key: IdempotencyKey = None
+) -> Response:
     """Send up to 256 messages; one result (or error) per message, in order."""
-    validate_topic_name(topic)
     batch = parse_json(SendBatch, await request.body())
 
     async def run(ids: list[str | None], pins: Pins | None) -> tuple[dict[str, Any], bool]:
@@ -109,11 +155,26 @@ async def send_batch(ctx: Context, topic: str, request: Request, idempotency_key
     return Response(jsonutil.dumps(answer), media_type="application/json")
 
 
-@router.get("/topics/{topic}/queues/{queue_id}/messages", operation_id="pullMessages", response_model=PullResult)
+@router.get(
+    "/topics/{topic}/queues/{queue_id}/messages",
+    operation_id="pullMessages",
+    response_model=PullResult,
+    responses=problem_responses(
+        InvalidTopicName,
+        ReservedTopicName,
+        InvalidRequest,
+        InvalidFilter,
+        TopicNotFound,
+        QueueNotFound,
+        OffsetOutOfRange,
+        ValidationFailed,
+        TooManyLongPolls,
+    ),
+)
 async def pull_messages(
     ctx: Context,
-    topic: str,
-    queue_id: int,
+    topic: ReadableTopic,
+    queue_id: QueueId,
     offset: Annotated[int, Query(ge=0, description="the first queue offset to read")] = 0,
     max: Annotated[int, Query(ge=1, le=256, description="at most this many messages")] = 32,
     wait_ms: Annotated[int, Query(ge=0, le=MAX_WAIT_MS, description="hold an empty pull this long")] = 0,
@@ -125,7 +186,6 @@ async def pull_messages(
 
     A user topic's: system topics are refused (400 reserved-topic-name, naming where they are read).
     """
-    validate_readable_topic(topic)
     route = await ctx.routes.get(topic)
     name, address = _pick_broker(route, broker)
     params: dict[str, str | int] = {"offset": offset, "max": max, "wait_ms": wait_ms}
@@ -143,8 +203,13 @@ async def pull_messages(
     )
 
 
-@router.get("/messages/{message_id}", operation_id="getMessage", response_model=Message)
-async def get_message(ctx: Context, message_id: str, request: Request) -> Message:
+@router.get(
+    "/messages/{message_id}",
+    operation_id="getMessage",
+    response_model=Message,
+    responses=problem_responses(MessageNotFound),
+)
+async def get_message(ctx: Context, message_id: MessageId, request: Request) -> Message:
     """The message with this id, as stored in its topic.
 
     Only the message in the topic it was sent to is answered, never a copy in a system topic:
@@ -167,17 +232,21 @@ async def get_message(ctx: Context, message_id: str, request: Request) -> Messag
     return message
 
 
-@router.get("/topics/{topic}/messages", operation_id="queryMessagesByKey", response_model=MessageList)
+@router.get(
+    "/topics/{topic}/messages",
+    operation_id="queryMessagesByKey",
+    response_model=MessageList,
+    responses=problem_responses(InvalidTopicName, ReservedTopicName, InvalidRequest, TopicNotFound, ValidationFailed),
+)
 async def query_by_key(
     ctx: Context,
-    topic: str,
+    topic: ReadableTopic,
     key: Annotated[str, Query(min_length=1, description="a key the message was sent with")],
     begin: Annotated[str | None, Query(description="RFC 3339 or epoch ms (default: 3 days ago)")] = None,
     end: Annotated[str | None, Query(description="RFC 3339 or epoch ms (default: now)")] = None,
     max: Annotated[int, Query(ge=1, le=64)] = 32,
 ) -> MessageList:
     """Messages of the topic sent with `key`, stored between begin and end, newest first (a user topic's)."""
-    validate_readable_topic(topic)
     now = ctx.now_ms()
     begin_ms = parse_time_ms(begin, "begin") if begin else now - 72 * 3600 * 1000
     end_ms = parse_time_ms(end, "end") if end else now + 60_000

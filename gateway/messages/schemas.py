@@ -7,6 +7,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from typing_extensions import TypeAliasType
 
+from libs.message import KEY_PATTERN
+
 MAX_BATCH = 256
 MAX_PROPERTIES = 64
 MAX_PROPERTY_NAME = 128
@@ -35,7 +37,9 @@ PropertiesToSend = TypeAliasType(
         ),
     ],
 )
-Key = Annotated[str, StringConstraints(min_length=1, max_length=MAX_KEY_LENGTH)]
+Key = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_KEY_LENGTH), Field(json_schema_extra={"pattern": KEY_PATTERN})
+]
 
 
 class MessageContent(BaseModel):
@@ -49,13 +53,21 @@ class MessageContent(BaseModel):
     body_base64: str | None = Field(
         default=None, description="the body as base64, for bytes (at most max_message_bytes decoded)"
     )
-    tag: str | None = Field(default=None, max_length=255, description="one tag, for TAG filters")
+    tag: str | None = Field(
+        default=None,
+        max_length=255,
+        description="one tag, for TAG filters: not '*', no '||', no surrounding spaces (else 400 invalid-message)",
+    )
     keys: list[Key] = Field(
         default_factory=list,
         max_length=MAX_KEYS,
         description=f"keys to find the message by: at most {MAX_KEYS}, of 1 to {MAX_KEY_LENGTH} characters, no spaces",
     )
-    properties: PropertiesToSend = Field(default_factory=dict, description="user properties, for SQL92 filters")
+    properties: PropertiesToSend = Field(
+        default_factory=dict,
+        description="user properties, for SQL92 filters; Petrel's own property names are reserved "
+        "(400 invalid-message)",
+    )
     message_group: str | None = Field(
         default=None, min_length=1, max_length=255, description="messages of one group go to one queue, in order"
     )
@@ -64,9 +76,20 @@ class MessageContent(BaseModel):
 class SendMessage(MessageContent):
     """One message to send: exactly one of `body` (text) or `body_base64` (bytes)."""
 
-    delay_level: int | None = Field(default=None, description="deliver after level N's delay (1: 1 s ... 18: 2 h)")
-    delay_ms: int | None = Field(default=None, ge=0, description="deliver after this many milliseconds")
-    deliver_at: str | int | None = Field(default=None, description="deliver at this time: RFC 3339 or epoch ms")
+    delay_level: int | None = Field(
+        default=None,
+        json_schema_extra={"minimum": 1},
+        description="deliver after level N's delay (1: 1 s ... 18: 2 h); past the last level "
+        "(PETREL_DELAY_LEVELS): 400 invalid-message",
+    )
+    delay_ms: int | None = Field(
+        default=None,
+        ge=0,
+        description="deliver after this many milliseconds; more than PETREL_GATEWAY_MAX_DELAY_DAYS: 400",
+    )
+    deliver_at: str | int | None = Field(
+        default=None, description="deliver at this time: RFC 3339 or epoch ms (at most one of the three delays)"
+    )
 
 
 class SendResult(BaseModel):

@@ -11,17 +11,25 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import first_master_answer
 from gateway.context import Context, GatewayContext
-from gateway.edge.params import GroupName
+from gateway.edge.params import GroupName, UserTopic
 from gateway.push.schemas import PushSubscription, PushSubscriptionList
-from libs.errors import InvalidRequest
+from libs.errors import (
+    GroupNotFound,
+    InvalidRequest,
+    InvalidTopicName,
+    MalformedBody,
+    ReservedTopicName,
+    SubscriptionNotFound,
+    TopicNotFound,
+    ValidationFailed,
+)
 from libs.http.app import json_body, parse_json
-from libs.names import validate_topic_name
-from libs.problem import PROBLEM_RESPONSES
+from libs.problem import merge_problem_responses, problem_responses
 from libs.push_api.schemas import (
     MAX_ATTEMPTS_SHOWN,
     PushAttempts,
@@ -31,25 +39,31 @@ from libs.push_api.schemas import (
     SubscriptionRequest,
 )
 
-router = APIRouter(prefix="/v1/groups", tags=["push"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
-
-
-async def _topic(topic: str) -> str:
-    return validate_topic_name(topic)
-
-
-TopicName = Annotated[str, Depends(_topic)]
+router = APIRouter(prefix="/v1/groups", tags=["push"], route_class=AuthorizedRoute)
+SUBSCRIPTION_PROBLEMS = problem_responses(InvalidRequest, InvalidTopicName, ReservedTopicName, SubscriptionNotFound)
+"""Of every route on one subscription: a name that is not a group's or a topic's (400), no such subscription (404)."""
 
 
 @router.put(
     "/{group}/subscriptions/{topic}",
     operation_id="putSubscription",
     response_model=PushSubscription,
-    responses={201: {"model": PushSubscription, "description": "Created"}},
+    responses={
+        201: {"model": PushSubscription, "description": "Created"},
+        **problem_responses(
+            InvalidRequest,
+            InvalidTopicName,
+            ReservedTopicName,
+            MalformedBody,
+            GroupNotFound,
+            TopicNotFound,
+            ValidationFailed,
+        ),
+    },
     openapi_extra=json_body(SubscriptionRequest),
 )
 async def put_subscription(
-    ctx: Context, group: GroupName, topic: TopicName, request: Request, response: Response
+    ctx: Context, group: GroupName, topic: UserTopic, request: Request, response: Response
 ) -> Subscription:
     """Push the group's messages of the topic to `endpoint_url` (201 when created; the secret is shown then only)."""
     body = parse_json(SubscriptionRequest, await request.body())
@@ -59,35 +73,58 @@ async def put_subscription(
     return subscription
 
 
-@router.get("/{group}/subscriptions", operation_id="listSubscriptions", response_model=PushSubscriptionList)
+@router.get(
+    "/{group}/subscriptions",
+    operation_id="listSubscriptions",
+    response_model=PushSubscriptionList,
+    responses=problem_responses(InvalidRequest),
+)
 async def list_subscriptions(ctx: Context, group: GroupName) -> SubscriptionList:
     """The group's push subscriptions, by topic."""
     return await ctx.push.list(group)
 
 
-@router.get("/{group}/subscriptions/{topic}", operation_id="getSubscription", response_model=PushSubscription)
-async def get_subscription(ctx: Context, group: GroupName, topic: TopicName) -> Subscription:
+@router.get(
+    "/{group}/subscriptions/{topic}",
+    operation_id="getSubscription",
+    response_model=PushSubscription,
+    responses=SUBSCRIPTION_PROBLEMS,
+)
+async def get_subscription(ctx: Context, group: GroupName, topic: UserTopic) -> Subscription:
     """The subscription and its live state: in flight, the window, rates, the last errors."""
     return await ctx.push.get(group, topic)
 
 
-@router.delete("/{group}/subscriptions/{topic}", operation_id="deleteSubscription", status_code=204)
-async def delete_subscription(ctx: Context, group: GroupName, topic: TopicName) -> Response:
+@router.delete(
+    "/{group}/subscriptions/{topic}",
+    operation_id="deleteSubscription",
+    status_code=204,
+    responses=SUBSCRIPTION_PROBLEMS,
+)
+async def delete_subscription(ctx: Context, group: GroupName, topic: UserTopic) -> Response:
     """Stop pushing; the messages stay in the group (leased ones come back after their lease)."""
     await ctx.push.delete(group, topic)
     return Response(status_code=204)
 
 
-@router.post("/{group}/subscriptions/{topic}:pause", operation_id="pauseSubscription", response_model=PushSubscription)
-async def pause_subscription(ctx: Context, group: GroupName, topic: TopicName) -> Subscription:
+@router.post(
+    "/{group}/subscriptions/{topic}:pause",
+    operation_id="pauseSubscription",
+    response_model=PushSubscription,
+    responses=SUBSCRIPTION_PROBLEMS,
+)
+async def pause_subscription(ctx: Context, group: GroupName, topic: UserTopic) -> Subscription:
     """Push nothing more until `:resume` (deliveries under way finish)."""
     return await ctx.push.pause(group, topic)
 
 
 @router.post(
-    "/{group}/subscriptions/{topic}:resume", operation_id="resumeSubscription", response_model=PushSubscription
+    "/{group}/subscriptions/{topic}:resume",
+    operation_id="resumeSubscription",
+    response_model=PushSubscription,
+    responses=SUBSCRIPTION_PROBLEMS,
 )
-async def resume_subscription(ctx: Context, group: GroupName, topic: TopicName) -> Subscription:
+async def resume_subscription(ctx: Context, group: GroupName, topic: UserTopic) -> Subscription:
     """Push again, after a pause or after the endpoint answered 410 Gone."""
     return await ctx.push.resume(group, topic)
 
@@ -97,19 +134,25 @@ async def resume_subscription(ctx: Context, group: GroupName, topic: TopicName) 
     operation_id="rotateSubscriptionSecret",
     response_model=PushSubscription,
     openapi_extra=json_body(RotateSecretRequest, required=False),
+    responses=merge_problem_responses(SUBSCRIPTION_PROBLEMS, problem_responses(MalformedBody, ValidationFailed)),
 )
-async def rotate_secret(ctx: Context, group: GroupName, topic: TopicName, request: Request) -> Subscription:
+async def rotate_secret(ctx: Context, group: GroupName, topic: UserTopic, request: Request) -> Subscription:
     """A new signing secret, shown in this answer; both sign until `secret_overlap_until` (no body: one day)."""
     raw = await request.body()
     rotation = parse_json(RotateSecretRequest, raw) if raw.strip() else RotateSecretRequest()
     return await ctx.push.rotate_secret(group, topic, rotation)
 
 
-@router.get("/{group}/subscriptions/{topic}/attempts", operation_id="listPushAttempts", response_model=PushAttempts)
+@router.get(
+    "/{group}/subscriptions/{topic}/attempts",
+    operation_id="listPushAttempts",
+    response_model=PushAttempts,
+    responses=merge_problem_responses(SUBSCRIPTION_PROBLEMS, problem_responses(ValidationFailed)),
+)
 async def list_attempts(
     ctx: Context,
     group: GroupName,
-    topic: TopicName,
+    topic: UserTopic,
     limit: Annotated[int, Query(ge=1, le=MAX_ATTEMPTS_SHOWN, description="at most this many")] = 50,
 ) -> PushAttempts:
     """The latest delivery attempts, newest first: status, latency, error (since the push service started)."""

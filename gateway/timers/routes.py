@@ -9,15 +9,16 @@ from gateway.auth.principal import authorize
 from gateway.auth.route import AuthorizedRoute
 from gateway.context import Context
 from gateway.edge.message_ids import ask_every_broker, id_time
+from gateway.edge.params import MessageId
 from libs.codec import iter_records
 from libs.delay import due_at
 from libs.errors import AlreadyDelivered, MessageNotFound, ServiceUnavailable
 from libs.message import Prop
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
-from libs.problem import PROBLEM_RESPONSES
+from libs.problem import problem_responses
 from services.timer.schemas import TimerStats
 
-router = APIRouter(prefix="/v1", tags=["timers"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
+router = APIRouter(prefix="/v1", tags=["timers"], route_class=AuthorizedRoute)
 
 
 @router.get("/timers/stats", operation_id="getTimerStats", response_model=TimerStats)
@@ -32,8 +33,13 @@ async def get_timer_stats(ctx: Context) -> TimerStats:
     return TimerStats.model_validate(answer)
 
 
-@router.delete("/messages/{message_id}/schedule", operation_id="cancelScheduledMessage", status_code=204)
-async def cancel_schedule(ctx: Context, message_id: str, request: Request) -> Response:
+@router.delete(
+    "/messages/{message_id}/schedule",
+    operation_id="cancelScheduledMessage",
+    status_code=204,
+    responses=problem_responses(MessageNotFound, AlreadyDelivered),
+)
+async def cancel_schedule(ctx: Context, message_id: MessageId, request: Request) -> Response:
     """Cancel a scheduled message that is not yet due: it will never be delivered."""
     born = id_time(message_id)
     params = {"begin": max(0, born - 60_000), "end": ctx.now_ms() + 60_000}

@@ -5,41 +5,41 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 
 from gateway.auth.needs import ANY
 from gateway.auth.principal import principal_of
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import create_topic, first_detail, master_address
 from gateway.context import Context, GatewayContext
+from gateway.edge.params import AnyTopic, UserTopic
 from gateway.topics.schemas import Topic, TopicList, TopicOnBroker, TopicQueue, TopicSpec, TopicSummary
 from libs.broker_api.schemas import BrokerTopic
-from libs.errors import BrokerUnavailable, ServiceUnavailable, TopicNotFound
-from libs.names import is_system_topic, validate_topic_name
-from libs.problem import PROBLEM_RESPONSES
+from libs.errors import (
+    BrokerUnavailable,
+    InvalidTopicName,
+    MalformedBody,
+    ReservedTopicName,
+    ServiceUnavailable,
+    TopicNotFound,
+    ValidationFailed,
+)
+from libs.names import is_system_topic
+from libs.problem import problem_responses
 from libs.routing import TopicRoute
 from libs.topic import Perm, TopicConfig
 
-router = APIRouter(prefix="/v1/topics", tags=["topics"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
-
-
-async def _user_topic(topic: str) -> str:
-    return validate_topic_name(topic)
-
-
-async def _any_topic(topic: str) -> str:
-    return validate_topic_name(topic, allow_system=True)
-
-
-UserTopic = Annotated[str, Depends(_user_topic)]
-AnyTopic = Annotated[str, Depends(_any_topic)]
+router = APIRouter(prefix="/v1/topics", tags=["topics"], route_class=AuthorizedRoute)
 
 
 @router.put(
     "/{topic}",
     operation_id="putTopic",
     response_model=Topic,
-    responses={201: {"model": Topic, "description": "Created"}},
+    responses={
+        201: {"model": Topic, "description": "Created"},
+        **problem_responses(InvalidTopicName, ReservedTopicName, MalformedBody, ValidationFailed),
+    },
 )
 async def put_topic(
     ctx: Context, topic: UserTopic, response: Response, spec: Annotated[TopicSpec, Body(default_factory=TopicSpec)]
@@ -52,7 +52,7 @@ async def put_topic(
     return _describe(topic, config, stored, [])
 
 
-@router.get("", operation_id="listTopics", response_model=TopicList)
+@router.get("", operation_id="listTopics", response_model=TopicList, responses=problem_responses(ValidationFailed))
 async def list_topics(
     ctx: Context,
     request: Request,
@@ -68,7 +68,12 @@ async def list_topics(
     return TopicList(topics=summaries)
 
 
-@router.get("/{topic}", operation_id="getTopic", response_model=Topic)
+@router.get(
+    "/{topic}",
+    operation_id="getTopic",
+    response_model=Topic,
+    responses=problem_responses(InvalidTopicName, TopicNotFound),
+)
 async def get_topic(ctx: Context, topic: AnyTopic) -> Topic:
     """The topic's type and its queues on each broker."""
     for attempt in range(2):
@@ -83,7 +88,12 @@ async def get_topic(ctx: Context, topic: AnyTopic) -> Topic:
     raise AssertionError("unreachable")
 
 
-@router.delete("/{topic}", operation_id="deleteTopic", status_code=204)
+@router.delete(
+    "/{topic}",
+    operation_id="deleteTopic",
+    status_code=204,
+    responses=problem_responses(InvalidTopicName, ReservedTopicName, TopicNotFound),
+)
 async def delete_topic(ctx: Context, topic: UserTopic) -> Response:
     """Delete the topic from every broker that holds it."""
     ctx.routes.invalidate(topic)

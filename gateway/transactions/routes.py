@@ -8,10 +8,9 @@ in the shared metadata database, where txcheck finds a group's checkback_url.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
 from gateway.auth.needs import ADMIN, PUB
@@ -20,6 +19,7 @@ from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import ensure_topic, on_each
 from gateway.context import Context, GatewayContext
 from gateway.edge.outgoing import outgoing
+from gateway.edge.params import ProducerGroupName, TransactionId, UserTopic
 from gateway.transactions.schemas import (
     EndTransaction,
     EndTransactionResult,
@@ -38,34 +38,50 @@ from libs import jsonutil, producer_groups
 from libs.broker_api.fanout import failure_of_all
 from libs.broker_api.transactions import TransactionState
 from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED
-from libs.errors import FlushTimeout, InvalidMessage, NotFound, ServiceUnavailable, TransactionNotFound
+from libs.errors import (
+    BrokerUnavailable,
+    FlushTimeout,
+    InvalidMessage,
+    InvalidRequest,
+    InvalidTopicName,
+    MalformedBody,
+    NotFound,
+    ProducerGroupNotFound,
+    PutQueueFull,
+    ReservedTopicName,
+    ServiceUnavailable,
+    StoreFull,
+    StoreReadOnly,
+    TopicNotFound,
+    TransactionAlreadyEnded,
+    TransactionNotFound,
+    ValidationFailed,
+)
 from libs.http.app import json_body, parse_json
-from libs.message import Prop
-from libs.names import validate_group_name, validate_topic_name
-from libs.problem import PROBLEM_RESPONSES
+from libs.message import Prop, is_message_id
+from libs.names import validate_group_name
+from libs.problem import problem_responses
 
-router = APIRouter(prefix="/v1", tags=["transactions"], responses=PROBLEM_RESPONSES, route_class=AuthorizedRoute)
+router = APIRouter(prefix="/v1", tags=["transactions"], route_class=AuthorizedRoute)
 
 DELAY_FIELDS: Final = frozenset({"delay_level", "delay_ms", "deliver_at"})
 HALF_PROPERTIES: Final = frozenset({CHECK_IMMUNITY, FIRST_STORED})
 """Properties the broker and txcheck read on a half message, beyond libs.message.Prop: never the producer's."""
-_MESSAGE_ID = re.compile(r"[0-9A-Fa-f]{32}")
 END_RESULT_FIELDS: Final = tuple(f for f in EndTransactionResult.model_fields if f != "transaction_id")
 JSON = "application/json"
-
-
-async def _producer_group(group: str) -> str:
-    return validate_group_name(group)
-
-
-ProducerGroupName = Annotated[str, Depends(_producer_group)]
+END_PROBLEMS = problem_responses(
+    MalformedBody, TransactionNotFound, TransactionAlreadyEnded, ValidationFailed, StoreFull, StoreReadOnly
+)
 
 
 @router.put(
     "/producer-groups/{group}",
     operation_id="putProducerGroup",
     response_model=ProducerGroupRegistration,
-    responses={201: {"model": ProducerGroupRegistration, "description": "Created"}},
+    responses={
+        201: {"model": ProducerGroupRegistration, "description": "Created"},
+        **problem_responses(InvalidRequest, MalformedBody, ValidationFailed),
+    },
     openapi_extra=json_body(ProducerGroupUpdate),
 )
 async def put_producer_group(
@@ -89,7 +105,12 @@ async def list_producer_groups(ctx: Context, request: Request) -> ProducerGroupL
     return ProducerGroupList(producer_groups=[ProducerGroup(**_producer_group_fields(g)) for g in listed])
 
 
-@router.get("/producer-groups/{group}", operation_id="getProducerGroup", response_model=ProducerGroup)
+@router.get(
+    "/producer-groups/{group}",
+    operation_id="getProducerGroup",
+    response_model=ProducerGroup,
+    responses=problem_responses(InvalidRequest, ProducerGroupNotFound),
+)
 async def get_producer_group(ctx: Context, group: ProducerGroupName) -> ProducerGroup:
     """The group's checkback_url (its secret is not shown again)."""
     return ProducerGroup(**_producer_group_fields(await ctx.producer_groups.get(group)))
@@ -101,10 +122,24 @@ async def get_producer_group(ctx: Context, group: ProducerGroupName) -> Producer
     response_model=SendTransactionResult,
     status_code=201,
     openapi_extra=json_body(SendTransaction),
+    responses=problem_responses(
+        InvalidTopicName,
+        ReservedTopicName,
+        InvalidRequest,
+        MalformedBody,
+        InvalidMessage,
+        TopicNotFound,
+        ProducerGroupNotFound,
+        ValidationFailed,
+        BrokerUnavailable,
+        FlushTimeout,
+        PutQueueFull,
+        StoreReadOnly,
+        StoreFull,
+    ),
 )
-async def send_transaction(ctx: Context, topic: str, request: Request) -> Response:
+async def send_transaction(ctx: Context, topic: UserTopic, request: Request) -> Response:
     """Send a half message: stored, seen by no consumer until committed; left open, its producer is asked."""
-    validate_topic_name(topic)
     spec = _parse_transaction(await request.body())
     reserved = sorted(spec.properties.keys() & HALF_PROPERTIES)
     if reserved:
@@ -144,8 +179,9 @@ async def send_transaction(ctx: Context, topic: str, request: Request) -> Respon
     operation_id="commitTransaction",
     response_model=EndTransactionResult,
     openapi_extra=json_body(EndTransaction, required=False),
+    responses=END_PROBLEMS,
 )
-async def commit(ctx: Context, transaction_id: str, request: Request) -> Response:
+async def commit(ctx: Context, transaction_id: TransactionId, request: Request) -> Response:
     """Commit: the message goes to its topic, once. Repeating it is harmless; after a rollback it is a 409."""
     return await _end(ctx, transaction_id, TransactionOutcome.COMMIT, request)
 
@@ -155,13 +191,19 @@ async def commit(ctx: Context, transaction_id: str, request: Request) -> Respons
     operation_id="rollbackTransaction",
     response_model=EndTransactionResult,
     openapi_extra=json_body(EndTransaction, required=False),
+    responses=END_PROBLEMS,
 )
-async def rollback(ctx: Context, transaction_id: str, request: Request) -> Response:
+async def rollback(ctx: Context, transaction_id: TransactionId, request: Request) -> Response:
     """Roll back: the message is never delivered. Repeating it is harmless; after a commit it is a 409."""
     return await _end(ctx, transaction_id, TransactionOutcome.ROLLBACK, request)
 
 
-@router.get("/transactions", operation_id="listTransactions", response_model=TransactionList)
+@router.get(
+    "/transactions",
+    operation_id="listTransactions",
+    response_model=TransactionList,
+    responses=problem_responses(ValidationFailed),
+)
 async def list_transactions(
     ctx: Context,
     request: Request,
@@ -190,8 +232,13 @@ async def list_transactions(
     )
 
 
-@router.get("/transactions/{transaction_id}", operation_id="getTransaction", response_model=Transaction)
-async def get_transaction(ctx: Context, transaction_id: str, request: Request) -> Transaction:
+@router.get(
+    "/transactions/{transaction_id}",
+    operation_id="getTransaction",
+    response_model=Transaction,
+    responses=problem_responses(TransactionNotFound),
+)
+async def get_transaction(ctx: Context, transaction_id: TransactionId, request: Request) -> Transaction:
     """The transaction's state: OPEN, ABANDONED (past the check limit), COMMITTED or ROLLED_BACK."""
     broker, address, message_id = await _locate(ctx, transaction_id)
     transaction = _transaction(await ctx.brokers.get_transaction(broker, address, message_id), broker)
@@ -215,7 +262,7 @@ async def _end(ctx: GatewayContext, transaction_id: str, outcome: TransactionOut
 async def _locate(ctx: GatewayContext, transaction_id: str) -> tuple[str, str, str]:
     """(broker, its master's address, message id) of a transaction id; TransactionNotFound when there is none."""
     broker, _, message_id = transaction_id.rpartition(":")
-    if not broker or not _MESSAGE_ID.fullmatch(message_id):
+    if not broker or not is_message_id(message_id):
         raise TransactionNotFound(f"{transaction_id!r} is not a Petrel transaction id (<broker>:<32 hex digits>)")
     address = (await ctx.masters.lookup([broker])).get(broker)
     if address is None:

@@ -8,11 +8,14 @@ into these models once the gateway adds the transaction id and the broker's name
 from __future__ import annotations
 
 import enum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.messages.schemas import MessageContent
 from libs.broker_api.transactions import TransactionState
+from libs.names import name_schema
+from libs.producer_groups import HTTP_URL_SCHEMA, SIGNING_SECRET_SCHEMA
 
 MAX_CHECK_IMMUNITY_SECONDS = 86_400
 
@@ -23,9 +26,11 @@ class ProducerGroupUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     checkback_url: str = Field(
-        description="where txcheck asks for the outcome of a transaction left open: an http or https URL"
+        json_schema_extra=HTTP_URL_SCHEMA,
+        description="where txcheck asks for the outcome of a transaction left open: an http or https URL with a "
+        "host, outside the cluster's own networks (else 400)",
     )
-    signing_secret: str | None = Field(
+    signing_secret: Annotated[str, Field(json_schema_extra=SIGNING_SECRET_SCHEMA)] | None = Field(
         default=None,
         description="whsec_ + base64 of 24 to 64 random bytes (Standard Webhooks); when absent a new group gets a "
         "generated one and an existing group keeps its own",
@@ -54,7 +59,8 @@ class SendTransaction(MessageContent):
     """A half message: stored, and seen by no consumer until the transaction is committed."""
 
     producer_group: str = Field(
-        description="a registered producer group: its checkback_url decides a transaction left open"
+        json_schema_extra=name_schema(),
+        description="a registered producer group (else 404): its checkback_url decides a transaction left open",
     )
     check_immunity_seconds: int | None = Field(
         default=None,

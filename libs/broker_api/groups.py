@@ -44,7 +44,10 @@ class RetryPolicy(BaseModel):
         default=1000, ge=1, le=86_400_000, description="exponential: the wait before the second attempt"
     )
     max_ms: int = Field(
-        default=7_200_000, ge=1, le=30 * 86_400_000, description="exponential: the longest wait between attempts"
+        default=7_200_000,
+        ge=1,
+        le=30 * 86_400_000,
+        description="exponential: the longest wait between attempts; not below initial_ms (else 422)",
     )
 
     @model_validator(mode="after")

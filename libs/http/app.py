@@ -34,7 +34,7 @@ from libs.http.middleware import (
     RequestMetrics,
     RequestMetricsMiddleware,
 )
-from libs.problem import PROBLEM_MEDIA_TYPE, install_problem_handlers
+from libs.problem import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA_REF, Problem, install_problem_handlers
 from libs.settings import ServiceSettings
 
 M = TypeVar("M", bound=BaseModel)
@@ -99,7 +99,13 @@ def service_app(
         """Liveness: the process is up and serving."""
         return Health(status="ok", service=name)
 
-    @app.get("/readyz", response_model=Readiness, operation_id="getReadiness", tags=["ops"])
+    @app.get(
+        "/readyz",
+        response_model=Readiness,
+        operation_id="getReadiness",
+        tags=["ops"],
+        responses={503: {"model": Readiness, "description": "Not ready: the checks say what is wrong"}},
+    )
     async def readyz(request: Request) -> Response:
         """Readiness: the service can do its work (503 when it cannot)."""
         checks = await readiness(request)
@@ -156,23 +162,45 @@ def _with_events(name: str, settings: ServiceSettings, lifespan: Lifespan[Any]) 
 
 
 def _document_problems(app: FastAPI) -> None:
-    """Error responses carry the Problem schema under application/problem+json only."""
+    """Error responses carry the Problem schema under application/problem+json only.
+
+    A response documented with another schema (readiness's 503) is left as it is.
+    """
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
             return app.openapi_schema
         spec = generate()
-        problem = {"schema": {"$ref": "#/components/schemas/Problem"}}
+        problem = {"schema": {"$ref": PROBLEM_SCHEMA_REF}}
+        used = False
         for operations in spec.get("paths", {}).values():
             for operation in operations.values():
-                for code, response in operation.get("responses", {}).items():
-                    if code.startswith(("4", "5")) and "content" in response:
+                responses = operation.get("responses", {})
+                if _is_fastapi_validation_error(responses.get("422", {})):
+                    del responses["422"]  # Petrel answers a Problem; a route where 422 can happen documents it
+                for code, response in responses.items():
+                    if code.startswith(("4", "5")) and _is_problem(response.get("content", {})):
                         response["content"] = {PROBLEM_MEDIA_TYPE: problem}
+                        used = True
+        schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+        if used:  # routes that document problems by content (problem_responses) name no model FastAPI would add
+            schemas.setdefault("Problem", Problem.model_json_schema())
+        for unused in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(unused, None)
         app.openapi_schema = spec
         return spec
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _is_fastapi_validation_error(response: dict[str, Any]) -> bool:
+    schema = response.get("content", {}).get("application/json", {}).get("schema", {})
+    return bool(schema == {"$ref": "#/components/schemas/HTTPValidationError"})
+
+
+def _is_problem(content: dict[str, Any]) -> bool:
+    return any(body.get("schema") == {"$ref": PROBLEM_SCHEMA_REF} for body in content.values())
 
 
 def json_body(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:

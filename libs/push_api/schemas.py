@@ -8,13 +8,14 @@ each to `endpoint_url`. Durations are in seconds, instants in ms since the epoch
 from __future__ import annotations
 
 import enum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from libs.broker_api.consume import MAX_INVISIBLE_MS
 from libs.filters.schema import MessageFilter
+from libs.producer_groups import HTTP_URL_SCHEMA, MAX_URL_LENGTH, SIGNING_SECRET_SCHEMA
 
-MAX_URL_LENGTH = 2048
 MAX_IN_FLIGHT = 1000
 MAX_RATE_PER_SECOND = 100_000.0
 MAX_TIMEOUT_SECONDS = 300.0
@@ -54,7 +55,10 @@ class SubscriptionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     endpoint_url: str = Field(
-        min_length=1, max_length=MAX_URL_LENGTH, description="http or https URL the messages are POSTed to"
+        min_length=1,
+        max_length=MAX_URL_LENGTH,
+        json_schema_extra=HTTP_URL_SCHEMA,
+        description="http or https URL the messages are POSTed to, outside the cluster's own networks (else 400)",
     )
     filter: MessageFilter | None = Field(default=None, description="only messages that match (default: every one)")
     max_in_flight: int = Field(
@@ -74,7 +78,7 @@ class SubscriptionRequest(BaseModel):
         description="the lease of each delivery; an endpoint that answers 202 with `Petrel-Ack: deferred` has this "
         "long to ack or nack (or to extend it with /visibility)",
     )
-    signing_secret: str | None = Field(
+    signing_secret: Annotated[str, Field(json_schema_extra=SIGNING_SECRET_SCHEMA)] | None = Field(
         default=None,
         description="whsec_ + base64 of 24 to 64 random bytes; default: generated on create, kept on update",
     )

@@ -24,8 +24,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from libs.errors import InvalidRequest, SubscriptionNotFound
 from libs.metadata_db import open_engine
-from libs.producer_groups import validate_signing_secret
-from libs.push_api.schemas import MAX_URL_LENGTH, PayloadFormat, SubscriptionRequest
+from libs.producer_groups import MAX_URL_LENGTH, validate_signing_secret
+from libs.push_api.schemas import PayloadFormat, SubscriptionRequest
 from libs.webhooks import new_secret
 
 MAX_REASON: Final = 500

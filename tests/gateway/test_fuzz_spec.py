@@ -1,0 +1,222 @@
+"""Schemathesis over the gateway's whole spec: every operation answers what the spec says, and never a 5xx.
+
+Each operation of the gateway's own spec gets a bounded number of generated requests,
+valid ones and (negative mode) ones the schema forbids, drawn from a fixed seed. Every
+answer is checked: not a server error; a status, content type, headers and body the
+operation documents. The cluster (a gateway, two brokers, the push service's API and
+the timer service) runs in this process, on an event loop of its own (an anyio portal
+thread): Hypothesis draws and checks in the test's thread, the portal runs each call.
+A topic, a consumer group, a producer group and a push subscription named `0` (the
+name Hypothesis draws first) exist before the run, so that calls get past "not found".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode, checks
+from schemathesis.checks import CheckFunction
+from schemathesis.core.failures import FailureGroup
+from starlette.types import ASGIApp
+
+from gateway.app import create_app
+from gateway.messages.idempotency import MAX_KEY_LENGTH
+from gateway.settings import GatewaySettings
+from libs.http.asgi import AsgiTransport, running
+from libs.http.transport import AiohttpTransport, Transport
+from services.broker.app import create_app as broker_app
+from services.broker.settings import BrokerSettings
+from services.timer.app import create_app as timer_app
+from services.timer.settings import TimerSettings
+from tests.support.apps import in_process
+from tests.support.push_subscriptions import RecordingLive, subscriptions_app
+from tests.support.serving import ServedApp, free_port
+
+EXAMPLES = 20
+"""Generated requests per operation and generation mode: the run stays within about a minute on two cores."""
+LONG_POLL_MS = 50
+"""A generated long poll waits at most this long: the spec allows 30 s, the run's budget does not."""
+CHECKS: list[CheckFunction] = [
+    checks.not_a_server_error,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_headers_conformance,
+    checks.response_schema_conformance,
+]
+MODES = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+SEED_NAME = "0"
+PUBLIC_URL = "http://93.184.216.34/petrel"
+"""A literal public address: the egress guard lets it through without resolving a name."""
+
+Case = schemathesis.Case[Any]
+Send = Callable[[dict[str, Any]], httpx.Response]
+
+
+@pytest.fixture
+def client_headers() -> dict[str, str]:
+    """What every fuzzed request carries besides its generated headers (a credential, once the gateway asks one)."""
+    return {}
+
+
+@dataclass
+class FuzzRun:
+    run_id: str = field(default_factory=lambda: secrets.token_hex(4))
+    operations: int = 0
+    examples: int = 0
+    failures: list[str] = field(default_factory=list)
+    statuses: Counter[int] = field(default_factory=Counter)
+
+    def summary(self) -> str:
+        answered = ", ".join(f"{status}: {count}" for status, count in sorted(self.statuses.items()))
+        return (
+            f"schemathesis: {self.operations} operations, {self.examples} examples, {len(self.failures)} failures"
+            f" (answers {answered})"
+        )
+
+
+@contextlib.asynccontextmanager
+async def cluster(
+    nameserver: ServedApp,
+    broker_configs: dict[str, BrokerSettings],
+    in_process_apps: dict[str, ASGIApp],
+    transport: Transport,
+    data_dir: Path,
+) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
+    """The gateway (its app, and a client calling it in-process) over brokers, push and timer in this loop."""
+    push_address, timer_address = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    push, _ = subscriptions_app(f"sqlite:///{data_dir / 'push.db'}", RecordingLive())
+    timer_settings = TimerSettings(nameservers=[nameserver.address], timer_log_segment_bytes=56 * 1024)
+    timer_transport = AsgiTransport(
+        in_process_apps, fallback=AiohttpTransport(connect_timeout=1.0, timeout=5.0, max_connections=16)
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        for broker in broker_configs.values():
+            in_process_apps[broker.address] = await stack.enter_async_context(running(broker_app(broker)))
+        in_process_apps[push_address] = await stack.enter_async_context(running(push))
+        timer = timer_app(timer_settings, transport=timer_transport)
+        in_process_apps[timer_address] = await stack.enter_async_context(running(timer))
+        gateway = GatewaySettings(
+            nameservers=[nameserver.address], push_address=push_address, timer_address=timer_address
+        )
+        app = create_app(gateway, transport=transport)
+        clients = in_process(app)
+        client = await anext(clients)
+        stack.push_async_callback(clients.aclose)  # type: ignore[attr-defined]
+        await _seed(client)
+        yield app, client
+
+
+async def _seed(client: httpx.AsyncClient) -> None:
+    """What the calls of the run find: a topic with a message, groups, and a push subscription."""
+    calls = [
+        ("PUT", f"/v1/topics/{SEED_NAME}", None),
+        ("POST", f"/v1/topics/{SEED_NAME}/messages", {"body": "seed", "keys": ["seed"]}),
+        ("PUT", f"/v1/groups/{SEED_NAME}", None),
+        ("PUT", f"/v1/producer-groups/{SEED_NAME}", {"checkback_url": PUBLIC_URL}),
+        ("PUT", f"/v1/groups/{SEED_NAME}/subscriptions/{SEED_NAME}", {"endpoint_url": PUBLIC_URL}),
+    ]
+    for method, path, body in calls:
+        answer = await client.request(method, path, json=body)
+        assert answer.status_code in (200, 201), f"{method} {path}: {answer.text}"
+
+
+def own_idempotency_key(case: Case, run_id: str) -> None:
+    """A generated Idempotency-Key made this run's own: Redis keeps a key 24 h, and a seeded run draws the same keys."""
+    headers: Any = case.headers
+    key = headers.get("Idempotency-Key") if isinstance(headers, dict) else None
+    if isinstance(key, str) and key:
+        headers["Idempotency-Key"] = f"{run_id}{key}"[:MAX_KEY_LENGTH]
+
+
+def bounded_long_polls(case: Case) -> None:
+    """A generated wait (a receive's wait_seconds, a pull's wait_ms) cut to LONG_POLL_MS, if it is a number."""
+    body: Any = case.body
+    if isinstance(body, dict) and _number(body.get("wait_seconds")):
+        body["wait_seconds"] = min(body["wait_seconds"], LONG_POLL_MS / 1000)
+    query: Any = case.query
+    if isinstance(query, dict) and _number(query.get("wait_ms")):
+        query["wait_ms"] = min(query["wait_ms"], LONG_POLL_MS)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def fuzz_operation(operation: Any, mode: GenerationMode, send: Send, run: FuzzRun) -> None:
+    """EXAMPLES generated calls of the operation, each answer checked; a failure is recorded, not raised."""
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+    )
+    def call(case: Case) -> None:
+        bounded_long_polls(case)
+        own_idempotency_key(case, run.run_id)
+        run.examples += 1
+        kwargs = case.as_transport_kwargs(base_url="http://test")
+        response = send(kwargs)
+        run.statuses[response.status_code] += 1
+        case.validate_response(response, checks=CHECKS, transport_kwargs=kwargs)
+
+    try:
+        call()
+    except Unsatisfiable:  # nothing of the operation can be made invalid (no parameter, no body)
+        return
+    except (AssertionError, FailureGroup) as exc:  # the next operation runs all the same
+        run.failures.append(f"{operation.label} ({mode.value}): {exc}")
+
+
+def test_every_operation_answers_as_documented(
+    nameserver: ServedApp,
+    broker_configs: dict[str, BrokerSettings],
+    in_process_apps: dict[str, ASGIApp],
+    transport: Transport,
+    client_headers: dict[str, str],
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
+) -> None:
+    run = FuzzRun()
+    gateway = cluster(nameserver, broker_configs, in_process_apps, transport, tmp_path)
+    with start_blocking_portal() as portal, portal.wrap_async_context_manager(gateway) as (app, client):
+        schema = schemathesis.openapi.from_dict(app.openapi())
+        send = _sender(portal, client, client_headers)
+        for result in schema.get_all_operations():
+            operation = result.ok()  # type: ignore[union-attr]
+            run.operations += 1
+            for mode in MODES:
+                fuzz_operation(operation, mode, send, run)
+    record_property("fuzz", run.summary())  # tests/conftest.py prints it after the run
+    assert run.operations == sum(len(item) for item in app.openapi()["paths"].values()), run.summary()
+    assert not run.failures, run.summary() + "\n\n" + "\n\n".join(run.failures)
+
+
+def _sender(portal: BlockingPortal, client: httpx.AsyncClient, client_headers: dict[str, str]) -> Send:
+    """Calls the gateway with a case's request (requests' arguments, as schemathesis serializes it)."""
+
+    def send(kwargs: dict[str, Any]) -> httpx.Response:
+        kwargs = dict(kwargs)
+        kwargs["headers"] = {**kwargs.get("headers", {}), **client_headers}
+        kwargs.pop("cookies", None)  # none are generated: the gateway reads none
+        if "data" in kwargs:  # requests' raw body is httpx's `content`
+            kwargs["content"] = kwargs.pop("data")
+        return portal.call(lambda: client.request(**kwargs))
+
+    return send
