@@ -40,6 +40,7 @@ from services.broker.app import create_app as broker_app
 from services.broker.settings import BrokerSettings
 from services.timer.app import create_app as timer_app
 from services.timer.settings import TimerSettings
+from tests.support.api_keys import bearer, issue_key
 from tests.support.apps import in_process
 from tests.support.push_subscriptions import RecordingLive, subscriptions_app
 from tests.support.serving import ServedApp, free_port
@@ -65,9 +66,10 @@ Send = Callable[[dict[str, Any]], httpx.Response]
 
 
 @pytest.fixture
-def client_headers() -> dict[str, str]:
-    """What every fuzzed request carries besides its generated headers (a credential, once the gateway asks one)."""
-    return {}
+def client_headers(tmp_path: Path) -> dict[str, str]:
+    """What every fuzzed request carries besides its generated headers: an API key that may do everything (the
+    gateway runs with auth required), made in the run's metadata database before the gateway starts."""
+    return bearer(issue_key(tmp_path, "admin", "pub", "sub", rate=0, name="fuzz"))
 
 
 @dataclass
@@ -93,6 +95,7 @@ async def cluster(
     in_process_apps: dict[str, ASGIApp],
     transport: Transport,
     data_dir: Path,
+    headers: dict[str, str],
 ) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
     """The gateway (its app, and a client calling it in-process) over brokers, push and timer in this loop."""
     push_address, timer_address = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -108,17 +111,21 @@ async def cluster(
         timer = timer_app(timer_settings, transport=timer_transport)
         in_process_apps[timer_address] = await stack.enter_async_context(running(timer))
         gateway = GatewaySettings(
-            nameservers=[nameserver.address], push_address=push_address, timer_address=timer_address
+            nameservers=[nameserver.address],
+            push_address=push_address,
+            timer_address=timer_address,
+            auth="required",
+            data_dir=data_dir,
         )
         app = create_app(gateway, transport=transport)
         clients = in_process(app)
         client = await anext(clients)
         stack.push_async_callback(clients.aclose)  # type: ignore[attr-defined]
-        await _seed(client)
+        await _seed(client, headers)
         yield app, client
 
 
-async def _seed(client: httpx.AsyncClient) -> None:
+async def _seed(client: httpx.AsyncClient, headers: dict[str, str]) -> None:
     """What the calls of the run find: a topic with a message, groups, and a push subscription."""
     calls = [
         ("PUT", f"/v1/topics/{SEED_NAME}", None),
@@ -128,7 +135,7 @@ async def _seed(client: httpx.AsyncClient) -> None:
         ("PUT", f"/v1/groups/{SEED_NAME}/subscriptions/{SEED_NAME}", {"endpoint_url": PUBLIC_URL}),
     ]
     for method, path, body in calls:
-        answer = await client.request(method, path, json=body)
+        answer = await client.request(method, path, json=body, headers=headers)
         assert answer.status_code in (200, 201), f"{method} {path}: {answer.text}"
 
 
@@ -194,7 +201,7 @@ def test_every_operation_answers_as_documented(
     record_property: Callable[[str, object], None],
 ) -> None:
     run = FuzzRun()
-    gateway = cluster(nameserver, broker_configs, in_process_apps, transport, tmp_path)
+    gateway = cluster(nameserver, broker_configs, in_process_apps, transport, tmp_path, client_headers)
     with start_blocking_portal() as portal, portal.wrap_async_context_manager(gateway) as (app, client):
         schema = schemathesis.openapi.from_dict(app.openapi())
         send = _sender(portal, client, client_headers)
@@ -213,7 +220,9 @@ def _sender(portal: BlockingPortal, client: httpx.AsyncClient, client_headers: d
 
     def send(kwargs: dict[str, Any]) -> httpx.Response:
         kwargs = dict(kwargs)
-        kwargs["headers"] = {**kwargs.get("headers", {}), **client_headers}
+        ours = {name.lower() for name in client_headers}  # ours win, whatever the case schemathesis spells them in
+        generated = {k: v for k, v in kwargs.get("headers", {}).items() if k.lower() not in ours}
+        kwargs["headers"] = {**generated, **client_headers}
         kwargs.pop("cookies", None)  # none are generated: the gateway reads none
         if "data" in kwargs:  # requests' raw body is httpx's `content`
             kwargs["content"] = kwargs.pop("data")
