@@ -25,15 +25,19 @@ class KeyWalk:
         self.key_hash = zlib.crc32(key.encode())
         self.begin, self.end = begin, end
         self.limit = limit
-        self.found: list[int] = []
-        """Phy offsets, newest first, of entries with the key's hash (the caller checks the records)."""
+        self._found: list[int] = []
         self._entry: int | None = None
         """Where the walk goes on in files[0]; None before its chain head is read."""
         self._here: list[int] = []
 
     @property
     def done(self) -> bool:
-        return not self.files or len(self.found) >= self.limit
+        return not self.files or len(self._found) >= self.limit
+
+    @property
+    def found(self) -> list[int]:
+        """Phy offsets, newest first, of entries with the key's hash so far (the caller checks the records)."""
+        return _merged(self._found, self._here, self.limit)
 
     def step(self, steps: int) -> int:
         """Follow the chains for at most `steps` entries; how many it read."""
@@ -46,22 +50,26 @@ class KeyWalk:
             if self._entry is None:
                 self._entry = index_file.chain_head(self.key_hash)
             # one more than needed: the first may repeat the last found (keys straddling two files)
-            wanted = self.limit - len(self.found) + 1
+            wanted = self.limit - len(self._found) + 1
             seconds = index_file.seconds(self.begin, self.end)
             entry, read = index_file.walk(self.key_hash, self._entry, seconds, self._here, wanted, steps - taken)
             taken += read
             self._entry = entry
             if not entry:
-                self._merge()
+                self._found = self.found
                 self._next_file()
         return taken
-
-    def _merge(self) -> None:
-        for phy_offset in self._here:
-            if len(self.found) < self.limit and (not self.found or self.found[-1] != phy_offset):
-                self.found.append(phy_offset)
 
     def _next_file(self) -> None:
         self.files.pop(0)
         self._entry = None
         self._here = []
+
+
+def _merged(found: list[int], here: list[int], limit: int) -> list[int]:
+    """`found` then `here` (the file being walked), the first of `here` dropped if it repeats the last found."""
+    merged = list(found)
+    for phy_offset in here:
+        if len(merged) < limit and (not merged or merged[-1] != phy_offset):
+            merged.append(phy_offset)
+    return merged
