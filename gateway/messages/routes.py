@@ -258,9 +258,12 @@ async def query_by_key(
         *(ctx.brokers.query_key(q.broker_name, master_address(route, q.broker_name), params) for q in route.queues)
     )
     messages = [
-        to_message(r, q.broker_name) for q, raw in zip(route.queues, answers, strict=True) for r in iter_records(raw)
+        to_message(r, q.broker_name)
+        for q, answer in zip(route.queues, answers, strict=True)
+        for r in iter_records(answer.records)
     ]
-    return MessageList(messages=sorted(messages, key=lambda m: m.stored_at, reverse=True)[:max])
+    newest = sorted(messages, key=lambda m: m.stored_at, reverse=True)[:max]
+    return MessageList(messages=newest, truncated=any(answer.truncated for answer in answers))
 
 
 def to_message(record: MessageRecord, broker: str) -> Message:

@@ -160,3 +160,8 @@ class PullResult(BaseModel):
 
 class MessageList(BaseModel):
     messages: list[Message]
+    truncated: bool = Field(
+        default=False,
+        description="a broker read as many key-index entries as it may (PETREL_BROKER_KEY_QUERY_MAX_ENTRIES): "
+        "more messages with the key may be stored; narrow begin and end to find them",
+    )

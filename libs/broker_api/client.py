@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from libs import jsonutil
 from libs.broker_api.consume import RedriveBody
-from libs.broker_api.frames import DueUnit, Lease, PulledBatch, decode_leased, read_units
+from libs.broker_api.frames import DueUnit, KeyQueryAnswer, Lease, PulledBatch, decode_leased, read_units
 from libs.broker_api.groups import GroupConfigAnswer, GroupConfigList, GroupUpdate
 from libs.broker_api.schemas import BrokerTopic, PutAnswer, TopicOffsets
 from libs.codec import decode_record
@@ -149,8 +149,9 @@ class BrokerClient:
             response = await self._binary(broker, address, "GET", path, params=params, timeout=timeout, waiting=True)
         return PulledBatch.read(response.body, response.headers)
 
-    async def query_key(self, broker: str, address: str, params: Mapping[str, str | int]) -> bytes:
-        return (await self._binary(broker, address, "GET", "/internal/messages", params=params)).body
+    async def query_key(self, broker: str, address: str, params: Mapping[str, str | int]) -> KeyQueryAnswer:
+        response = await self._binary(broker, address, "GET", "/internal/messages", params=params)
+        return KeyQueryAnswer.read(response.body, response.headers)
 
     async def query_id(self, broker: str, address: str, message_id: str, params: Mapping[str, str | int]) -> bytes:
         path = f"/internal/messages/by-id/{message_id}"

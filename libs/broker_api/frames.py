@@ -6,6 +6,8 @@
 - ConsumeQueue units (`GET .../queues/{q}/units`): the queue's 20-byte units as the
   store keeps them (`libs.store.consume_queue.UNIT`: CommitLog offset, size, tag code
   or, in a schedule queue, the due time); NEXT_OFFSET is one past the last unit.
+- Records found by key (`GET /internal/messages`): records end to end; the header
+  TRUNCATED says "true" when the broker read as many index entries as it may.
 - Leased messages (`POST /internal/groups/{g}/topics/{t}/receive`)::
 
       u32 length | JSON [[receipt_handle, delivery_attempt, invisible_until], ...] (length bytes) | records
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from libs import jsonutil
-from libs.broker_api.wire import MAX_OFFSET, MIN_OFFSET, NEXT_OFFSET
+from libs.broker_api.wire import MAX_OFFSET, MIN_OFFSET, NEXT_OFFSET, TRUNCATED
 from libs.store.consume_queue import UNIT
 
 _U32: Final = struct.Struct(">I")
@@ -39,6 +41,18 @@ class PulledBatch:
     @classmethod
     def read(cls, body: bytes, headers: Mapping[str, str]) -> PulledBatch:
         return cls(body, int(headers[NEXT_OFFSET]), int(headers[MIN_OFFSET]), int(headers[MAX_OFFSET]))
+
+
+@dataclass(frozen=True, slots=True)
+class KeyQueryAnswer:
+    """A query by key's answer: records (binary codec, end to end), and whether the broker stopped at its bound."""
+
+    records: bytes
+    truncated: bool
+
+    @classmethod
+    def read(cls, body: bytes, headers: Mapping[str, str]) -> KeyQueryAnswer:
+        return cls(body, headers.get(TRUNCATED) == "true")
 
 
 def offset_headers(next_offset: int, min_offset: int, max_offset: int) -> dict[str, str]:

@@ -13,6 +13,8 @@ NEXT_OFFSET: Final = "x-petrel-next-offset"
 MIN_OFFSET: Final = "x-petrel-min-offset"
 MAX_OFFSET: Final = "x-petrel-max-offset"
 """Headers of a pull's (and a units read's) answer: where the next read starts, and the queue's ends."""
+TRUNCATED: Final = "x-petrel-truncated"
+"""Header of a query by key's answer, "true" when the broker stopped reading its index at its bound."""
 
 CHECK_IMMUNITY: Final = Prop.CHECK_IMMUNITY
 """A half message's property: seconds before its first check-back."""

@@ -9,7 +9,9 @@ code and decides on the message.
     filter = compile_filter(FilterType.SQL92, "a > 5 AND TAGS IN ('x', 'y')")
     filter.matches(record.tag, record.properties)
 
-`compile_filter` is cached: a consumer group's expression is compiled once.
+`compile_filter` is cached (an LRU of COMPILED_KEPT filters): a consumer group's
+expression is compiled once per process, not once per pull. What an expression may
+hold is bounded by `FilterLimits` (libs.filters.limits); a service passes its own.
 """
 
 from __future__ import annotations
@@ -20,12 +22,22 @@ from collections.abc import Mapping
 from typing import Final, Protocol
 
 from libs.errors import InvalidFilter
+from libs.filters.limits import DEFAULT_LIMITS, MAX_EXPRESSION_LENGTH, FilterLimits
 from libs.filters.sql92 import Sql92Filter
 from libs.filters.tag import TagFilter
 
-__all__ = ["ACCEPT_ALL", "MAX_EXPRESSION_LENGTH", "FilterType", "MessageFilter", "compile_filter"]
+__all__ = [
+    "ACCEPT_ALL",
+    "COMPILED_KEPT",
+    "MAX_EXPRESSION_LENGTH",
+    "FilterLimits",
+    "FilterType",
+    "MessageFilter",
+    "compile_filter",
+]
 
-MAX_EXPRESSION_LENGTH: Final = 4096
+COMPILED_KEPT: Final = 1024
+"""Compiled filters kept per process, the least recently used dropped first."""
 
 
 class FilterType(enum.StrEnum):
@@ -51,22 +63,22 @@ class MessageFilter(Protocol):
 ACCEPT_ALL: Final[MessageFilter] = TagFilter.parse("*")
 
 
-def compile_filter(kind: FilterType | str, expression: str) -> MessageFilter:
-    """The filter for a subscription; raises InvalidFilter for a bad type or expression."""
+def compile_filter(kind: FilterType | str, expression: str, limits: FilterLimits = DEFAULT_LIMITS) -> MessageFilter:
+    """The filter for a subscription; raises InvalidFilter for a bad type or expression, or one past `limits`."""
     try:
         filter_type = FilterType(kind.upper())
     except ValueError:
         raise InvalidFilter(f"filter type {kind!r} is not TAG or SQL92") from None
-    if len(expression) > MAX_EXPRESSION_LENGTH:
+    if len(expression) > limits.max_length:
         raise InvalidFilter(
-            f"{filter_type} expression is {len(expression)} characters long, more than {MAX_EXPRESSION_LENGTH}"
+            f"{filter_type} expression is {len(expression)} characters long, more than {limits.max_length}"
         )
-    return _compiled(filter_type, expression)
+    return _compiled(filter_type, expression, limits)
 
 
-@functools.lru_cache(maxsize=1024)
-def _compiled(filter_type: FilterType, expression: str) -> MessageFilter:
+@functools.lru_cache(maxsize=COMPILED_KEPT)
+def _compiled(filter_type: FilterType, expression: str, limits: FilterLimits) -> MessageFilter:
     if filter_type is FilterType.SQL92:
-        return Sql92Filter.parse(expression)
+        return Sql92Filter.parse(expression, limits)
     parsed = TagFilter.parse(expression)
     return ACCEPT_ALL if parsed.accepts_all else parsed

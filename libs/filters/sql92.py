@@ -15,12 +15,16 @@ integers or decimals (`-1.5e3`); strings are single-quoted, `''` being a quote.
 `--` and `/* */` are comments. As in RocketMQ, `> >= < <=` and BETWEEN compare
 numbers only, NULL is tested with IS NULL, and IN lists strings. What a NULL or
 an unreadable value does is described in `libs.filters.predicates`.
+
+An expression is measured against its `FilterLimits` (conditions, parentheses, IN
+lists) by a pass of the lexer before lark builds a tree; nesting of AND, OR and NOT
+is measured on the tree, before it is compiled.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -28,10 +32,8 @@ from lark import Lark, Token, Tree, UnexpectedCharacters, UnexpectedInput, Unexp
 
 from libs.errors import InvalidFilter
 from libs.filters import predicates as p
+from libs.filters.limits import DEFAULT_LIMITS, FilterLimits
 from libs.filters.predicates import Predicate, Value
-
-MAX_NESTING: Final = 100
-"""How deep AND, OR and NOT may nest; evaluation recurses once per level."""
 
 GRAMMAR: Final = r"""
 ?start: or_expr
@@ -94,12 +96,14 @@ class Sql92Filter:
     predicate: Predicate = field(repr=False, compare=False)
 
     @classmethod
-    def parse(cls, expression: str) -> Sql92Filter:
+    def parse(cls, expression: str, limits: FilterLimits = DEFAULT_LIMITS) -> Sql92Filter:
+        compiler = _Compiler(expression, limits)
         try:
+            compiler.measure(_parser().lex(expression))
             tree = _parser().parse(expression)
         except UnexpectedInput as exc:
-            raise _Compiler(expression).invalid(*_where_and_why(expression, exc)) from exc
-        return cls(expression, _Compiler(expression).condition(tree, 1))
+            raise compiler.invalid(*_where_and_why(expression, exc)) from exc
+        return cls(expression, compiler.condition(tree, 1))
 
     def matches_code(self, tags_code: int) -> bool:
         return True
@@ -147,12 +151,42 @@ class _Compiler:
     """Turns a parse tree into predicates, rejecting what parses but cannot be evaluated."""
 
     expression: str
+    limits: FilterLimits
 
     def invalid(self, position: int, reason: str) -> InvalidFilter:
         return InvalidFilter(
             f"SQL92 expression {self.expression!r} is invalid at position {position}: {reason}",
             position=position,
         )
+
+    def measure(self, tokens: Iterable[Token]) -> None:
+        """Refuse, from the tokens alone, an expression past the limits on conditions, parentheses and IN lists."""
+        limits = self.limits
+        conditions, depth, listed = 1, 0, -1  # listed: strings in the IN list being read, -1 outside one
+        after_in = False
+        for token in tokens:
+            kind, position = token.type, (token.start_pos or 0) + 1
+            if kind in ("_AND", "_OR"):
+                conditions += 1
+            elif kind == "_BETWEEN":
+                conditions -= 1  # its AND joins two bounds, not two conditions
+            elif kind == "LPAR" and after_in:
+                listed = 0
+            elif kind == "LPAR":
+                depth += 1
+                if depth > limits.max_nesting:
+                    raise self.invalid(position, f"parentheses nest more than {limits.max_nesting} deep")
+            elif kind == "RPAR" and listed < 0:
+                depth -= 1
+            elif kind == "RPAR":
+                listed = -1
+            elif kind == "STRING" and listed >= 0:
+                listed += 1
+                if listed > limits.max_in_list:
+                    raise self.invalid(position, f"an IN list holds more than {limits.max_in_list} strings")
+            if conditions > limits.max_conditions:
+                raise self.invalid(position, f"more than {limits.max_conditions} conditions")
+            after_in = kind == "_IN"
 
     def condition(self, node: Tree[Token], depth: int) -> Predicate:
         combine = _CONNECTIVES.get(node.data)
@@ -170,8 +204,9 @@ class _Compiler:
         return self.test(node)
 
     def conditions(self, node: Tree[Token], depth: int) -> list[Predicate]:
-        if depth >= MAX_NESTING:
-            raise self.invalid(node.meta.start_pos + 1, f"conditions nest more than {MAX_NESTING} deep")
+        limit = self.limits.max_nesting
+        if depth >= limit:
+            raise self.invalid(node.meta.start_pos + 1, f"conditions nest more than {limit} deep")
         return [self.condition(child, depth + 1) for child in _subtrees(node)]
 
     def test(self, node: Tree[Token]) -> Predicate:

@@ -1,7 +1,7 @@
 """IndexFile: find CommitLog messages by key within a time range (RocketMQ's IndexFile).
 
 An index file is a hash table of fixed size whose slots head chains of entries,
-newest first, like a HashMap laid out on disk. `IndexService` keeps a directory
+newest first, like a HashMap laid out on disk. `IndexService` (index_service.py) keeps a directory
 of them, named by the 17-digit UTC time of their creation (yyyyMMddHHmmssSSS),
 and writes to the newest; when it is full a new one is started.
 
@@ -65,15 +65,13 @@ import os
 import re
 import struct
 import threading
-import time
 import zlib
-from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from mmap import mmap
 from pathlib import Path
 from typing import Final
 
-from libs.store.mapped_file import fsync_directory, preallocate
+from libs.store.mapped_file import preallocate
 
 HEADER: Final = struct.Struct(">qqqqII")  # begin/end timestamp, begin/end phy offset, slots used, index count
 GEOMETRY: Final = struct.Struct(">4sII")  # magic, slot_count, max_entries
@@ -222,23 +220,43 @@ class IndexFile:
     def lookup(self, key: str, begin: int, end: int, limit: int) -> list[int]:
         """Phy offsets, newest first, of at most `limit` entries with key's hash in [begin, end] ms (to the second)."""
         found: list[int] = []
-        if limit <= 0:
-            return found
-        key_hash = zlib.crc32(key.encode())
-        first = (begin - self._begin_ts) // 1000
-        last = (end - self._begin_ts) // 1000
+        if limit > 0:
+            key_hash = zlib.crc32(key.encode())
+            self.walk(key_hash, self.chain_head(key_hash), self.seconds(begin, end), found, limit, self.max_entries)
+        return found
+
+    @property
+    def closed(self) -> bool:
+        return self._map.closed
+
+    def seconds(self, begin: int, end: int) -> tuple[int, int]:
+        """The time range [begin, end] ms as entries keep it: seconds from the file's begin_timestamp."""
+        return (begin - self._begin_ts) // 1000, (end - self._begin_ts) // 1000
+
+    def chain_head(self, key_hash: int) -> int:
+        """The newest entry of the slot `key_hash` falls in; 0 when it has none."""
+        (n,) = SLOT.unpack_from(self._map, HEADER_SIZE + (key_hash % self.slot_count) * 4)
+        return n if n < self._index_count else 0  # only a damaged file points past its entries
+
+    def walk(
+        self, key_hash: int, entry: int, seconds: tuple[int, int], found: list[int], limit: int, steps: int
+    ) -> tuple[int, int]:
+        """Follow a chain from `entry` for at most `steps` entries, adding to `found` the phy offsets of those
+        with `key_hash` within `seconds`, up to `limit`. Answers the entry to go on from (0 once the chain or
+        `found` ends) and the entries read.
+        """
+        first, last = seconds
         mapping, entries_at, unpack_entry = self._map, self._entries_at, ENTRY.unpack_from
-        (n,) = SLOT.unpack_from(mapping, HEADER_SIZE + (key_hash % self.slot_count) * 4)
-        if n >= self._index_count:
-            return found
-        while n:
+        n, taken = entry, 0
+        while n and taken < steps:
+            taken += 1
             entry_hash, phy_offset, time_diff, prev = unpack_entry(mapping, entries_at + n * 20)
             if entry_hash == key_hash and first <= time_diff <= last and (not found or found[-1] != phy_offset):
                 found.append(phy_offset)
-                if len(found) == limit:
-                    break
+                if len(found) >= limit:
+                    return 0, taken
             n = prev if prev < n else 0  # a chain only goes back; anything else is damage
-        return found
+        return n, taken
 
     def truncate_after(self, phy_offset: int) -> None:
         """Forget the entries at or past `phy_offset` (see the module docstring)."""
@@ -298,141 +316,3 @@ def _read_header(path: Path, mapping: mmap) -> tuple[tuple[int, int], tuple[int,
     if used_slots > slot_count:
         raise CorruptIndexFile(path, f"{used_slots} slots in use of {slot_count}")
     return (slot_count, max_entries), header
-
-
-class IndexService:
-    """The broker's directory of index files: `topic#key` and `#UNIQ#id` to CommitLog offsets."""
-
-    def __init__(
-        self,
-        directory: Path,
-        slot_count: int = DEFAULT_SLOT_COUNT,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.directory = directory
-        self.slot_count = slot_count
-        self.max_entries = max_entries
-        self._clock = clock
-        self._files: list[IndexFile] = []
-        self._current: IndexFile | None = None
-        self._last_name_ms = 0
-        self._directory_dirty = False
-
-    @property
-    def files(self) -> tuple[IndexFile, ...]:
-        return tuple(self._files)
-
-    @property
-    def max_phy_offset(self) -> int:
-        """The end_phy_offset of the newest file: recovery re-dispatches the CommitLog from here."""
-        return self._current.end_phy_offset if self._current else 0
-
-    def load(self) -> None:
-        """Open the files already in the directory, oldest first; writing goes on in the newest."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        names = sorted(path.name for path in self.directory.iterdir() if FILE_NAME.fullmatch(path.name))
-        try:
-            for name in names:
-                self._files.append(IndexFile.open(self.directory / name))
-            if names:
-                self._last_name_ms = file_name_ms(self.directory / names[-1])
-        except BaseException:
-            self.close()
-            raise
-        self._drop_empty_tail()
-        self._current = self._files[-1] if self._files else None
-
-    def put_keys(
-        self, topic: str, keys: Iterable[str], unique_key: str | None, phy_offset: int, store_timestamp: int
-    ) -> None:
-        """Index a message's keys as `topic#key` and its message id as `#UNIQ#id`."""
-        current = self._current
-        if current is not None and phy_offset < current.end_phy_offset:
-            return  # indexed before the crash: recovery re-dispatches from max_phy_offset
-        for key in keys:
-            if key:
-                self._put(f"{topic}#{key}", phy_offset, store_timestamp)
-        if unique_key:
-            self._put(UNIQUE_KEY_PREFIX + unique_key, phy_offset, store_timestamp)
-
-    def query(self, topic: str, key: str, begin: int, end: int, limit: int = DEFAULT_QUERY_LIMIT) -> list[int]:
-        """Phy offsets, newest first, of messages of `topic` with `key` (or a key of the same hash)."""
-        return self._query(f"{topic}#{key}", begin, end, limit)
-
-    def query_unique(self, message_id: str, begin: int, end: int, limit: int = DEFAULT_QUERY_LIMIT) -> list[int]:
-        return self._query(UNIQUE_KEY_PREFIX + message_id, begin, end, limit)
-
-    def truncate_after(self, phy_offset: int) -> None:
-        """Forget every entry at or past `phy_offset`: files that begin there go, the rest are rolled back."""
-        files = self._files
-        while files and (not files[-1].entry_count or files[-1].begin_phy_offset >= phy_offset):
-            self._delete(files.pop())
-        for index_file in reversed(files):
-            if index_file.end_phy_offset < phy_offset:
-                break
-            index_file.truncate_after(phy_offset)  # a message's keys may straddle two files
-        self._current = self._files[-1] if self._files else None
-
-    def delete_files_before(self, phy_offset: int) -> int:
-        """Retention: delete the oldest files whose entries all lie below `phy_offset`; never the newest."""
-        deleted = 0
-        while len(self._files) > 1 and self._files[0].end_phy_offset < phy_offset:
-            self._delete(self._files.pop(0))
-            deleted += 1
-        return deleted
-
-    def flush(self) -> None:
-        for index_file in tuple(self._files):  # the writer thread may roll or delete meanwhile
-            index_file.flush()
-        if self._directory_dirty:
-            self._directory_dirty = False
-            fsync_directory(self.directory)
-
-    def close(self) -> None:
-        try:
-            self.flush()
-        finally:
-            for index_file in self._files:
-                index_file.close()
-            self._files.clear()
-            self._current = None
-
-    def _put(self, key: str, phy_offset: int, store_timestamp: int) -> None:
-        current = self._current
-        if current is None or not current.put(key, phy_offset, store_timestamp):
-            current = self._roll(store_timestamp)
-            current.put(key, phy_offset, store_timestamp)
-
-    def _roll(self, begin_timestamp: int) -> IndexFile:
-        name_ms = max(int(self._clock() * 1000), self._last_name_ms + 1)  # names keep creation order
-        path = self.directory / file_name(name_ms)
-        index_file = IndexFile.create(path, self.slot_count, self.max_entries, begin_timestamp)
-        self._last_name_ms = name_ms
-        self._directory_dirty = True
-        self._files.append(index_file)
-        self._current = index_file
-        return index_file
-
-    def _query(self, key: str, begin: int, end: int, limit: int) -> list[int]:
-        found: list[int] = []
-        for index_file in reversed(self._files):
-            if len(found) >= limit:
-                break
-            if index_file.begin_timestamp > end or index_file.end_timestamp < begin:
-                continue
-            # one more than needed: the first may repeat the last found (keys straddling two files)
-            for phy_offset in index_file.lookup(key, begin, end, limit - len(found) + 1):
-                if not found or found[-1] != phy_offset:
-                    found.append(phy_offset)
-        return found[:limit]
-
-    def _drop_empty_tail(self) -> None:
-        """A file created just before a crash holds nothing; it would hide the real max_phy_offset."""
-        while self._files and not self._files[-1].entry_count:
-            self._delete(self._files.pop())
-
-    def _delete(self, index_file: IndexFile) -> None:
-        index_file.close()
-        index_file.path.unlink()
-        self._directory_dirty = True

@@ -4,6 +4,7 @@ Index entries hold only key hashes, and may outlive a truncated tail: every hit 
 read back from the CommitLog and checked before it is answered. Two kinds of look-up:
 
 - the store's queries (`query_key`, `query_id`): records, newest first, decoded;
+  a public query by key is bounded and sliced (`query_key_in_slices`, see key_walk.py);
 - the DEDUP look-up of `append` (`stored_copy`): the copy a put with the same message id,
   topic and token stored before, answered as that put's PutResult; only heads are read.
 """
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING
 from libs.codec import RecordHead, decode_record, peek_head, peek_offsets, peek_topic
 from libs.errors import CorruptRecord, OffsetOutOfRange
 from libs.message import MessageRecord, Prop, id_time
-from libs.store.results import PutResult
+from libs.store.budget import ScanBudget
+from libs.store.results import KeyQueryResult, PutResult
 
 if TYPE_CHECKING:
     from libs.store.message_store import MessageStore
@@ -25,6 +27,8 @@ DEDUP_SKEW_MS = 600_000
 """A message id carries its gateway's clock (ms); a copy is looked for from that time minus this much on."""
 MAX_COPIES_SCANNED = 1024
 """A message id's copies read back by a query_id looking for some of them (a retry, a DLQ copy ... each counts)."""
+STEPS_BETWEEN_CLOCKS = 512
+"""Index entries a sliced query reads between two looks at the clock (well under a millisecond)."""
 
 
 class MessageLookup:
@@ -36,6 +40,19 @@ class MessageLookup:
     def query_key(self, topic: str, key: str, begin: int, end: int, limit: int = 32) -> list[MessageRecord]:
         offsets = self.store.index.query(topic, key, begin, end, limit * 2)
         return self._verified(offsets, lambda r: r.topic == topic and key in r.keys, begin, end, limit)
+
+    async def query_key_in_slices(
+        self, topic: str, key: str, begin: int, end: int, limit: int, budget: ScanBudget
+    ) -> KeyQueryResult:
+        """As `query_key`, reading at most `budget.max_steps` index entries, and letting the event loop run
+        between slices; past the bound, what was found so far, `truncated`."""
+        walk = self.store.index.walk_key(topic, key, begin, end, limit * 2)
+        spending = budget.start()
+        while not walk.done and not spending.exhausted:
+            spending.spend(walk.step(min(spending.steps_left, STEPS_BETWEEN_CLOCKS)))
+            await spending.turn()
+        records = self._verified(walk.found, lambda r: r.topic == topic and key in r.keys, begin, end, limit)
+        return KeyQueryResult(records, truncated=not walk.done)
 
     def query_id(
         self, message_id: str, begin: int, end: int, limit: int = 32, where: Callable[[str], bool] | None = None

@@ -4,7 +4,8 @@ put -> CommitLog append, then dispatch (ConsumeQueue unit, IndexFile keys,
 listeners such as long polling), all in the caller's thread; under SYNC_FLUSH
 `put` returns only when the group commit has the bytes on disk.
 pull -> ConsumeQueue units, tag codes matched without touching the CommitLog,
-then the records themselves (with the filter's full check).
+then the records themselves (with the filter's full check): queue_scan.py, bounded
+per pull, and in slices that let the event loop run (`pull_in_slices`).
 
 MessageStore is the one face of the engine; parts of it live beside it:
 look-ups by key and message id, and append's DEDUP look-up (lookup.py), deletion of old
@@ -19,36 +20,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from libs.codec import (
-    MESSAGE_MAGIC,
-    QUARANTINE_MAGIC,
-    Readable,
-    RecordHead,
-    peek_frame,
-    peek_head,
-    peek_offsets,
-    stamp_record,
-)
+from libs.codec import QUARANTINE_MAGIC, Readable, RecordHead, peek_frame, peek_head, peek_offsets, stamp_record
 from libs.errors import CorruptRecord, FlushTimeout, OffsetOutOfRange, PetrelError, StoreFull, StoreReadOnly
 from libs.filters import MessageFilter
 from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from libs.store.budget import ScanBudget
 from libs.store.commitlog import CommitLog
 from libs.store.config import FlushMode, StoreConfig
 from libs.store.consume_queue import UNIT
 from libs.store.flush import Flusher
-from libs.store.index_file import IndexService
+from libs.store.index_service import IndexService
 from libs.store.lookup import MessageLookup
 from libs.store.mapped_file import fsync_directory
+from libs.store.queue_scan import MAX_PULL_BYTES, MAX_UNITS_SCANNED, QueueScan
 from libs.store.queue_table import ConsumeQueueTable
 from libs.store.recovery import RecoveryReport, Redispatch, recover
-from libs.store.results import PullResult, PutOutcome, PutResult
+from libs.store.results import KeyQueryResult, PullResult, PutOutcome, PutResult
 from libs.store.retention import Retention
 
 __all__ = [
     "MAX_PULL_BYTES",
     "MAX_UNITS_SCANNED",
     "DispatchListener",
+    "KeyQueryResult",
     "MessageStore",
     "PullResult",
     "PutOutcome",
@@ -61,9 +56,6 @@ log = logging.getLogger(__name__)
 
 DispatchListener = Callable[[str, int, int, int], None]
 """(topic, queue_id, queue_offset, tags_code), called after each message is dispatched."""
-
-MAX_PULL_BYTES = 8 * 1024 * 1024
-MAX_UNITS_SCANNED = 16_000
 
 
 @dataclass(slots=True)
@@ -230,36 +222,34 @@ class MessageStore:
         return queue.min_offset, queue.max_offset
 
     def pull(
-        self, topic: str, queue_id: int, offset: int, max_count: int, message_filter: MessageFilter | None = None
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        message_filter: MessageFilter | None = None,
+        max_units: int = MAX_UNITS_SCANNED,
     ) -> PullResult:
-        queue = self.queues.get(topic, queue_id)
-        if not queue.min_offset <= offset <= queue.max_offset:
-            raise OffsetOutOfRange(
-                f"offset {offset} of {topic}/{queue_id} is outside [{queue.min_offset}, {queue.max_offset}]",
-                min_offset=queue.min_offset,
-                max_offset=queue.max_offset,
-            )
-        records: list[bytes] = []
-        size_total = 0
-        position = offset
-        limit = min(queue.max_offset, offset + MAX_UNITS_SCANNED)
-        while position < limit and len(records) < max_count and size_total < MAX_PULL_BYTES:
-            for physical, size, code in queue.read(position, min(256, limit - position)):
-                position += 1
-                if physical < self.commitlog.min_offset:
-                    continue
-                if message_filter is not None and not message_filter.matches_code(code):
-                    continue
-                raw = self.commitlog.read(physical, size)
-                if peek_frame(raw)[1] != MESSAGE_MAGIC:
-                    continue  # a quarantine filler: `petrel store repair` took a damaged record out
-                if message_filter is not None and not _full_match(message_filter, raw):
-                    continue
-                records.append(raw)
-                size_total += size
-                if len(records) >= max_count or size_total >= MAX_PULL_BYTES:
-                    break
-        return PullResult(records, position, queue.min_offset, queue.max_offset)
+        """Up to `max_count` messages the filter wants from `offset` on, reading at most `max_units` units."""
+        scan = QueueScan(self, (topic, queue_id), offset, max_count, message_filter, max_units)
+        scan.step()
+        return scan.result()
+
+    async def pull_in_slices(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        message_filter: MessageFilter | None,
+        budget: ScanBudget,
+    ) -> PullResult:
+        """As `pull`, reading at most `budget.max_steps` units, and letting the event loop run between slices."""
+        spending = budget.start()
+        scan = QueueScan(self, (topic, queue_id), offset, max_count, message_filter, budget.max_steps)
+        while not scan.step(spending.slice_end):
+            await spending.turn()
+        return scan.result()
 
     def units(self, topic: str, queue_id: int, offset: int, max_count: int) -> tuple[bytes, PullResult]:
         """ConsumeQueue units from `offset` (20 bytes each, see consume_queue), without reading records."""
@@ -327,6 +317,12 @@ class MessageStore:
     def query_key(self, topic: str, key: str, begin: int, end: int, limit: int = 32) -> list[MessageRecord]:
         return self.lookup.query_key(topic, key, begin, end, limit)
 
+    async def query_key_in_slices(
+        self, topic: str, key: str, begin: int, end: int, limit: int, budget: ScanBudget
+    ) -> KeyQueryResult:
+        """As `query_key`, bounded by `budget`, letting the event loop run between slices."""
+        return await self.lookup.query_key_in_slices(topic, key, begin, end, limit, budget)
+
     def query_id(
         self, message_id: str, begin: int, end: int, limit: int = 32, where: Callable[[str], bool] | None = None
     ) -> list[MessageRecord]:
@@ -350,8 +346,3 @@ def unit_code(head: RecordHead) -> int:
         if due is not None and due.isdigit():
             return int(due)
     return tags_code(head.properties.get(Prop.TAGS))
-
-
-def _full_match(message_filter: MessageFilter, raw: bytes) -> bool:
-    head = peek_head(raw)
-    return message_filter.matches(head.properties.get(Prop.TAGS), head.properties)

@@ -1,4 +1,4 @@
-"""What the MessageStore answers: PutResult and PutOutcome for a put, PullResult for a pull.
+"""What the MessageStore answers: PutResult and PutOutcome for a put, PullResult for a pull, KeyQueryResult.
 
 Apart from message_store so that the store's parts (lookup: a DEDUP put's stored copy)
 can build them without importing the store.
@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from libs.errors import FlushTimeout, PetrelError
+from libs.message import MessageRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +42,11 @@ class PullResult:
     next_offset: int
     min_offset: int
     max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyQueryResult:
+    records: list[MessageRecord]
+    """Newest first."""
+    truncated: bool = False
+    """The look-up read as many index entries as it may: more messages with the key may be stored."""

@@ -240,6 +240,7 @@ def _consumers(
         delay_levels=settings.delay_levels,
         client_idle_ms=int(settings.broadcast_client_idle_seconds * 1000),
         clock=clock,
+        scan_budget=settings.filter_scan_budget(),
     )
     return pop, Settlement(pop)
 

@@ -20,11 +20,11 @@ from libs.broker_api.schemas import (
     PutAnswer,
     QueueOffsets,
 )
-from libs.broker_api.wire import BINARY
+from libs.broker_api.wire import BINARY, TRUNCATED
 from libs.codec import encode_record, peek_head
 from libs.delay import is_scheduled
 from libs.errors import InvalidRequest, QueueNotFound, TopicNotFound
-from libs.filters import FilterType, MessageFilter, compile_filter
+from libs.filters import FilterLimits, FilterType, MessageFilter, compile_filter
 from libs.http.app import binary_body
 from libs.http.disconnect import client_gone
 from libs.message import Prop
@@ -166,13 +166,13 @@ def answer_put(outcome: PutOutcome, scheduled: dict[int, int]) -> dict[str, obje
     return {"stored": stored, "failure": failure, "not_durable": not_durable}
 
 
-def _filter(tag: str | None, sql: str | None) -> MessageFilter | None:
+def _filter(tag: str | None, sql: str | None, limits: FilterLimits) -> MessageFilter | None:
     if tag and sql:
         raise InvalidRequest("give either a tag or an sql filter, not both")
     if sql:
-        return compile_filter(FilterType.SQL92, sql)
+        return compile_filter(FilterType.SQL92, sql, limits)
     if tag and tag.strip() != "*":
-        return compile_filter(FilterType.TAG, tag)
+        return compile_filter(FilterType.TAG, tag, limits)
     return None
 
 
@@ -205,16 +205,23 @@ async def pull_messages(
     tag: str | None = None,
     sql: str | None = None,
 ) -> Response:
-    """Records from `offset` on that match the filter; with `wait_ms`, held until one arrives."""
+    """Records from `offset` on that match the filter; with `wait_ms`, held until one arrives.
+
+    A filter that matches little is read for at most `filter_scan_max_units` units: then the
+    answer holds what was found (perhaps nothing) and the next offset to go on from.
+    """
     check_queue(ctx, topic, queue_id)
-    message_filter = _filter(tag, sql)
-    result = ctx.store.pull(topic, queue_id, offset, max, message_filter)
-    wait = min(wait_ms, ctx.settings.max_pull_wait_ms) / 1000
+    settings = ctx.settings
+    message_filter = _filter(tag, sql, settings.filter_limits())
+    budget = settings.filter_scan_budget()
+    result = await ctx.store.pull_in_slices(topic, queue_id, offset, max, message_filter, budget)
+    wait = min(wait_ms, settings.max_pull_wait_ms) / 1000
     caught_up = not result.records and result.next_offset >= result.max_offset
     if caught_up and wait > 0:
         async with client_gone(request) as gone:
             if await ctx.waiters.wait(topic, queue_id, message_filter, wait, gone) and not gone.done():
-                result = ctx.store.pull(topic, queue_id, result.next_offset, max, message_filter)
+                next_offset = result.next_offset
+                result = await ctx.store.pull_in_slices(topic, queue_id, next_offset, max, message_filter, budget)
     return Response(b"".join(result.records), media_type=BINARY, headers=offset_headers(result))
 
 
@@ -246,9 +253,14 @@ async def query_by_key(
     end: Annotated[int, Query(ge=0)] = 2**62,
     max: Annotated[int, Query(ge=1, le=64)] = 32,
 ) -> Response:
-    """Records of `topic` carrying `key`, stored within [begin, end] (ms), newest first."""
-    records = ctx.store.query_key(topic, key, begin, end, max)
-    return Response(b"".join(encode_record(r) for r in records), media_type=BINARY)
+    """Records of `topic` carrying `key`, stored within [begin, end] (ms), newest first.
+
+    At most `key_query_max_entries` index entries are read; past them the answer holds what
+    was found, with the header x-petrel-truncated: true.
+    """
+    found = await ctx.store.query_key_in_slices(topic, key, begin, end, max, ctx.settings.key_query_budget())
+    headers = {TRUNCATED: "true"} if found.truncated else {}
+    return Response(b"".join(encode_record(r) for r in found.records), media_type=BINARY, headers=headers)
 
 
 @router.get(

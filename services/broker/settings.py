@@ -7,8 +7,11 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from libs.filters import MAX_EXPRESSION_LENGTH, FilterLimits
 from libs.settings import DelayLevelSettings
+from libs.store.budget import ScanBudget
 from libs.store.config import FlushMode, StoreConfig
+from libs.store.queue_scan import MAX_UNITS_SCANNED
 from libs.topic import DEFAULT_QUEUES, MAX_QUEUES
 
 
@@ -74,6 +77,46 @@ class BrokerSettings(DelayLevelSettings):
     )
     transaction_check_max: int = Field(default=15, ge=1, description="check-backs before a half message is abandoned")
     lease_scan_ms: int = Field(default=100, ge=1, description="how often leases that ran out are ended")
+    filter_max_expression_length: int = Field(
+        default=MAX_EXPRESSION_LENGTH, ge=1, description="characters of a TAG or SQL92 filter expression (400 past it)"
+    )
+    filter_max_nesting: int = Field(
+        default=100, ge=1, description="how deep an SQL92 filter's parentheses, AND, OR and NOT may nest (400 past it)"
+    )
+    filter_max_conditions: int = Field(
+        default=256, ge=1, description="conditions an SQL92 filter joins with AND and OR (400 past it)"
+    )
+    filter_max_in_list: int = Field(default=256, ge=1, description="strings in one SQL92 IN list (400 past it)")
+    filter_scan_max_units: int = Field(
+        default=MAX_UNITS_SCANNED,
+        ge=1,
+        description="ConsumeQueue units one pull or receive reads looking for what its filter wants; past it a pull "
+        "answers what it found with the next offset to go on from, a receive what it leased (perhaps nothing)",
+    )
+    key_query_max_entries: int = Field(
+        default=100_000,
+        ge=1,
+        description="IndexFile entries a query by key reads; past it the query answers what it found, marked truncated",
+    )
+    scan_slice_ms: float = Field(
+        default=5.0,
+        gt=0,
+        description="a filter scan or a key query lets the event loop serve other requests after this much work",
+    )
+
+    def filter_limits(self) -> FilterLimits:
+        return FilterLimits(
+            self.filter_max_expression_length,
+            self.filter_max_nesting,
+            self.filter_max_conditions,
+            self.filter_max_in_list,
+        )
+
+    def filter_scan_budget(self) -> ScanBudget:
+        return ScanBudget(self.filter_scan_max_units, self.scan_slice_ms / 1000)
+
+    def key_query_budget(self) -> ScanBudget:
+        return ScanBudget(self.key_query_max_entries, self.scan_slice_ms / 1000)
 
     @property
     def address(self) -> str:

@@ -28,7 +28,7 @@ from libs.broker_api.frames import encode_leased
 from libs.broker_api.groups import GroupConfig, GroupConfigAnswer, GroupConfigList, GroupUpdate, SubscriptionModel
 from libs.broker_api.wire import BINARY
 from libs.errors import InvalidRequest, PetrelError
-from libs.filters import FilterType, MessageFilter, compile_filter
+from libs.filters import FilterLimits, FilterType, MessageFilter, compile_filter
 from libs.http.app import json_body, parse_json
 from libs.http.disconnect import client_gone
 from libs.problem import PROBLEM_RESPONSES, entry_problem
@@ -79,14 +79,14 @@ async def delete_group(ctx: Context, group: str) -> Response:
     return Response(status_code=204)
 
 
-def _receive(group: str, topic: str, body: ReceiveBody) -> Receive:
+def _receive(group: str, topic: str, body: ReceiveBody, limits: FilterLimits) -> Receive:
     filter_type = body.filter_type or FilterType.TAG
     expression = (body.expression or "").strip() or "*"
     if filter_type is FilterType.SQL92 and expression == "*":
         raise InvalidRequest("an SQL92 filter needs an expression")
     message_filter: MessageFilter | None = None
     if filter_type is FilterType.SQL92 or expression != "*":
-        message_filter = compile_filter(filter_type, expression)
+        message_filter = compile_filter(filter_type, expression, limits)
     return Receive(
         group,
         topic,
@@ -110,11 +110,12 @@ def _receive(group: str, topic: str, body: ReceiveBody) -> Receive:
 async def receive(ctx: Context, group: str, topic: str, request: Request) -> Response:
     """Lease up to max_messages messages (leases, then records: libs.receipt); with wait_ms, held until one comes."""
     body = parse_json(ReceiveBody, await request.body())
+    wanted = _receive(group, topic, body, ctx.settings.filter_limits())
     if body.wait_ms <= 0:
-        leases, records = await ctx.pop.receive(_receive(group, topic, body))
+        leases, records = await ctx.pop.receive(wanted)
     else:
         async with client_gone(request) as gone:
-            leases, records = await ctx.pop.receive(_receive(group, topic, body), gone)
+            leases, records = await ctx.pop.receive(wanted, gone)
     return Response(encode_leased(leases, records), media_type=BINARY)
 
 
@@ -134,7 +135,8 @@ async def ready(
         max_messages=1, wait_ms=wait_ms, filter_type=filter_type, expression=expression, client_id=client_id
     )
     async with client_gone(request) as gone:
-        return ReadyAnswer(ready=await ctx.pop.ready(_receive(group, topic, body), gone))
+        wanted = _receive(group, topic, body, ctx.settings.filter_limits())
+        return ReadyAnswer(ready=await ctx.pop.ready(wanted, gone))
 
 
 def _handle_error(handle: str, exc: PetrelError) -> dict[str, object]:

@@ -8,6 +8,12 @@ until it is acked, nacked, or its lease runs out (`services.broker.consume.settl
 A FIFO group takes at most one message per queue and none from a queue whose
 message is leased or suspended. With a wait, an empty receive is held until a
 dispatch (or a lease given back) wakes it.
+
+A filter that matches little makes a receive read many units for few messages: one
+receive reads at most `scan_budget.max_steps` units (then answers what it leased, perhaps
+nothing, at once; the window's cursor keeps its place for the next), and lets the event
+loop run after each slice of `scan_budget.slice_seconds`. Each slice is read and leased in
+one synchronous step, so two receives of a group never read the same cursor.
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ from libs.filters import FilterType, MessageFilter
 from libs.message import Prop
 from libs.names import dlq_topic, retry_topic
 from libs.receipt import ReceiptHandle
+from libs.store.budget import ScanBudget, Spending
 from libs.store.message_store import MessageStore
+from libs.store.queue_scan import MAX_UNITS_SCANNED, QueueScan
 from libs.topic import Perm, TopicConfig
 from services.broker.consume.clients import DEFAULT_IDLE_MS, BroadcastClients
 from services.broker.consume.groups import GroupTable
@@ -40,6 +48,7 @@ from services.broker.topics import TopicTable
 
 ENDED_LEASES_KEPT = 200_000
 """How many ended leases are remembered, to tell a late ack why its lease is over."""
+DEFAULT_SCAN_BUDGET = ScanBudget(MAX_UNITS_SCANNED)
 COMPACT_TIMERS_FROM = 1024
 """Timers of leases that ended early (acked, nacked, renewed) are dropped once they are half the heap, past this."""
 
@@ -87,6 +96,7 @@ class PopService:
         delay_levels: tuple[int, ...],
         clock: Callable[[], float] = time.time,
         client_idle_ms: int = DEFAULT_IDLE_MS,
+        scan_budget: ScanBudget = DEFAULT_SCAN_BUDGET,
     ) -> None:
         self.broker = broker
         self.topics = topics
@@ -98,6 +108,7 @@ class PopService:
         self.receipt_key = receipt_key
         self.delay_levels = delay_levels
         self.clock = clock
+        self.scan_budget = scan_budget
         self.epoch = self.now_ms()
         self.windows: dict[WindowKey, ConsumeWindow] = {}
         self.timers: list[tuple[int, int, Timer]] = []
@@ -126,9 +137,10 @@ class PopService:
         while True:
             if gone is not None and gone.done():
                 return [], []
-            leases, records = self._pop(config, request, sources)
+            spending = self.scan_budget.start()
+            leases, records = await self._pop(config, request, sources, spending)
             remaining = deadline - self.now_ms()
-            if leases or remaining <= 0:
+            if leases or remaining <= 0 or spending.exhausted:
                 return leases, records
             woken = await self._wait(request, sources, remaining, sources[0].owner, gone)
             if woken and gone is not None and gone.done():
@@ -196,29 +208,37 @@ class PopService:
         await self.ensure_topic(name, 1)
         return name
 
-    def _pop(self, config: GroupConfig, request: Receive, sources: list[WindowKey]) -> tuple[list[Lease], list[bytes]]:
-        now = self.now_ms()
+    async def _pop(
+        self, config: GroupConfig, request: Receive, sources: list[WindowKey], spending: Spending
+    ) -> tuple[list[Lease], list[bytes]]:
         turn = (sources[0].owner, request.topic)
         start = self._rotation.get(turn, 0) % len(sources)
         self._rotation[turn] = start + 1
         leases: list[Lease] = []
         records: list[bytes] = []
         for key in sources[start:] + sources[:start]:
-            need = request.max_messages - len(leases)
-            if need <= 0:
-                break
-            window = self.window(key, config)
-            if config.fifo:
-                if window.blocked(now):
-                    continue
-                need = 1
-            for raw in self._take(window, need, self.filter_of(key, request)):
-                leases.append(self._lease(window, config, raw, now, request.invisible_ms))
-                records.append(raw)
-            self.commit(window)
+            taken_here = 0
+            while not spending.exhausted:
+                need = 1 - taken_here if config.fifo else request.max_messages - len(leases)
+                window = self.window(key, config)
+                if need <= 0 or (config.fifo and window.blocked(self.now_ms())):
+                    break
+                taken, finished = self._take(window, need, self.filter_of(key, request), spending)
+                now = self.now_ms()
+                for raw in taken:
+                    leases.append(self._lease(window, config, raw, now, request.invisible_ms))
+                    records.append(raw)
+                self.commit(window)
+                taken_here += len(taken)
+                if finished:
+                    break
+                await spending.turn()  # the slice is over: the window is read afresh after it
         return leases, records
 
-    def _take(self, window: ConsumeWindow, need: int, message_filter: MessageFilter | None) -> list[bytes]:
+    def _take(
+        self, window: ConsumeWindow, need: int, message_filter: MessageFilter | None, spending: Spending
+    ) -> tuple[list[bytes], bool]:
+        """Up to `need` records for the window, read until the slice ends; and whether the window is read out."""
         taken: list[bytes] = []
         key = window.key
         while len(taken) < need and window.returned:
@@ -231,10 +251,16 @@ class PopService:
             low, high = self.store.queue_offsets(key.topic, key.queue_id)
             window.cursor = min(max(window.cursor, low), high)
             if window.cursor < high:
-                result = self.store.pull(key.topic, key.queue_id, window.cursor, need - len(taken), message_filter)
-                window.cursor = result.next_offset
-                taken.extend(result.records)
-        return taken
+                where = (key.topic, key.queue_id)
+                scan = QueueScan(
+                    self.store, where, window.cursor, need - len(taken), message_filter, spending.steps_left
+                )
+                finished = scan.step(spending.slice_end)
+                spending.spend(scan.scanned)
+                window.cursor = scan.position
+                taken.extend(scan.records)
+                return taken, finished
+        return taken, True
 
     def _read_at(self, key: WindowKey, offset: int) -> bytes | None:
         """The record at exactly `offset`, or None when retention deleted it."""

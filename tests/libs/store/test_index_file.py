@@ -21,10 +21,10 @@ from libs.store.index_file import (
     HEADER_SIZE,
     CorruptIndexFile,
     IndexFile,
-    IndexService,
     file_name,
     file_size,
 )
+from libs.store.index_service import IndexService
 from tests.support.clock import FakeClock
 
 T0 = 1_700_000_000_000  # ms

@@ -1,0 +1,42 @@
+"""How long a service's /healthz takes to answer while another request of the same event loop runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import httpx
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class HealthLatencies:
+    during: list[float] = field(default_factory=list)
+    """Seconds each /healthz took, of those asked while the other request ran."""
+
+    @property
+    def worst(self) -> float:
+        return max(self.during, default=0.0)
+
+
+async def healthz_while(service: httpx.AsyncClient, work: Awaitable[T]) -> tuple[T, HealthLatencies]:
+    """Run `work` (a request to `service`, in-process: the same event loop) and ask /healthz over and over
+    meanwhile; the work's outcome and the latencies of the probes asked while it ran.
+
+    An in-process request may run start to end without giving the loop a turn; each probe
+    first waits for one, as a request coming in on a socket waits for the loop to read it,
+    and that wait counts in its latency.
+    """
+    task = asyncio.ensure_future(work)
+    latencies = HealthLatencies()
+    while not task.done():
+        started = time.monotonic()
+        await asyncio.sleep(0)  # a turn of the loop, not a wait for time: the work runs its slice here
+        answer = await service.get("/healthz")
+        assert answer.status_code == 200, answer.text
+        latencies.during.append(time.monotonic() - started)
+    return await task, latencies
