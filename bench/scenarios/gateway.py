@@ -115,7 +115,7 @@ def auth_cost(timing: Timing, rounds: int) -> Figure:
             if n % 2 == 0:
                 on_runs.append(_single_sends(on, timing, key))
     if rounds > 1:
-        ratios = ", ".join(f"{a / b:.2f}x" for a, b in zip(on_runs, off_runs, strict=True))
+        ratios = ", ".join(f"{a / b:.2f}x" if b else "-" for a, b in zip(on_runs, off_runs, strict=True))
         print(f"  auth on / off, round by round: {ratios}", flush=True)
     name = "gateway: send 1 message, auth on, 32 conns" + (f" (median of {rounds})" if rounds > 1 else "")
     on_s, off_s = statistics.median(on_runs), statistics.median(off_runs)
