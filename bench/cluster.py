@@ -3,7 +3,9 @@
 Every port is a free one and the data directory a temporary one, deleted after;
 `PETREL_*` settings given here reach the services through the launcher's
 environment. The launcher's own output goes to a log whose tail is shown when
-the cluster does not come up.
+the cluster does not come up. With `PETREL_AUTH=required`, `api_key` makes a
+key in the cluster's metadata database with `petrel keys create`, as an
+operator would, and waits until the gateway lets it in.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.loadgen import JSON_BODY, auth_headers
 from bench.loopback import free_port
 
 SHARED_REDIS = "redis://127.0.0.1:6379/0"
@@ -91,12 +94,42 @@ def _stop(launcher: subprocess.Popen[bytes]) -> None:
         launcher.wait()
 
 
-def request_json(method: str, url: str, body: object = None) -> object:
+class Refused(RuntimeError):
+    """A setup request answered with an error status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def request_json(method: str, url: str, body: object = None, api_key: str | None = None) -> object:
     """One JSON request with the standard library (setup steps only, never measured); no body when None."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    request = urllib.request.Request(url, data=data, method=method, headers=JSON_BODY | auth_headers(api_key))
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
-        raise RuntimeError(f"{method} {url} answered {exc.code}: {exc.read()[:500]!r}") from exc
+        raise Refused(exc.code, f"{method} {url} answered {exc.code}: {exc.read()[:500]!r}") from exc
+
+
+def api_key(cluster: Cluster, name: str, allow: list[str], rate: float) -> str:
+    """A new key (ptk_...) made by `petrel keys create` in the cluster's data dir, `rate` calls a second."""
+    command = [sys.executable, "-m", "deploy", "keys", "--data-dir", str(cluster.data_dir), "create", "--name", name]
+    command += [arg for grant in allow for arg in ("--allow", grant)] + ["--rate", str(rate)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"petrel keys create failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def until_admitted(method: str, url: str, body: object, key: str, timeout: float = 30.0) -> object:
+    """`request_json` with `key`, again while the gateway answers 401: it reads new keys every few seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return request_json(method, url, body, key)
+        except Refused as exc:
+            if exc.status != 401 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)

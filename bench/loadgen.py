@@ -4,7 +4,9 @@
 body over 32 keep-alive aiohttp connections: warms up, then counts the
 answers of the measured window and prints them as one JSON line. Every answer
 is checked: a non-2xx status, or a batch entry that carries an error, counts
-as an error, and the first one is printed.
+as an error, and the first one is printed. With BENCH_API_KEY set, every
+request carries it as `Authorization: Bearer <key>` (in the environment, not
+the command line, where `ps` would show it).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +34,13 @@ KINDS = ("single", "batch", "delayed", "transaction")
 transaction: one half message (producer group `bench`) to /v1/topics/T/transactions, then its commit
 (two requests per message, counted as one)."""
 PRODUCER_GROUP = "bench"
+API_KEY_ENV = "BENCH_API_KEY"
+JSON_BODY = {"content-type": "application/json"}
+
+
+def auth_headers(api_key: str | None = None) -> dict[str, str]:
+    """What every bench request carries to be let in: the API key as a bearer token, or nothing (auth off)."""
+    return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 def payload(kind: str) -> tuple[bytes, int]:
@@ -77,16 +87,18 @@ class Tally:
         await asyncio.gather(*running)
 
     @property
-    def messages_per_second(self) -> float:
-        return self.requests * self.messages_per_request / self.seconds if self.seconds else 0.0
+    def succeeded_per_second(self) -> float:
+        """Messages a second of the answers that were not errors."""
+        good = self.requests - self.errors
+        return good * self.messages_per_request / self.seconds if self.seconds else 0.0
 
 
-async def drive(url: str, kind: str, warmup: float, seconds: float) -> Tally:
+async def drive(url: str, kind: str, warmup: float, seconds: float, api_key: str | None = None) -> Tally:
     import aiohttp
 
     body, per_request = payload(kind)
     tally = Tally(messages_per_request=per_request)
-    headers = {"content-type": "application/json"}
+    headers = JSON_BODY | auth_headers(api_key)
     connector = aiohttp.TCPConnector(limit=CONNECTIONS, force_close=False)
     async with aiohttp.ClientSession(connector=connector) as session:
 
@@ -96,18 +108,18 @@ async def drive(url: str, kind: str, warmup: float, seconds: float) -> Tally:
                 if response.status >= 300 or b'"error":{' in answer:
                     return f"{response.status} {answer[:300]!r}"
             if kind == "transaction":
-                return await commit(session, url, answer)
+                return await commit(session, url, answer, auth_headers(api_key))
             return None
 
         await tally.measure(one_request, CONNECTIONS, warmup, seconds)
     return tally
 
 
-async def commit(session: Any, transactions_url: str, half_answer: bytes) -> str | None:
+async def commit(session: Any, transactions_url: str, half_answer: bytes, headers: dict[str, str]) -> str | None:
     """Commit the transaction a half message's answer names; what went wrong, or None."""
     base = transactions_url.split("/v1/", 1)[0]
     transaction_id = orjson.loads(half_answer)["transaction_id"]
-    async with session.post(f"{base}/v1/transactions/{transaction_id}/commit") as response:
+    async with session.post(f"{base}/v1/transactions/{transaction_id}/commit", headers=headers) as response:
         answer = await response.read()
         if response.status != 200:
             return f"commit: {response.status} {answer[:300]!r}"
@@ -123,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import uvloop
 
-    tally = uvloop.run(drive(args.url, args.kind, args.warmup, args.seconds))
+    tally = uvloop.run(drive(args.url, args.kind, args.warmup, args.seconds, os.environ.get(API_KEY_ENV)))
     print(json.dumps(asdict(tally)), file=sys.stdout, flush=True)
 
 
