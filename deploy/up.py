@@ -19,6 +19,7 @@ from deploy.redis_server import (
 from deploy.supervisor import StartupFailed, Supervisor, port_in_use
 from gateway.settings import GatewaySettings
 from libs.cluster_token import ClusterTokenError, ensure_token_file
+from libs.egress import is_loopback_host
 from libs.redis_url import masked
 from services.etl.settings import EtlSettings
 
@@ -34,6 +35,7 @@ def up(options: UpOptions, redis_url: str | None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     try:
         options = _with_etl_setting(options)
+        auth = _gateway_auth(options)
         ensure_token_file(options.token_file)
         url = _redis(supervisor, options, redis_url or os.environ.get("PETREL_REDIS_URL"))
         specs = plan_cluster(options, url)
@@ -45,7 +47,7 @@ def up(options: UpOptions, redis_url: str | None) -> int:
         print(f"[petrel] could not start the cluster: {exc}", file=sys.stderr, flush=True)
         supervisor.stop_all()
         return 1
-    _print_urls(specs, options, url)
+    _print_urls(specs, options, url, auth)
     supervisor.watch()
     print("[petrel] stopping ...", flush=True)
     supervisor.stop_all()
@@ -79,30 +81,52 @@ def _redis(supervisor: Supervisor, options: UpOptions, configured: str | None) -
     return f"redis://127.0.0.1:{port}/0"
 
 
-def _auth_line(options: UpOptions) -> str:
-    """What the gateway will ask of callers, as its settings decide (GatewaySettings.auth_required)."""
+FIRST_KEY_GRANTS = "--allow admin --allow pub --allow sub"
+"""The first key `petrel up` suggests: administer, publish and subscribe everything (admin alone does not send)."""
+
+
+def _gateway_auth(options: UpOptions) -> bool:
+    """Whether the gateway will ask callers for API keys (GatewaySettings.auth_required, with PETREL_AUTH from the
+    environment); auth off on an address other hosts reach without `--insecure-no-auth` is refused here, before any
+    process starts, rather than by the gateway, the last to start."""
     settings = GatewaySettings(host=options.host, insecure_no_auth=options.insecure_no_auth)
-    try:
-        required = settings.auth_required()
-    except ValueError:
-        required = True
-    if not required:
-        off = "PETREL_AUTH=off" if settings.auth == "off" else "the gateway listens on loopback"
-        return f"off ({off}); PETREL_AUTH=required turns API keys on"
-    return (
-        f"API keys required; make one with: petrel keys --data-dir {options.data_dir} create --name admin --allow admin"
-    )
+    required = settings.auth_required()
+    if not required and not is_loopback_host(options.host):
+        print(
+            f"[petrel] WARNING: API keys are off on {options.host} (--insecure-no-auth): anyone who reaches "
+            f"port {options.gateway_port} can send, consume and delete",
+            file=sys.stderr,
+            flush=True,
+        )
+    return required
 
 
-def _print_urls(specs: list[ProcessSpec], options: UpOptions, redis_url: str) -> None:
+def _auth_line(options: UpOptions, required: bool) -> list[str]:
+    """What the gateway asks of callers, and, with keys on, the command that makes a first key."""
+    if required:
+        return [
+            "API keys required (Authorization: Bearer <key>); a first key, for everything:",
+            f"KEY=$(petrel keys --data-dir {options.data_dir} create --name admin {FIRST_KEY_GRANTS})",
+        ]
+    if not is_loopback_host(options.host):
+        return [f"OFF on {options.host} (--insecure-no-auth): anyone who reaches the gateway can do anything"]
+    return ["off, the gateway listens on loopback only; PETREL_AUTH=required turns API keys on"]
+
+
+def _print_urls(specs: list[ProcessSpec], options: UpOptions, redis_url: str, auth: bool) -> None:
     print("\nPetrel is up.", flush=True)
     for spec in specs:
         where = spec.url if spec.port else f"(Celery {spec.args[0] if spec.args else 'process'}, no port)"
         print(f"  {spec.name:15} {where}", flush=True)
     print(f"  {'redis':15} {masked(redis_url)}")
-    print(f"\n  auth:      {_auth_line(options)}")
-    print(f"  API docs:  http://{options.host}:{options.gateway_port}/docs")
+    first, *more = _auth_line(options, auth)
+    print(f"\n  auth:      {first}")
+    for line in more:
+        print(f"             {line}")
+    gateway = f"http://{options.host}:{options.gateway_port}"
+    bearer = '-H "Authorization: Bearer $KEY" ' if auth else ""
+    print(f"  API docs:  {gateway}/docs")
     print(f"  logs:      {options.data_dir / 'logs'}/")
     print(f"  token:     {options.token_file} (internal calls carry it in x-petrel-internal-token)")
-    print(f"  try:       curl -X PUT http://{options.host}:{options.gateway_port}/v1/topics/orders")
+    print(f"  try:       curl {bearer}-X PUT {gateway}/v1/topics/orders")
     print("\nCtrl-C stops every process.", flush=True)

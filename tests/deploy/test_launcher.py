@@ -8,7 +8,7 @@ import pytest
 from deploy.plan import ProcessSpec, UpOptions, broker_name, plan_cluster
 from deploy.redis_server import RedisNotAvailable, private_redis_command, redis_answers
 from deploy.supervisor import StartupFailed, Supervisor
-from deploy.up import _with_etl_setting, up
+from deploy.up import _auth_line, _gateway_auth, _with_etl_setting, up
 from services.etl.settings import EtlSettings
 from tests.support.serving import free_port
 
@@ -113,6 +113,31 @@ def test_petrel_up_refuses_a_malformed_nightly_time_before_starting_anything(
 
     assert "nightly_at '2:30' is not a UTC time HH:MM (00:00 to 23:59)" in capsys.readouterr().err
     assert not (tmp_path / "logs").exists(), "a process was started"
+
+
+def test_petrel_up_says_whether_callers_need_keys_and_warns_when_open_beyond_loopback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("PETREL_AUTH", raising=False)
+    assert _gateway_auth(UpOptions()) is False
+    assert _auth_line(UpOptions(), False) == [
+        "off, the gateway listens on loopback only; PETREL_AUTH=required turns API keys on"
+    ]
+    assert _gateway_auth(UpOptions(host="0.0.0.0")) is True  # beyond loopback, keys unless told otherwise
+
+    monkeypatch.setenv("PETREL_AUTH", "off")
+    with pytest.raises(ValueError, match="petrel up --insecure-no-auth"):
+        _gateway_auth(UpOptions(host="0.0.0.0"))
+    open_to_all = UpOptions(host="0.0.0.0", insecure_no_auth=True, gateway_port=8081)
+    assert capsys.readouterr().err == ""
+    assert _gateway_auth(open_to_all) is False
+    assert capsys.readouterr().err == (
+        "[petrel] WARNING: API keys are off on 0.0.0.0 (--insecure-no-auth): anyone who reaches port 8081 can "
+        "send, consume and delete\n"
+    )
+    assert _auth_line(open_to_all, False) == [
+        "OFF on 0.0.0.0 (--insecure-no-auth): anyone who reaches the gateway can do anything"
+    ]
 
 
 def test_plan_gives_every_process_the_same_delay_level_table() -> None:

@@ -4,6 +4,8 @@ openapi-python-client generates the package into a temporary directory (any warn
 fails the test: a warning means a piece of the API is missing from the client), and
 the test then talks to a nameserver, a broker and a gateway on loopback through that
 package only: topics, sends, lookups, and a consumer group from receive to the DLQ.
+The gateway requires API keys (PETREL_AUTH=required); the package's AuthenticatedClient
+carries one as the spec's bearer scheme says, and its plain Client gets a 401.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ import pytest
 
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
+from tests.support.api_keys import issue_key
 from tests.support.serving import free_port
 
 pytestmark = pytest.mark.e2e
@@ -80,9 +84,16 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             del sys.modules[name]
 
 
+@dataclass(frozen=True)
+class Gateway:
+    url: str
+    key: str
+    """an API key that may do everything: admin, pub, sub"""
+
+
 @pytest.fixture(scope="module")
-def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One cluster for the module: each test uses its own topics and group."""
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """One cluster for the module, API keys required: each test uses its own topics and group."""
     data_dir = tmp_path_factory.mktemp("cluster") / "data"
     ports = {name: free_port() for name in ("nameserver", "broker", "gateway")}
     shared = {
@@ -92,6 +103,7 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "PETREL_BROKER_INDEX_SLOT_COUNT": "65536",
         "PETREL_BROKER_INDEX_MAX_ENTRIES": "100000",
         "PETREL_DELAY_LEVELS": DELAY_LEVELS,
+        "PETREL_AUTH": "required",
     }
     specs = [
         ProcessSpec(
@@ -109,15 +121,35 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         for spec in specs:
             supervisor.start(spec)
-        yield specs[-1].url
+        yield Gateway(specs[-1].url, issue_key(data_dir, "admin", "pub", "sub", name="sdk"))
     finally:
         supervisor.stop_all()
 
 
 @pytest.fixture
-def sdk(generated: Path, gateway_url: str) -> Iterator[Sdk]:
-    with importlib.import_module(PACKAGE).Client(base_url=gateway_url, timeout=15.0) as client:
+def sdk(generated: Path, gateway: Gateway) -> Iterator[Sdk]:
+    package = importlib.import_module(PACKAGE)
+    with package.AuthenticatedClient(base_url=gateway.url, token=gateway.key, timeout=15.0) as client:
         yield Sdk(client)
+
+
+def test_a_call_without_the_key_is_a_401_problem(generated: Path, gateway: Gateway) -> None:
+    package = importlib.import_module(PACKAGE)
+    models = importlib.import_module(f"{PACKAGE}.models")
+    send = importlib.import_module(f"{PACKAGE}.api.messages.send_message")
+    body = models.SendMessage(body="no key")
+    with package.Client(base_url=gateway.url, timeout=15.0, raise_on_unexpected_status=True) as anonymous:
+        refused = send.sync_detailed(client=anonymous, topic="sdk-anonymous", body=body)
+    assert refused.status_code == 401, refused.content
+    assert refused.headers["www-authenticate"] == 'Bearer realm="petrel"'
+    problem = refused.parsed  # a declared answer: the spec's Problem, not the SDK's UnexpectedStatus
+    assert isinstance(problem, models.Problem), problem
+    assert problem.type_ == "https://petrel.dev/problems/unauthorized"
+    assert "Authorization: Bearer" in problem.detail
+
+    wrong = package.AuthenticatedClient(base_url=gateway.url, token=gateway.key[:-4] + "AAAA", timeout=15.0)
+    with wrong:
+        assert send.sync_detailed(client=wrong, topic="sdk-anonymous", body=body).status_code == 401
 
 
 def test_generated_names_are_the_specs_own(generated: Path) -> None:

@@ -1,7 +1,9 @@
 """`petrel up` as a real subprocess on free ports, driven the way a curl user would, with its cluster token.
 
 `petrel up` gives every service the cluster token (`<data_dir>/cluster.token`):
-a test that calls an internal service directly sends `internal_headers()`.
+a test that calls an internal service directly sends `internal_headers()`. Other
+`petrel` commands (`petrel keys ...`) run to their end with `petrel(...)`, as an
+operator runs them in a terminal.
 """
 
 from __future__ import annotations
@@ -23,6 +25,19 @@ from tests.support.serving import free_port
 from tests.support.waiting import wait_until
 
 PORT_FLAGS = ("--gateway-port", "--nameserver-port", "--broker-port", "--timer-port", "--txcheck-port", "--push-port")
+
+
+def petrel_env(**settings: str) -> dict[str, str]:
+    """The test's environment without its PETREL_* settings, plus `settings`."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PETREL_")} | settings
+
+
+def petrel(*argv: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`petrel <argv>` run to its end; stdout and stderr kept apart, as a terminal's pipes are."""
+    command = [sys.executable, "-m", "deploy", *argv]
+    return subprocess.run(
+        command, env=env or petrel_env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 @dataclass
