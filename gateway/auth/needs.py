@@ -31,7 +31,7 @@ class Need:
     """when the handler checks the resource it finds: what that resource is (the spec's words)"""
 
     def text(self) -> str:
-        actions = "|".join(action.value for action in self.actions)
+        actions = " or ".join(action.value for action in self.actions)
         if self.kind == "cluster":
             return f"{actions} on the cluster"
         where = f"{{{self.param}}}" if self.param else f"({self.later})"

@@ -28,6 +28,8 @@ from libs.events.writer import EventWriter
 from libs.http.json_shape import JsonShapeMiddleware
 from libs.http.media import MediaTypeMiddleware
 from libs.http.middleware import (
+    INTERNAL_TOKEN_HEADER,
+    OPEN_PATHS,
     BodyLimitMiddleware,
     HostCheckMiddleware,
     InternalTokenMiddleware,
@@ -125,6 +127,8 @@ def service_app(
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     _document_problems(app)
+    if not public:
+        _document_cluster_token(app)
     # Outermost first: metrics, the gateway's guards (401, 429) or the Host check (400) and the cluster token
     # (401), media type (415), body size (413), JSON shape (400/413), routes.
     app.add_middleware(JsonShapeMiddleware, max_depth=settings.max_json_depth, max_items=settings.max_json_items)
@@ -159,6 +163,31 @@ def _with_events(name: str, settings: ServiceSettings, lifespan: Lifespan[Any]) 
             events.close()
 
     return combined
+
+
+def _document_cluster_token(app: FastAPI) -> None:
+    """An internal service's spec says that every call but health, readiness and metrics carries the token."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        spec = generate()
+        spec.setdefault("components", {}).setdefault("securitySchemes", {})["clusterToken"] = {
+            "type": "apiKey",
+            "in": "header",
+            "name": INTERNAL_TOKEN_HEADER,
+            "description": "the cluster token (<data_dir>/cluster.token, PETREL_INTERNAL_TOKEN_FILE); 401 without it",
+        }
+        spec["security"] = [{"clusterToken": []}]
+        for path, operations in spec.get("paths", {}).items():
+            if path in OPEN_PATHS:
+                for operation in operations.values():
+                    operation["security"] = []
+        app.openapi_schema = spec
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _document_problems(app: FastAPI) -> None:

@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from tests.support.api_keys import bearer, issue_key, key_store
+from tests.support.api_keys import bearer, issue_key, key_store, make_key
 from tests.support.exported_events import exported_events
 from tests.support.serving import ServedApp
 from tests.support.waiting import eventually
@@ -22,16 +22,6 @@ pytestmark = pytest.mark.asyncio
 @pytest.fixture
 def admin_key(tmp_path: Path) -> str:
     return issue_key(tmp_path, "admin", "pub", "sub", name="root")
-
-
-async def make_key(
-    gateway: httpx.AsyncClient, admin_key: str, *allow: str, deny: tuple[str, ...] = (), rate: float | None = None
-) -> dict[str, str]:
-    """The headers of a new key made through the gateway (known to it at once)."""
-    spec = {"name": "test", "allow": list(allow), "deny": list(deny), "rate_per_second": rate}
-    made = await gateway.post("/v1/keys", json=spec, headers=bearer(admin_key))
-    assert made.status_code == 201, made.text
-    return bearer(made.json()["key"])
 
 
 @pytest.fixture

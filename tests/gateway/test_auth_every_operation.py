@@ -13,8 +13,7 @@ import pytest
 from gateway.auth.middleware import OPEN_PATHS
 from gateway.auth.needs import NEEDS, Need
 from libs.auth.grants import Action
-from tests.gateway.test_auth import make_key
-from tests.support.api_keys import bearer, issue_key
+from tests.support.api_keys import bearer, issue_key, make_key
 
 pytestmark = pytest.mark.asyncio
 

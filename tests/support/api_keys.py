@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
+
 from libs.auth.keys import KeyStore, open_key_engine
 
 
@@ -25,3 +27,13 @@ def issue_key(
 
 def bearer(key: str) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"}
+
+
+async def make_key(
+    gateway: httpx.AsyncClient, admin_key: str, *allow: str, deny: tuple[str, ...] = (), rate: float | None = None
+) -> dict[str, str]:
+    """The headers of a new key made through the gateway (known to it at once)."""
+    spec = {"name": "test", "allow": list(allow), "deny": list(deny), "rate_per_second": rate}
+    made = await gateway.post("/v1/keys", json=spec, headers=bearer(admin_key))
+    assert made.status_code == 201, made.text
+    return bearer(made.json()["key"])

@@ -8,6 +8,7 @@ the page's `petrel` is this venv's.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -19,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 PAGE_TIMEOUT_SECONDS = 240
 """A bound for a hung page, not a speed target: docs/etl.md starts three Spark JVMs, a minute each under load."""
+CLUSTER_SETTINGS = re.compile(r"<!-- cluster: (PETREL_\w+)=(\S+) -->")
+"""A page that needs its cluster set otherwise says so, e.g. `<!-- cluster: PETREL_AUTH=required -->`."""
 SPARK_PAGES = ["docs/etl.md"]
 """Pages that start Spark: a test module of their own, so the suite's workers can run them beside the others."""
 
@@ -39,7 +42,8 @@ async def run_page_as_written(page: str, tmp_path: Path) -> None:
     blocks = shell_blocks(ROOT / page, page)
     with_txcheck = any("checkback-receiver" in b.text for b in blocks)
     with_push = any("webhook-receiver" in b.text for b in blocks)
-    cluster = LocalCluster(tmp_path / "data", {}, txcheck=with_txcheck, push=with_push, token=True)
+    settings = dict(CLUSTER_SETTINGS.findall((ROOT / page).read_text()))
+    cluster = LocalCluster(tmp_path / "data", settings, txcheck=with_txcheck, push=with_push, token=True)
     async with started(cluster):
         ports = {
             8080: cluster.specs["gateway"].port,

@@ -24,6 +24,10 @@ from tests.support.loop_latency import healthz_while
 from tests.support.serving import ServedApp
 
 HEALTHY = 0.1
+"""/healthz answers within this, as the issue asks, at the 90th percentile of the probes made during the work"""
+STALLED = 1.0
+"""and no probe waits this long, whatever else the machine does"""
+BINARY = {"content-type": "application/octet-stream"}
 """Seconds /healthz may take while a scan runs."""
 COSTLY = " OR ".join(f"p{n}='w'" for n in range(256))
 """An SQL92 filter at the conditions limit that matches none of the messages put: each costs 256 comparisons."""
@@ -49,7 +53,7 @@ async def put_many(broker: httpx.AsyncClient, count: int, wanted_at: int | None 
             )
             for n in range(start, min(start + 500, count))
         ]
-        answer = await broker.post("/internal/messages", content=b"".join(batch))
+        answer = await broker.post("/internal/messages", headers=BINARY, content=b"".join(batch))
         assert answer.status_code == 200, answer.text
 
 
@@ -113,7 +117,8 @@ async def test_the_event_loop_keeps_answering_while_a_filter_scans_thousands_of_
         found, latencies = await healthz_while(broker, scan)
 
         assert found in (([], 1500), [])
-        assert latencies.worst < HEALTHY, f"/healthz took {latencies.worst:.3f} s while a {how} scanned"
+        assert latencies.typical < HEALTHY, f"/healthz took {latencies.typical:.3f} s (p90) while a {how} scanned"
+        assert latencies.worst < STALLED, f"/healthz took {latencies.worst:.3f} s while a {how} scanned"
         assert len(latencies.during) >= 3, f"the scan took too little time to tell: {latencies.during}"
 
 
@@ -165,7 +170,7 @@ async def put_hot_key(broker: httpx.AsyncClient, messages: int) -> None:
             )
             for n in range(start, min(start + 20, messages))
         ]
-        answer = await broker.post("/internal/messages", content=b"".join(batch))
+        answer = await broker.post("/internal/messages", headers=BINARY, content=b"".join(batch))
         assert answer.status_code == 200, answer.text
 
 
@@ -195,5 +200,6 @@ async def test_the_event_loop_keeps_answering_while_a_key_query_walks_a_long_cha
         found, latencies = await healthz_while(broker, query(broker, same_slot_as("hot")))
 
         assert found == ([], False)
-        assert latencies.worst < HEALTHY, f"/healthz took {latencies.worst:.3f} s while a key query walked"
+        assert latencies.typical < HEALTHY, f"/healthz took {latencies.typical:.3f} s (p90) while a key query walked"
+        assert latencies.worst < STALLED, f"/healthz took {latencies.worst:.3f} s while a key query walked"
         assert len(latencies.during) >= 3, f"the walk took too little time to tell: {latencies.during}"
