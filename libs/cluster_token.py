@@ -15,12 +15,13 @@ on an address other than loopback refuses to start without a token at all
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import secrets
 import stat
 from pathlib import Path
 from typing import Final
+
+from libs.egress import is_loopback_host
 
 TOKEN_FILE_NAME: Final = "cluster.token"
 TOKEN_FILE_SETTING: Final = "PETREL_INTERNAL_TOKEN_FILE"
@@ -85,19 +86,9 @@ def read_token_file(path: Path) -> str:
     return token
 
 
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 or `localhost`: an address only this machine reaches."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def require_token_off_loopback(service: str, host: str, token: str | None) -> None:
     """ClusterTokenError when `service` listens on `host`, not loopback, without a cluster token."""
-    if token or is_loopback(host):
+    if token or is_loopback_host(host):
         return
     raise ClusterTokenError(
         f"the {service} listens on {host}, which other machines can reach, and has no cluster token: "

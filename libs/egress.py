@@ -89,11 +89,13 @@ def parse_networks(entries: Iterable[str]) -> tuple[IPNetwork, ...]:
 
 
 def is_loopback_host(host: str) -> bool:
-    """A bind address only this machine can reach: 127.0.0.0/8, ::1 or localhost."""
+    """A bind address only this machine can reach: 127.0.0.0/8, ::1 (bracketed or not) or localhost."""
+    if host.lower() == "localhost":
+        return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
-        return host == "localhost"
+        return False
 
 
 def default_allowed(bound_host: str) -> tuple[IPNetwork, ...]:

@@ -64,12 +64,6 @@ def ensure_private(path: Path, *, create: bool = True) -> None:
         log.warning("%s was readable by other users (mode %o): narrowed to %o", path, mode, mode & 0o700)
 
 
-def read_secret_file(path: Path) -> str:
-    """The secret in `path`, without its trailing newline; a file others can read is narrowed first."""
-    ensure_private(path, create=False)
-    return path.read_text().rstrip("\r\n")
-
-
 def _make_folder(folder: Path) -> None:
     if not folder.is_dir():
         folder.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)

@@ -45,7 +45,7 @@ from tests.support.apps import in_process
 from tests.support.push_subscriptions import RecordingLive, subscriptions_app
 from tests.support.serving import ServedApp, free_port
 
-EXAMPLES = 20
+EXAMPLES = 12
 """Generated requests per operation and generation mode: the run stays within about a minute on two cores."""
 LONG_POLL_MS = 50
 """A generated long poll waits at most this long: the spec allows 30 s, the run's budget does not."""

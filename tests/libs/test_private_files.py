@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from libs.metadata_db import SQLITE_SIBLINGS
-from libs.private_files import ensure_private, read_secret_file, write_private
+from libs.private_files import ensure_private, write_private
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 from libs.webhooks import new_secret
 from services.broker.app import RECEIPT_KEY_FILE, receipt_key
@@ -71,14 +71,6 @@ def test_a_secret_file_open_to_others_is_narrowed_with_a_warning_naming_it(
 def test_ensure_private_without_create_makes_nothing(tmp_path: Path) -> None:
     ensure_private(tmp_path / "metadata.db-wal", create=False)
     assert not (tmp_path / "metadata.db-wal").exists()
-
-
-def test_a_secret_file_is_read_without_its_newline_and_narrowed(tmp_path: Path) -> None:
-    path = tmp_path / "token"
-    path.write_text("abc123\n")
-    path.chmod(0o644)
-    assert read_secret_file(path) == "abc123"
-    assert mode(path) == 0o600
 
 
 def test_the_metadata_database_and_its_wal_files_are_0600(tmp_path: Path) -> None:
