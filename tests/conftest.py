@@ -13,29 +13,6 @@ from services.nameserver.settings import NameserverSettings
 from tests.support.apps import broker_settings
 from tests.support.serving import ServedApp, serving
 
-LONG_MODULES = (
-    "tests/services/etl/test_daily_job.py",
-    "tests/docs/test_spark_pages.py",
-    "tests/services/etl/test_bench_reference.py",
-    "tests/services/etl/test_nightly.py",
-    "tests/docs/test_shell_blocks.py",
-    "tests/services/etl/test_live_story.py",
-    "tests/services/etl/test_report.py",
-    "tests/e2e/test_chaos.py",
-    "tests/e2e/test_scheduled_retention.py",
-)
-"""The modules that take a minute or more, in the order they start: `make test` hands whole modules to its two
-workers in collection order, and a long one handed out last would leave the other worker idle meanwhile."""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {module: i for i, module in enumerate(LONG_MODULES)}
-
-    def order(item: pytest.Item) -> int:
-        return rank.get(item.nodeid.split("::", 1)[0], len(LONG_MODULES))
-
-    items.sort(key=order)  # stable: every module keeps its own order, the others theirs
-
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
