@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 from prometheus_client import Gauge
 
 from gateway.auth import routes as keys
-from gateway.auth.audit import RefusalBudget
+from gateway.auth.audit import RateBudget
 from gateway.auth.middleware import AuthMiddleware
 from gateway.auth.opened import opened_auth
 from gateway.auth.schemas import KeyRequest
@@ -117,7 +117,7 @@ def create_app(
                 yield {
                     "gateway": context,
                     "auth": auth,
-                    "refusal_budget": RefusalBudget(settings.audit_refusals_per_second),
+                    "refusal_budget": RateBudget(settings.audit_refusals_per_second),
                 }
         finally:
             metadata.dispose()

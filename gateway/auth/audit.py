@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 REFUSALS = frozenset({"unauthorized", "forbidden", "rate_limited"})
 
 
-class RefusalBudget:
-    """A token bucket over refusal events: `max_per_second` a second, bursts of as many."""
+class RateBudget:
+    """A token bucket: `max_per_second` takes a second, bursts of as many (refusal events written, key lookups)."""
 
     def __init__(self, max_per_second: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.rate = max_per_second

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from gateway.auth.audit import RefusalBudget
+from gateway.auth.audit import RateBudget
 from gateway.auth.principal import Principal
 from libs.auth.keys import ApiKey, Credential, KeyNotFound, KeyStore
 from libs.errors import Unauthorized
@@ -45,7 +45,7 @@ class KeyDirectory:
         self._entries: dict[str, _Entry] = {}
         self._since = 0
         self._misses: set[str] = set()
-        self._lookups = RefusalBudget(LOOKUPS_PER_SECOND)
+        self._lookups = RateBudget(LOOKUPS_PER_SECOND)
 
     async def load(self) -> None:
         for key in await asyncio.to_thread(self.store.list_keys):

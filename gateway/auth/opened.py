@@ -22,15 +22,16 @@ RATE_PREFIX = "petrel:rate:"
 async def opened_auth(settings: GatewaySettings, redis: aioredis.Redis) -> AsyncIterator[Authenticator]:
     """Keys read and refreshed, rates counted (auth required); the store alone (auth off, for /v1/keys)."""
     engine = await asyncio.to_thread(open_key_engine, settings.metadata_url)
+    keys = KeyStore(engine)
     directory = rates = None
     background: list[asyncio.Task[None]] = []
     try:
         if settings.auth_required():
-            directory = KeyDirectory(KeyStore(engine), settings.key_refresh_seconds, settings.key_rate_per_second)
+            directory = KeyDirectory(keys, settings.key_refresh_seconds, settings.key_rate_per_second)
             await directory.load()
             rates = RateLimiter(redis, RATE_PREFIX)
             background = [asyncio.create_task(directory.run()), asyncio.create_task(rates.run())]
-        yield Authenticator(KeyStore(engine), directory, rates)
+        yield Authenticator(keys, directory, rates)
     finally:
         if rates is not None:
             rates.stop()  # its last flush ends by itself; the refresh is cancelled (its thread finishes alone)
