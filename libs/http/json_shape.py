@@ -6,8 +6,8 @@ properties, and refused it for `maxProperties` only then. `check_json_shape` cou
 instead, and stops at the first level or item past the limit: the same body is
 refused after ~65,000 items, in about 40 ms.
 
-It counts in two steps. Counting the bytes `,`, `[` and `{` (memchr speed: about
-4 ms for 8 MiB) bounds the items and the depth from above, so a body within both
+It counts in two steps. The bytes `,`, `[`, `]`, `{` and `}` alone (one translate in C)
+bound the items from above and give the brackets' nesting, so a body within both
 bounds is let through at once: nearly every body. Only a body over a bound (many
 commas, perhaps all inside one long text) is walked, one segment between
 structural characters at a time, with strings skipped whole by the regex engine.
@@ -32,10 +32,14 @@ _SEGMENT: Final = re.compile(rb'(?:[^"\[\]{},]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+(
 """Everything up to the next structural character outside a string, and that character (empty at the end)."""
 
 
+_NOT_MARKS: Final = bytes(c for c in range(256) if c not in b"[]{},")
+
+
 def check_json_shape(raw: bytes, *, max_depth: int, max_items: int) -> None:
     """MalformedBody past `max_depth` levels, PayloadTooLarge past `max_items` array items and object members."""
-    opens = raw.count(b"[") + raw.count(b"{")
-    if opens <= max_depth and opens + raw.count(b",") <= max_items:
+    marks = raw.translate(None, _NOT_MARKS)  # brackets and commas, strings not told apart: one pass in C
+    opens = marks.count(b"[") + marks.count(b"{")
+    if opens + marks.count(b",") <= max_items and (opens <= max_depth or _bracket_depth(marks) <= max_depth):
         return
     depth = items = pos = 0
     end = len(raw)
@@ -63,6 +67,21 @@ def check_json_shape(raw: bytes, *, max_depth: int, max_items: int) -> None:
                 f"the JSON body holds more than {max_items} array items and object members (max_json_items)",
                 limit=max_items,
             )
+
+
+def _bracket_depth(marks: bytes) -> int:
+    """The deepest nesting of the body's brackets, strings not told apart: a batch of 32 messages (66 brackets)
+    is let through at once rather than walked (the walk took about 380 µs). Brackets inside strings can make it
+    read deeper (then the walk decides) or shallower (then the parser's own bound answers 400: jiter's 200
+    levels, json's recursion limit)."""
+    depth = deepest = 0
+    for char in marks:
+        if char in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char != 0x2C:  # ] }
+            depth -= 1
+    return deepest
 
 
 class JsonShapeMiddleware:
