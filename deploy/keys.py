@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from libs.auth.keys import ApiKey, KeyStore, open_key_engine
+from libs.auth.keys import KeyStore, open_key_engine
 from libs.errors import PetrelError
 from libs.events.writer import EventWriter
 from libs.settings import SharedDatabaseSettings
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             key, text = store.create(args.name, args.allow, args.deny, rate_per_second=args.rate, created_by="cli")
             events.emit("audit", action="key_created", status=201, key_id=key.key_id, key_name=key.name)
             if args.json:
-                print(json.dumps(_fields(key) | {"key": text}))
+                print(json.dumps(key.public_fields() | {"key": text}))
             else:
                 print(text)
                 print(
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.tool == "list":
             keys = store.list_keys()
             if args.json:
-                print(json.dumps([_fields(k) for k in keys]))
+                print(json.dumps([k.public_fields() for k in keys]))
             for key in [] if args.json else keys:
                 state = "revoked" if key.revoked else "active"
                 deny = f" deny {' '.join(key.deny)}" if key.deny else ""
@@ -79,15 +79,3 @@ def run(args: argparse.Namespace) -> int:
         events.flush()
         engine.dispose()
     return 0
-
-
-def _fields(key: ApiKey) -> dict[str, object]:
-    return {
-        "key_id": key.key_id,
-        "name": key.name,
-        "allow": list(key.allow),
-        "deny": list(key.deny),
-        "rate_per_second": key.rate_per_second,
-        "created_at": key.created_at,
-        "revoked_at": key.revoked_at,
-    }

@@ -44,16 +44,7 @@ class KeyInfo(BaseModel):
 
     @classmethod
     def of(cls, key: ApiKey) -> KeyInfo:
-        return cls(
-            key_id=key.key_id,
-            name=key.name,
-            allow=list(key.allow),
-            deny=list(key.deny),
-            rate_per_second=key.rate_per_second,
-            created_at=key.created_at,
-            created_by=key.created_by,
-            revoked_at=key.revoked_at,
-        )
+        return cls.model_validate(key.public_fields())
 
 
 class CreatedKey(KeyInfo):

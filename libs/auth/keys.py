@@ -82,6 +82,19 @@ class ApiKey:
     def policy(self) -> Policy:
         return Policy.parse(self.allow, self.deny)
 
+    def public_fields(self) -> dict[str, object]:
+        """What a listing shows of the key (the API's KeyInfo, `petrel keys list --json`): never its hash."""
+        return {
+            "key_id": self.key_id,
+            "name": self.name,
+            "allow": list(self.allow),
+            "deny": list(self.deny),
+            "rate_per_second": self.rate_per_second,
+            "created_at": self.created_at,
+            "created_by": self.created_by,
+            "revoked_at": self.revoked_at,
+        }
+
     def verifies(self, secret: str) -> bool:
         return hmac.compare_digest(_hash(secret), self.secret_hash)
 
