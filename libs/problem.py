@@ -109,6 +109,18 @@ def error_response(exc: PetrelError, instance: str | None = None) -> Response:
     return problem_response(exc.status, exc.problem_type(), exc.title, exc.detail, instance, **exc.extensions)
 
 
+async def answer_error(request: Request, exc: Exception) -> Response:
+    """The answer to an error a handler raised, as the handlers `install_problem_handlers` installs give it
+    (for code that calls an endpoint outside FastAPI's exception middleware: libs.http.hot_routes)."""
+    if isinstance(exc, PetrelError):
+        return await _on_petrel_error(request, exc)
+    if isinstance(exc, RequestValidationError):
+        return await _on_validation_error(request, exc)
+    if isinstance(exc, HTTPException):
+        return await _on_http_exception(request, exc)
+    return await _on_unexpected(request, exc)
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(PetrelError, _on_petrel_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _on_validation_error)  # type: ignore[arg-type]

@@ -116,6 +116,11 @@ class ServiceSettings(BaseSettings):
         description="open connections per service process; past it a new connection is closed at once "
         "(keep it well above the gateway's max_long_polls: each waiting receive holds one)",
     )
+    hot_path: bool = Field(
+        default=True,
+        description="serve the hot routes (sends, receives, acks; a broker's puts) without FastAPI's request "
+        "cycle: the same handlers and checks, less work per request; false: every route through FastAPI",
+    )
     otel_enabled: bool = Field(
         default=False,
         description="FastAPI's native OpenTelemetry hooks: off unless asked for (Petrel exports Prometheus "

@@ -7,7 +7,7 @@ and a route that declares nothing cannot be built (the app fails to start).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from fastapi.routing import APIRoute
@@ -29,6 +29,7 @@ class AuthorizedRoute(APIRoute):
         if needs is None:
             raise RuntimeError(f"route {path} ({operation_id}) is in no entry of gateway.auth.needs.NEEDS")
         self.needs: tuple[Need, ...] = needs
+        self.admin = is_admin_operation(needs)
         extra = dict(kwargs.get("openapi_extra") or {})
         extra["x-petrel-permissions"] = [need.text() for need in needs]
         kwargs["openapi_extra"] = extra
@@ -36,28 +37,33 @@ class AuthorizedRoute(APIRoute):
 
     def get_route_handler(self) -> Handler:
         handler: Handler = super().get_route_handler()
-        needs = self.needs
-        operation = self.operation_id or self.name
-        admin = is_admin_operation(needs)
 
         async def authorized(request: Request) -> Response:
-            principal = principal_of(request)
-            try:
-                check(principal, needs, request.path_params)
-            except Forbidden as exc:
-                audit(request, "forbidden", 403, principal, operation=operation, reason=exc.detail)
-                raise
-            if not admin or principal.key_id is None:
-                return await handler(request)
-            try:
-                response = await handler(request)
-            except PetrelError as exc:
-                audit(request, "admin_call", exc.status, principal, operation=operation, reason=exc.detail)
-                raise
-            audit(request, "admin_call", response.status_code, principal, operation=operation)
-            return response
+            return await self.guarded(request, lambda: handler(request))
 
         return authorized
+
+    async def guarded(self, request: Request, call: Callable[[], Awaitable[Response]]) -> Response:
+        """Run `call` (the handler) if the caller may: 403 otherwise; audited as the operation asks.
+
+        FastAPI's handler and the hot path's call (libs.http.hot_routes) both run inside it.
+        """
+        principal = principal_of(request)
+        operation = self.operation_id or self.name
+        try:
+            check(principal, self.needs, request.path_params)
+        except Forbidden as exc:
+            audit(request, "forbidden", 403, principal, operation=operation, reason=exc.detail)
+            raise
+        if not self.admin or principal.key_id is None:
+            return await call()
+        try:
+            response = await call()
+        except PetrelError as exc:
+            audit(request, "admin_call", exc.status, principal, operation=operation, reason=exc.detail)
+            raise
+        audit(request, "admin_call", response.status_code, principal, operation=operation)
+        return response
 
 
 def check(principal: Principal, needs: tuple[Need, ...], path_params: dict[str, Any]) -> None:

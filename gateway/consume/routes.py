@@ -24,7 +24,7 @@ from gateway.consume.schemas import (
     VisibilityRequest,
     VisibilityResult,
 )
-from gateway.context import Context, GatewayContext
+from gateway.context import Context, GatewayContext, gateway_context
 from gateway.edge.entries import failed_handle
 from gateway.edge.params import GroupName, UserTopic
 from gateway.edge.records import message_fields
@@ -53,7 +53,9 @@ from libs.errors import (
 )
 from libs.http.app import json_body, parse_json
 from libs.http.disconnect import client_gone
+from libs.http.hot_routes import Binder
 from libs.message import Prop
+from libs.names import validate_group_name, validate_topic_name
 from libs.problem import problem_responses
 from libs.receipt import ReceiptHandle
 
@@ -161,6 +163,27 @@ async def change_visibility(ctx: Context, group: GroupName, request: Request) ->
         broker, address, group, spec.receipt_handle, spec.invisible_seconds * 1000
     )
     return VisibilityResult.model_validate(answer)
+
+
+def _bind_group(request: Request) -> dict[str, Any]:
+    """ack's and nack's arguments, as FastAPI's dependencies would give them (the hot path)."""
+    return {
+        "ctx": gateway_context(request),
+        "group": validate_group_name(request.path_params["group"]),
+        "request": request,
+    }
+
+
+def _bind_receive(request: Request) -> dict[str, Any]:
+    return _bind_group(request) | {"topic": validate_topic_name(request.path_params["topic"])}
+
+
+HOT_ROUTES: dict[str, Binder] = {
+    "receiveMessages": _bind_receive,
+    "ackMessages": _bind_group,
+    "nackMessages": _bind_group,
+}
+"""Served without FastAPI's request cycle (libs.http.hot_routes)."""
 
 
 def _receive(spec: ReceiveRequest) -> Receive:

@@ -15,7 +15,7 @@ from gateway.auth.needs import SUB
 from gateway.auth.principal import authorize
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import ensure_topic, master_address
-from gateway.context import Context, GatewayContext
+from gateway.context import Context, GatewayContext, gateway_context
 from gateway.edge.entries import entry_error
 from gateway.edge.message_ids import ask_every_broker, id_time
 from gateway.edge.outgoing import outgoing
@@ -57,7 +57,9 @@ from libs.errors import (
     ValidationFailed,
 )
 from libs.http.app import json_body, parse_json
+from libs.http.hot_routes import Binder
 from libs.message import MessageRecord
+from libs.names import validate_topic_name
 from libs.problem import problem_responses
 from libs.routing import TopicRoute
 from libs.timeparse import parse_time_ms
@@ -264,6 +266,20 @@ async def query_by_key(
     ]
     newest = sorted(messages, key=lambda m: m.stored_at, reverse=True)[:max]
     return MessageList(messages=newest, truncated=any(answer.truncated for answer in answers))
+
+
+def _bind_send(request: Request) -> dict[str, Any]:
+    """send_message's and send_batch's arguments, as FastAPI's dependencies would give them (the hot path)."""
+    return {
+        "ctx": gateway_context(request),
+        "topic": validate_topic_name(request.path_params["topic"]),
+        "request": request,
+        "idempotency_key": request.headers.get("idempotency-key"),
+    }
+
+
+HOT_ROUTES: dict[str, Binder] = {"sendMessage": _bind_send, "sendMessageBatch": _bind_send}
+"""Served without FastAPI's request cycle (libs.http.hot_routes)."""
 
 
 def to_message(record: MessageRecord, broker: str) -> Message:

@@ -12,7 +12,7 @@ balancers and Prometheus can treat them alike; the service adds its routers.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -25,6 +25,7 @@ from starlette.types import Lifespan
 
 from libs.cluster_token import require_token_off_loopback
 from libs.events.writer import EventWriter
+from libs.http.hot_routes import Binder, HotRoutesMiddleware
 from libs.http.json_shape import JsonShapeMiddleware
 from libs.http.media import MediaTypeMiddleware
 from libs.http.middleware import (
@@ -71,6 +72,7 @@ def service_app(
     description: str = "",
     version: str = "0.1.0",
     guards: Sequence[Callable[..., Any]] = (),
+    hot_routes: Mapping[str, Binder] | None = None,
 ) -> FastAPI:
     """A FastAPI app with Petrel's common endpoints and middleware.
 
@@ -81,6 +83,9 @@ def service_app(
     are counted) and before the body limit and the routes. Any service listening on
     an address other than loopback refuses to be built without a cluster token
     (ClusterTokenError): the gateway needs it to call the others.
+
+    `hot_routes` (operation id -> Binder): routes served without FastAPI's request cycle, inside every
+    check (libs.http.hot_routes), unless the settings turn the hot path off.
     """
     token = settings.cluster_token()
     require_token_off_loopback(name, settings.host, token)
@@ -130,7 +135,9 @@ def service_app(
     if not public:
         _document_cluster_token(app)
     # Outermost first: metrics, the gateway's guards (401, 429) or the Host check (400) and the cluster token
-    # (401), media type (415), body size (413), JSON shape (400/413), routes.
+    # (401), media type (415), body size (413), JSON shape (400/413), the hot routes, FastAPI's routes.
+    if hot_routes and settings.hot_path:
+        app.add_middleware(HotRoutesMiddleware, routes=app.router.routes, binders=hot_routes)
     app.add_middleware(JsonShapeMiddleware, max_depth=settings.max_json_depth, max_items=settings.max_json_items)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     app.add_middleware(MediaTypeMiddleware, routes=app.router.routes)

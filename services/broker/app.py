@@ -179,7 +179,12 @@ def create_app(
         return {"nameservers": "ok" if known else "registered with none of " + ", ".join(ctx.settings.nameservers)}
 
     app = service_app(
-        "broker", settings, lifespan=lifespan, readiness=readiness, description="Topics, message storage and pulls."
+        "broker",
+        settings,
+        lifespan=lifespan,
+        readiness=readiness,
+        description="Topics, message storage and pulls.",
+        hot_routes=messages.HOT_ROUTES | consume_api.HOT_ROUTES,
     )
     app.include_router(router)
     app.include_router(messages.router)

@@ -7,7 +7,7 @@ a put's request body and a pull's or query's answer. Control paths are JSON.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -27,11 +27,12 @@ from libs.errors import InvalidRequest, QueueNotFound, TopicNotFound
 from libs.filters import FilterLimits, FilterType, MessageFilter, compile_filter
 from libs.http.app import binary_body
 from libs.http.disconnect import client_gone
+from libs.http.hot_routes import Binder
 from libs.message import Prop
 from libs.names import is_public_topic
 from libs.problem import PROBLEM_RESPONSES
 from libs.store.message_store import PullResult, PutOutcome
-from services.broker.context import Context
+from services.broker.context import Context, broker_context
 from services.broker.schedule import schedule_batch
 
 router = APIRouter(prefix="/internal", tags=["messages"], responses=PROBLEM_RESPONSES)
@@ -62,6 +63,15 @@ async def put_messages(ctx: Context, request: Request) -> Response:
         outcome = await ctx.store.put_reporting(body, dedupe=True)
     _emit_stored(request, ctx, outcome)
     return Response(jsonutil.dumps(answer_put(outcome, scheduled)), media_type="application/json")
+
+
+def _bind_put(request: Request) -> dict[str, Any]:
+    """put_messages's arguments, as FastAPI would give them (the hot path)."""
+    return {"ctx": broker_context(request), "request": request}
+
+
+HOT_ROUTES: dict[str, Binder] = {"putMessages": _bind_put}
+"""Served without FastAPI's request cycle (libs.http.hot_routes)."""
 
 
 def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:

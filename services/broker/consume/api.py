@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -31,11 +31,12 @@ from libs.errors import InvalidRequest, PetrelError
 from libs.filters import FilterLimits, FilterType, MessageFilter, compile_filter
 from libs.http.app import json_body, parse_json
 from libs.http.disconnect import client_gone
+from libs.http.hot_routes import Binder
 from libs.problem import PROBLEM_RESPONSES, entry_problem
 from services.broker.consume.groups import Subscription
 from services.broker.consume.pop import Receive
 from services.broker.consume.progress import group_lag, reset_offsets
-from services.broker.context import Context
+from services.broker.context import Context, broker_context
 from services.broker.messages import BINARY_BODY, offset_headers
 
 router = APIRouter(prefix="/internal/groups", tags=["consumer groups"], responses=PROBLEM_RESPONSES)
@@ -77,6 +78,19 @@ async def delete_group(ctx: Context, group: str) -> Response:
     """Delete a group's configuration and subscriptions here (its retry and dead-letter topics stay)."""
     await ctx.pop.groups.delete(group)
     return Response(status_code=204)
+
+
+def _bind_group(request: Request) -> dict[str, Any]:
+    """receive's, ack's and nack's arguments, as FastAPI would give them (the hot path)."""
+    return {"ctx": broker_context(request), "request": request, **request.path_params}
+
+
+HOT_ROUTES: dict[str, Binder] = {
+    "receiveMessages": _bind_group,
+    "ackMessages": _bind_group,
+    "nackMessages": _bind_group,
+}
+"""Served without FastAPI's request cycle (libs.http.hot_routes)."""
 
 
 def _receive(group: str, topic: str, body: ReceiveBody, limits: FilterLimits) -> Receive:
