@@ -1,12 +1,13 @@
 """The internal HTTP client every service uses to call another.
 
-Its transport is swappable (`libs.http.transport`): aiohttp in production
-(`make bench`, scenario `internal-client`, measured it at about 20x httpx for
-1 KiB binary POSTs over 32 keep-alive connections on loopback), the ASGI apps of
-this process in tests (`libs.http.asgi`). Whatever the transport:
+Its transport is swappable (`libs.http.transport`): `LeanTransport` in production
+(libs.http.lean_transport: HTTP/1.1 on asyncio protocols, httptools parsing; about a
+third of aiohttp's client CPU per call, and aiohttp was about 20x httpx: `make bench`,
+scenario `internal-client`), the ASGI apps of this process in tests (`libs.http.asgi`).
+Whatever the transport:
 
-- One pooled keep-alive session per process, opened in a lifespan (`start`),
-  and a second one for long polls (`waiting=True`): see `AiohttpTransport`.
+- One pooled set of keep-alive connections per peer, opened in a lifespan (`start`),
+  and a second one for long polls (`waiting=True`).
 - Connect and total timeouts; a per-call timeout for long polls.
 - The cluster's internal token header on every call when one is configured.
 - Retries (with short backoff) only for idempotent calls, and only when the
@@ -29,8 +30,9 @@ from typing import Any
 
 from libs import jsonutil
 from libs.errors import PetrelError, ServiceUnavailable, UpstreamError
+from libs.http.lean_transport import LeanTransport
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
-from libs.http.transport import AiohttpTransport, BinaryResponse, Call, ConnectFailed, Transport, TransportError
+from libs.http.transport import BinaryResponse, Call, ConnectFailed, Transport, TransportError
 
 __all__ = ["BINARY_TYPE", "JSON_TYPE", "BinaryResponse", "ClientOptions", "InternalClient", "error_for_response"]
 
@@ -54,9 +56,9 @@ class ClientOptions:
 
 class InternalClient:
     def __init__(self, options: ClientOptions = ClientOptions(), transport: Transport | None = None) -> None:
-        """`transport`: how calls travel; aiohttp over TCP unless given (tests give `AsgiTransport`)."""
+        """`transport`: how calls travel; TCP (LeanTransport) unless given (tests give `AsgiTransport`)."""
         self.options = options
-        self.transport: Transport = transport or AiohttpTransport(
+        self.transport: Transport = transport or LeanTransport(
             connect_timeout=options.connect_timeout, timeout=options.timeout, max_connections=options.max_connections
         )
         self._headers = {INTERNAL_TOKEN_HEADER: options.token} if options.token else {}

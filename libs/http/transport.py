@@ -4,7 +4,9 @@ As httpx separates its client from its transports (`HTTPTransport`, `ASGITranspo
 `MockTransport`), `InternalClient` keeps the retries, the token header and the error
 mapping, and hands each attempt to a transport:
 
-- `AiohttpTransport` (production, the default): pooled keep-alive connections over TCP.
+- `LeanTransport` (production, the default; in `libs.http.lean_transport`): pooled keep-alive
+  HTTP/1.1 connections over TCP, one asyncio protocol each.
+- `AiohttpTransport`: the same over aiohttp's client (the reference the lean one is measured against).
 - `AsgiTransport` (tests, in `libs.http.asgi`): calls ASGI apps in this process by address.
 
 Exceptions a transport raises (anything else is a bug)::

@@ -23,7 +23,8 @@ from starlette.types import ASGIApp
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from libs.http.asgi import AsgiTransport, running
-from libs.http.transport import AiohttpTransport, Transport
+from libs.http.lean_transport import LeanTransport
+from libs.http.transport import Transport
 from services.broker.app import create_app as broker_app
 from services.broker.settings import BrokerSettings
 from tests.support.apps import broker_settings, in_process
@@ -31,6 +32,19 @@ from tests.support.in_process import InProcessApp
 from tests.support.serving import ServedApp, start_app
 
 SERVED_MODULES = frozenset({"test_flush_timeout", "test_long_polls", "test_route_cache", "test_transactions"})
+BOTH_PATHS_MODULES = frozenset({"test_messages", "test_consume", "test_auth", "test_idempotency"})
+"""Their tests run twice: on the hot path (libs.http.hot_routes) and with every route through FastAPI."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "hot_path" in metafunc.fixturenames and metafunc.module.__name__.rsplit(".", 1)[-1] in BOTH_PATHS_MODULES:
+        metafunc.parametrize("hot_path", [True, False], ids=["hot", "fastapi"])
+
+
+@pytest.fixture
+def hot_path() -> bool:
+    """Whether the gateway and brokers serve their hot routes without FastAPI's request cycle (`hot_path`)."""
+    return True
 
 
 @pytest.fixture
@@ -52,8 +66,11 @@ def gateway_clock() -> Callable[[], float]:
 
 
 @pytest.fixture
-def broker_configs(nameserver: ServedApp, broker_overrides: dict[str, Any]) -> dict[str, BrokerSettings]:
-    return {name: broker_settings(nameserver, name, **broker_overrides) for name in ("broker-a", "broker-b")}
+def broker_configs(
+    nameserver: ServedApp, broker_overrides: dict[str, Any], hot_path: bool
+) -> dict[str, BrokerSettings]:
+    overrides = {"hot_path": hot_path} | broker_overrides
+    return {name: broker_settings(nameserver, name, **overrides) for name in ("broker-a", "broker-b")}
 
 
 @pytest.fixture
@@ -65,7 +82,7 @@ def in_process_apps() -> dict[str, ASGIApp]:
 @pytest.fixture
 def transport(in_process_apps: dict[str, ASGIApp]) -> Transport:
     """How a gateway of this test calls brokers and nameservers: in-process where it can, else over TCP."""
-    fallback = AiohttpTransport(connect_timeout=1.0, timeout=5.0, max_connections=256)
+    fallback = LeanTransport(connect_timeout=1.0, timeout=5.0, max_connections=256)
     return AsgiTransport(in_process_apps, fallback=fallback)
 
 
@@ -102,7 +119,8 @@ async def gateway(
     gateway_overrides: dict[str, Any],
     transport: Transport,
     gateway_clock: Callable[[], float],
+    hot_path: bool,
 ) -> AsyncIterator[httpx.AsyncClient]:
-    settings = GatewaySettings(nameservers=[nameserver.address], **gateway_overrides)
+    settings = GatewaySettings(nameservers=[nameserver.address], **({"hot_path": hot_path} | gateway_overrides))
     async for client in in_process(create_app(settings, transport=transport, clock=gateway_clock)):
         yield client
