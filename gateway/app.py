@@ -141,6 +141,7 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         description=DESCRIPTION,
         guards=[AuthMiddleware],
+        worker=settings.worker,
     )
     # Starlette tries routes in order, a few microseconds each: the hot paths (send, consume, transactions) first.
     app.include_router(messages.router)

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
 from starlette.types import Lifespan
 
@@ -48,6 +48,11 @@ ReadinessCheck = Callable[[Request], Awaitable[dict[str, str]]]
 class Health(BaseModel):
     status: str
     service: str
+    worker: str | None = Field(
+        default=None,
+        description="the gateway's worker that answered (gateway, gateway-2, ... when several processes share "
+        "its port); other services leave it out",
+    )
 
 
 class Readiness(BaseModel):
@@ -71,6 +76,7 @@ def service_app(
     description: str = "",
     version: str = "0.1.0",
     guards: Sequence[Callable[..., Any]] = (),
+    worker: str | None = None,
 ) -> FastAPI:
     """A FastAPI app with Petrel's common endpoints and middleware.
 
@@ -80,7 +86,8 @@ def service_app(
     pure ASGI middleware classes that run inside the request metrics (their refusals
     are counted) and before the body limit and the routes. Any service listening on
     an address other than loopback refuses to be built without a cluster token
-    (ClusterTokenError): the gateway needs it to call the others.
+    (ClusterTokenError): the gateway needs it to call the others. `worker` names this process among several
+    serving one port (SO_REUSEPORT, libs.http.serve): /healthz answers it.
     """
     token = settings.cluster_token()
     require_token_off_loopback(name, settings.host, token)
@@ -96,10 +103,12 @@ def service_app(
     app.state.metrics = metrics
     install_problem_handlers(app)
 
-    @app.get("/healthz", response_model=Health, operation_id="getHealth", tags=["ops"])
+    @app.get(
+        "/healthz", response_model=Health, response_model_exclude_none=True, operation_id="getHealth", tags=["ops"]
+    )
     async def healthz() -> Health:
         """Liveness: the process is up and serving."""
-        return Health(status="ok", service=name)
+        return Health(status="ok", service=name, worker=worker)
 
     @app.get(
         "/readyz",
