@@ -79,7 +79,8 @@ def test_no_etl_leaves_the_nightly_etl_out_of_the_plan() -> None:
     assert names == ["nameserver", "broker-a", "timer", "txcheck", "txcheck-worker", "txcheck-beat", "push", "gateway"]
 
 
-def test_petrel_up_no_etl_and_the_setting_both_leave_the_etl_out(monkeypatch: pytest.MonkeyPatch) -> None:
+def up_options(monkeypatch: pytest.MonkeyPatch, *command_lines: list[str]) -> list[UpOptions]:
+    """The options each `petrel up` command line would start a cluster with (none is started)."""
     from deploy.cli import main
 
     started: list[UpOptions] = []
@@ -89,9 +90,14 @@ def test_petrel_up_no_etl_and_the_setting_both_leave_the_etl_out(monkeypatch: py
         return 0
 
     monkeypatch.setattr("deploy.up.up", up_here)
-    for argv in (["up"], ["up", "--no-etl"]):
+    for argv in command_lines:
         with pytest.raises(SystemExit):
             main(argv)
+    return started
+
+
+def test_petrel_up_no_etl_and_the_setting_both_leave_the_etl_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    started = up_options(monkeypatch, ["up"], ["up", "--no-etl"])
     assert [options.etl for options in started] == [True, False]
 
     monkeypatch.setenv("PETREL_ETL_NIGHTLY", "false")
@@ -177,22 +183,11 @@ def test_gateway_workers_are_refused_below_one_and_beyond_linux() -> None:
 
 
 def test_petrel_up_takes_gateway_workers_and_says_how_many_serve_the_port(monkeypatch: pytest.MonkeyPatch) -> None:
-    from deploy.cli import main
-
-    started: list[UpOptions] = []
-
-    def up_here(options: UpOptions, redis_url: str | None) -> int:
-        started.append(options)
-        return 0
-
-    monkeypatch.setattr("deploy.up.up", up_here)
-    for argv in (["up"], ["up", "--gateway-workers", "4"]):
-        with pytest.raises(SystemExit):
-            main(argv)
+    started = up_options(monkeypatch, ["up"], ["up", "--gateway-workers", "4"])
 
     assert [options.gateway_workers for options in started] == [1, 4]
     assert _workers_line(started[0]) == "1 worker (petrel up --gateway-workers N: N processes on the one port)"
-    assert _workers_line(started[1]) == ("4 workers sharing port 8080 (SO_REUSEPORT): the kernel spreads connections")
+    assert _workers_line(started[1]) == "4 workers sharing port 8080 (SO_REUSEPORT): the kernel spreads connections"
 
 
 def test_a_worker_sharing_a_port_is_up_only_when_it_answers_itself() -> None:
