@@ -99,6 +99,14 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--nameservers", type=int, default=d.nameservers, help="how many nameservers (default: 1)")
     p.add_argument("--host", default=d.host, help="the gateway's bind address (default: 127.0.0.1)")
     p.add_argument("--gateway-port", type=int, default=d.gateway_port)
+    p.add_argument(
+        "--gateway-workers",
+        type=int,
+        default=d.gateway_workers,
+        metavar="N",
+        help="gateway processes sharing --gateway-port (SO_REUSEPORT, Linux), for machines with more cores; "
+        "named gateway, gateway-2, ... (default: 1)",
+    )
     p.add_argument("--nameserver-port", type=int, default=d.nameserver_port, help="the first nameserver's port")
     p.add_argument("--broker-port", type=int, default=d.broker_port, help="the first broker's port (+1 per broker)")
     p.add_argument("--timer-port", type=int, default=d.timer_port)
@@ -241,6 +249,7 @@ def main(argv: list[str] | None = None) -> None:
             nameservers=args.nameservers,
             host=args.host,
             gateway_port=args.gateway_port,
+            gateway_workers=args.gateway_workers,
             nameserver_port=args.nameserver_port,
             broker_port=args.broker_port,
             timer_port=args.timer_port,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import string
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,8 @@ class UpOptions:
     nameservers: int = 1
     host: str = "127.0.0.1"
     gateway_port: int = 8080
+    gateway_workers: int = 1
+    """gateway processes on `gateway_port` (`--gateway-workers`): more than one share it with SO_REUSEPORT"""
     nameserver_port: int = 9876
     broker_port: int = 10911
     timer_port: int = 10931
@@ -55,6 +58,8 @@ class ProcessSpec:
     host: str = "127.0.0.1"
     args: tuple[str, ...] = ()
     """after `python -m <module>`"""
+    shares_port: bool = False
+    """one of several processes on `port` (the gateway's workers): up when /healthz answers with its own name"""
 
     @property
     def url(self) -> str:
@@ -72,11 +77,17 @@ def broker_name(index: int) -> str:
     return f"broker-{suffix}"
 
 
+def gateway_name(index: int) -> str:
+    """gateway, gateway-2, gateway-3, ...: the first worker keeps the name a cluster of one gateway has."""
+    return "gateway" if index == 0 else f"gateway-{index + 1}"
+
+
 def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
     """In start order: nameservers, brokers, timer, txcheck (health, Celery worker, beat), push, the nightly
-    ETL's Celery worker and beat (unless `options.etl` is false), gateway."""
+    ETL's Celery worker and beat (unless `options.etl` is false), the gateway's workers."""
     if options.brokers < 1 or options.nameservers < 1:
         raise ValueError("a cluster needs at least one nameserver and one broker")
+    _check_gateway_workers(options.gateway_workers)
     parse_delay_levels(options.delay_levels)  # refused here, before any process starts, rather than by each
     nameservers = [f"127.0.0.1:{options.nameserver_port + i}" for i in range(options.nameservers)]
     shared = {
@@ -115,7 +126,13 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
         etl_env = shared | {"PETREL_ETL_REDIS_KEY_PREFIX": _prefix(options, "etl")}
         specs.append(ProcessSpec("etl-worker", "services.etl", 0, etl_env, args=("worker",)))
         specs.append(ProcessSpec("etl-beat", "services.etl", 0, etl_env, args=("beat",)))
-    gateway_env = (
+    return specs + _gateways(options, shared)
+
+
+def _gateways(options: UpOptions, shared: dict[str, str]) -> list[ProcessSpec]:
+    """The gateway's workers, alike but for their names; several share the port (SO_REUSEPORT)."""
+    several = options.gateway_workers > 1
+    env = (
         shared
         | _port("GATEWAY", options.gateway_port)
         | {
@@ -124,9 +141,30 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
             "PETREL_GATEWAY_PUSH_ADDRESS": f"127.0.0.1:{options.push_port}",
         }
         | ({"PETREL_GATEWAY_INSECURE_NO_AUTH": "true"} if options.insecure_no_auth else {})
+        | ({"PETREL_GATEWAY_REUSE_PORT": "true"} if several else {})
     )
-    specs.append(ProcessSpec("gateway", "gateway", options.gateway_port, gateway_env, host=options.host))
-    return specs
+    names = [gateway_name(i) for i in range(options.gateway_workers)]
+    return [
+        ProcessSpec(
+            name,
+            "gateway",
+            options.gateway_port,
+            env | {"PETREL_GATEWAY_WORKER": name},
+            host=options.host,
+            shares_port=several,
+        )
+        for name in names
+    ]
+
+
+def _check_gateway_workers(workers: int, platform: str = sys.platform) -> None:
+    if workers < 1:
+        raise ValueError(f"--gateway-workers {workers}: a cluster needs at least one gateway worker")
+    if workers > 1 and not platform.startswith("linux"):
+        raise ValueError(
+            f"--gateway-workers {workers} needs Linux: only its SO_REUSEPORT spreads connections over the processes "
+            "sharing a port"
+        )
 
 
 def _egress(host: str) -> dict[str, str]:

@@ -3,6 +3,9 @@
 - Children start in plan order; each must answer `/healthz` before the next
   starts, so brokers find their nameservers and the gateway finds brokers
   (a child without a port, as txcheck's Celery worker and beat, only has to start).
+  Processes that share a port (the gateway's workers, SO_REUSEPORT) are probed
+  on it alike, whichever of them the kernel hands a probe to: each is up when
+  `/healthz` answers with its own name (`worker`).
 - Each child runs in its own session (Ctrl-C reaches only the supervisor, which
   then stops children in reverse order: SIGTERM, then SIGKILL after a grace
   period) and, on Linux, is sent SIGTERM if the supervisor itself dies.
@@ -62,6 +65,15 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+def _worker(health: bytes) -> object:
+    """The worker a /healthz answer names (None when it names none)."""
+    try:
+        answer = json.loads(health)
+    except ValueError:
+        return None
+    return answer.get("worker") if isinstance(answer, dict) else None
+
+
 def log_tail(path: Path, lines: int = 15) -> str:
     try:
         text = path.read_text(errors="replace").splitlines()
@@ -80,7 +92,11 @@ class Supervisor:
         self.stopping = threading.Event()
 
     def check_ports(self, specs: list[ProcessSpec]) -> None:
-        busy = [f"{s.name} :{s.port}" for s in specs if s.port and port_in_use(s.host, s.port)]
+        ports: dict[tuple[str, int], str] = {}
+        for spec in specs:
+            if spec.port:
+                ports.setdefault((spec.host, spec.port), spec.name)  # a shared port is named by its first process
+        busy = [f"{name} :{port}" for (host, port), name in ports.items() if port_in_use(host, port)]
         if busy:
             raise StartupFailed(
                 "ports already in use: " + ", ".join(busy) + " (is another `petrel up` running? see --help for ports)"
@@ -134,7 +150,7 @@ class Supervisor:
             return False
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{spec.port}{health_path}", timeout=1) as response:
-                return bool(response.status == 200)
+                return bool(response.status == 200) and (not spec.shares_port or _worker(response.read()) == spec.name)
         except OSError:
             return False
 

@@ -113,6 +113,14 @@ def _auth_line(options: UpOptions, required: bool) -> list[str]:
     return ["off, the gateway listens on loopback only; PETREL_AUTH=required turns API keys on"]
 
 
+def _workers_line(options: UpOptions) -> str:
+    """How many gateway processes serve the port, and how to have more or fewer."""
+    workers = options.gateway_workers
+    if workers == 1:
+        return "1 worker (petrel up --gateway-workers N: N processes on the one port)"
+    return f"{workers} workers sharing port {options.gateway_port} (SO_REUSEPORT): the kernel spreads connections"
+
+
 def _print_urls(specs: list[ProcessSpec], options: UpOptions, redis_url: str, auth: bool) -> None:
     print("\nPetrel is up.", flush=True)
     for spec in specs:
@@ -125,6 +133,7 @@ def _print_urls(specs: list[ProcessSpec], options: UpOptions, redis_url: str, au
         print(f"             {line}")
     gateway = f"http://{options.host}:{options.gateway_port}"
     bearer = '-H "Authorization: Bearer $KEY" ' if auth else ""
+    print(f"  gateway:   {_workers_line(options)}")
     print(f"  API docs:  {gateway}/docs")
     print(f"  logs:      {options.data_dir / 'logs'}/")
     print(f"  token:     {options.token_file} (internal calls carry it in x-petrel-internal-token)")

@@ -6,4 +6,4 @@ from libs.http.serve import serve
 
 if __name__ == "__main__":
     settings = GatewaySettings()
-    serve(create_app(settings), settings)
+    serve(create_app(settings), settings, reuse_port=settings.reuse_port)

@@ -142,6 +142,7 @@ def create_app(
         description=DESCRIPTION,
         guards=[AuthMiddleware],
         hot_routes=messages.HOT_ROUTES | consume.HOT_ROUTES,
+        worker=settings.worker,
     )
     # Starlette tries routes in order, a few microseconds each: the hot paths (send, consume, transactions) first.
     app.include_router(messages.router)

@@ -19,6 +19,16 @@ class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings
     model_config = SettingsConfigDict(env_prefix="PETREL_GATEWAY_", extra="ignore")
 
     port: int = 8080
+    reuse_port: bool = Field(
+        default=False,
+        description="listen with SO_REUSEPORT (Linux), so that several gateway processes share the port and the "
+        "kernel spreads connections among them (petrel up --gateway-workers N sets it)",
+    )
+    worker: str = Field(
+        default="gateway",
+        description="this process's name among the gateway processes sharing a port (petrel up: gateway, "
+        "gateway-2, ...); /healthz answers it, so a probe can tell which process answered",
+    )
     cluster: str = Field(default="DefaultCluster", description="where new topics are created")
     route_refresh_seconds: float = Field(
         default=30.0,

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
 from starlette.types import Lifespan
 
@@ -49,6 +49,11 @@ ReadinessCheck = Callable[[Request], Awaitable[dict[str, str]]]
 class Health(BaseModel):
     status: str
     service: str
+    worker: str | None = Field(
+        default=None,
+        description="the gateway's worker that answered (gateway, gateway-2, ... when several processes share "
+        "its port); other services leave it out",
+    )
 
 
 class Readiness(BaseModel):
@@ -73,6 +78,7 @@ def service_app(
     version: str = "0.1.0",
     guards: Sequence[Callable[..., Any]] = (),
     hot_routes: Mapping[str, Binder] | None = None,
+    worker: str | None = None,
 ) -> FastAPI:
     """A FastAPI app with Petrel's common endpoints and middleware.
 
@@ -82,7 +88,8 @@ def service_app(
     pure ASGI middleware classes that run inside the request metrics (their refusals
     are counted) and before the body limit and the routes. Any service listening on
     an address other than loopback refuses to be built without a cluster token
-    (ClusterTokenError): the gateway needs it to call the others.
+    (ClusterTokenError): the gateway needs it to call the others. `worker` names this process among several
+    serving one port (SO_REUSEPORT, libs.http.serve): /healthz answers it.
 
     `hot_routes` (operation id -> Binder): routes served without FastAPI's request cycle, inside every
     check (libs.http.hot_routes), unless the settings turn the hot path off.
@@ -101,10 +108,12 @@ def service_app(
     app.state.metrics = metrics
     install_problem_handlers(app)
 
-    @app.get("/healthz", response_model=Health, operation_id="getHealth", tags=["ops"])
+    @app.get(
+        "/healthz", response_model=Health, response_model_exclude_none=True, operation_id="getHealth", tags=["ops"]
+    )
     async def healthz() -> Health:
         """Liveness: the process is up and serving."""
-        return Health(status="ok", service=name)
+        return Health(status="ok", service=name, worker=worker)
 
     @app.get(
         "/readyz",

@@ -10,6 +10,11 @@ are uvicorn's protocol's, set from the service's settings; a connection they ref
 close is counted in `petrel_http_connections_refused_total{reason=...}`. The process's
 open-file limit is raised to fit `max_connections`, as far as its hard limit allows.
 
+With `reuse_port`, the service opens its listening sockets itself, with SO_REUSEPORT
+(libs.http.shared_port), so that several processes of it (the gateway's workers,
+`petrel up --gateway-workers N`) listen on one port and the kernel spreads connections
+among them; each process keeps its own limits, connections and garbage collector.
+
 The garbage collector: a service's objects that live for its whole life are
 frozen after start-up, and full collections are made rarer, so that a
 collection does not stop a busy gateway for 50-80 ms (measured by the consumer
@@ -22,6 +27,7 @@ import contextlib
 import gc
 import logging
 import resource
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,6 +37,7 @@ from prometheus_client import Counter
 from starlette.types import Lifespan
 
 from libs.http.connection_limits import ConnectionLimits, Refused, limited_protocol
+from libs.http.shared_port import shared_port_sockets
 from libs.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -39,13 +46,26 @@ KEEP_ALIVE_SECONDS = 75
 GC_THRESHOLDS = (50_000, 20, 100)
 OTHER_OPEN_FILES = 1024
 """Files a service holds besides its clients' connections: store segments, calls to other services, logs."""
+STARTUP_FAILURE = 3
+"""uvicorn's exit code when it cannot bind"""
 
 
-def serve(app: FastAPI, settings: ServiceSettings) -> None:
+def serve(app: FastAPI, settings: ServiceSettings, *, reuse_port: bool = False) -> None:
+    """Serve `app` until a signal stops it; `reuse_port`: on a port other processes may share (SO_REUSEPORT)."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app.router.lifespan_context = _frozen_after_start(app.router.lifespan_context)
     _allow_open_files(settings.max_connections + OTHER_OPEN_FILES)
-    uvicorn.Server(server_config(app, settings)).run()
+    server = uvicorn.Server(server_config(app, settings))
+    if not reuse_port:
+        server.run()
+        return
+    try:
+        sockets = shared_port_sockets(settings.host, settings.port)
+    except OSError as exc:
+        log.error("%s", exc.strerror or exc)
+        sys.exit(STARTUP_FAILURE)
+    log.info("serving on %s:%d, a port shared with other processes (SO_REUSEPORT)", settings.host, settings.port)
+    server.run(sockets=sockets)
 
 
 def server_config(app: FastAPI, settings: ServiceSettings) -> uvicorn.Config:

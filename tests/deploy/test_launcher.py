@@ -4,13 +4,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
 
-from deploy.plan import ProcessSpec, UpOptions, broker_name, plan_cluster
+from deploy.plan import ProcessSpec, UpOptions, _check_gateway_workers, broker_name, gateway_name, plan_cluster
 from deploy.redis_server import RedisNotAvailable, private_redis_command, redis_answers
 from deploy.supervisor import StartupFailed, Supervisor
-from deploy.up import _auth_line, _gateway_auth, _with_etl_setting, up
+from deploy.up import _auth_line, _gateway_auth, _with_etl_setting, _workers_line, up
 from services.etl.settings import EtlSettings
-from tests.support.serving import free_port
+from tests.support.serving import free_port, serving
 
 
 def test_broker_names_run_a_to_z_then_double_letters() -> None:
@@ -78,7 +79,8 @@ def test_no_etl_leaves_the_nightly_etl_out_of_the_plan() -> None:
     assert names == ["nameserver", "broker-a", "timer", "txcheck", "txcheck-worker", "txcheck-beat", "push", "gateway"]
 
 
-def test_petrel_up_no_etl_and_the_setting_both_leave_the_etl_out(monkeypatch: pytest.MonkeyPatch) -> None:
+def up_options(monkeypatch: pytest.MonkeyPatch, *command_lines: list[str]) -> list[UpOptions]:
+    """The options each `petrel up` command line would start a cluster with (none is started)."""
     from deploy.cli import main
 
     started: list[UpOptions] = []
@@ -88,9 +90,14 @@ def test_petrel_up_no_etl_and_the_setting_both_leave_the_etl_out(monkeypatch: py
         return 0
 
     monkeypatch.setattr("deploy.up.up", up_here)
-    for argv in (["up"], ["up", "--no-etl"]):
+    for argv in command_lines:
         with pytest.raises(SystemExit):
             main(argv)
+    return started
+
+
+def test_petrel_up_no_etl_and_the_setting_both_leave_the_etl_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    started = up_options(monkeypatch, ["up"], ["up", "--no-etl"])
     assert [options.etl for options in started] == [True, False]
 
     monkeypatch.setenv("PETREL_ETL_NIGHTLY", "false")
@@ -138,6 +145,78 @@ def test_petrel_up_says_whether_callers_need_keys_and_warns_when_open_beyond_loo
     assert _auth_line(open_to_all, False) == [
         "OFF on 0.0.0.0 (--insecure-no-auth): anyone who reaches the gateway can do anything"
     ]
+
+
+def test_plan_with_gateway_workers_starts_them_last_on_one_shared_port_each_under_its_own_name() -> None:
+    options = UpOptions(gateway_workers=3, gateway_port=8181, host="0.0.0.0", insecure_no_auth=True)
+    specs = plan_cluster(options, "redis://127.0.0.1:6379/0")
+    workers = specs[-3:]
+
+    assert [gateway_name(i) for i in range(3)] == ["gateway", "gateway-2", "gateway-3"]
+    assert [w.name for w in workers] == ["gateway", "gateway-2", "gateway-3"]
+    assert all(s.module != "gateway" for s in specs[:-3]), "a gateway worker starts before the services it calls"
+    assert {(w.module, w.port, w.host, w.url, w.shares_port) for w in workers} == {
+        ("gateway", 8181, "0.0.0.0", "http://0.0.0.0:8181", True)
+    }
+    assert [w.env["PETREL_GATEWAY_WORKER"] for w in workers] == ["gateway", "gateway-2", "gateway-3"]
+    alike = [{k: v for k, v in w.env.items() if k != "PETREL_GATEWAY_WORKER"} for w in workers]
+    assert alike[0] == alike[1] == alike[2], "the workers differ in more than their names"
+    assert alike[0]["PETREL_GATEWAY_REUSE_PORT"] == "true"
+    assert alike[0]["PETREL_GATEWAY_PORT"] == "8181"
+    assert alike[0]["PETREL_GATEWAY_INSECURE_NO_AUTH"] == "true"
+
+
+def test_one_gateway_worker_is_planned_as_before_without_sharing_its_port() -> None:
+    (gateway,) = [s for s in plan_cluster(UpOptions(), "redis://x") if s.module == "gateway"]
+
+    assert (gateway.name, gateway.port, gateway.shares_port) == ("gateway", 8080, False)
+    assert "PETREL_GATEWAY_REUSE_PORT" not in gateway.env
+    assert gateway.env["PETREL_GATEWAY_WORKER"] == "gateway"
+
+
+def test_gateway_workers_are_refused_below_one_and_beyond_linux() -> None:
+    with pytest.raises(ValueError, match="--gateway-workers 0: a cluster needs at least one gateway worker"):
+        plan_cluster(UpOptions(gateway_workers=0), "redis://x")
+    with pytest.raises(ValueError, match="--gateway-workers 2 needs Linux"):
+        _check_gateway_workers(2, platform="darwin")
+    _check_gateway_workers(1, platform="darwin")
+
+
+def test_petrel_up_takes_gateway_workers_and_says_how_many_serve_the_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    started = up_options(monkeypatch, ["up"], ["up", "--gateway-workers", "4"])
+
+    assert [options.gateway_workers for options in started] == [1, 4]
+    assert _workers_line(started[0]) == "1 worker (petrel up --gateway-workers N: N processes on the one port)"
+    assert _workers_line(started[1]) == "4 workers sharing port 8080 (SO_REUSEPORT): the kernel spreads connections"
+
+
+def test_a_worker_sharing_a_port_is_up_only_when_it_answers_itself() -> None:
+    app = FastAPI()
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok", "service": "gateway", "worker": "gateway"}
+
+    with serving(app) as served:
+        first, second = (
+            ProcessSpec(name, "gateway", served.port, shares_port=True) for name in ("gateway", "gateway-2")
+        )
+
+        assert Supervisor._answers(first, "/healthz")
+        assert not Supervisor._answers(second, "/healthz"), "gateway-2 taken as up on gateway's answer"
+        assert Supervisor._answers(ProcessSpec("other", "gateway", served.port), "/healthz")
+
+
+def test_a_shared_port_in_use_is_named_once(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        workers = [ProcessSpec(name, "gateway", port, shares_port=True) for name in ("gateway", "gateway-2")]
+        with pytest.raises(StartupFailed, match=f"ports already in use: gateway :{port} \\("):
+            Supervisor(tmp_path).check_ports(workers)
 
 
 def test_plan_gives_every_process_the_same_delay_level_table() -> None:

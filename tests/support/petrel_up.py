@@ -75,6 +75,12 @@ class UpCluster:
         assert isinstance(processes, list)
         return int(next(p["pid"] for p in processes if p["name"] == name))
 
+    def running(self, name: str) -> bool:
+        """Whether cluster.json says the process `name` runs (the supervisor notes a death within half a second)."""
+        processes = self.state()["processes"]
+        assert isinstance(processes, list)
+        return bool(next(p["running"] for p in processes if p["name"] == name))
+
     def all_pids(self) -> list[int]:
         processes = self.state()["processes"]
         assert isinstance(processes, list)

@@ -147,9 +147,12 @@ def start_app(app: ASGIApp, port: int = 0, tls: tuple[Path, Path] | None = None)
     return start_config(config, port, warm_up=tls is None)
 
 
-def start_config(config: uvicorn.Config, port: int = 0, warm_up: bool = True) -> ServedApp:
-    """Serves as `config` says (its loop and protocol: libs.http.serve's, say), on a loopback port."""
-    sock = bound_socket(port)
+def start_config(
+    config: uvicorn.Config, port: int = 0, warm_up: bool = True, sock: socket.socket | None = None
+) -> ServedApp:
+    """Serves as `config` says (its loop and protocol: libs.http.serve's, say), on a loopback port (or on `sock`,
+    bound and not yet listening: a port shared with other servers, say)."""
+    sock = sock or bound_socket(port)
     port = int(sock.getsockname()[1])
     server = _PromptServer(config)
 
