@@ -36,6 +36,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from libs.errors import PetrelError, RequestHeaderTimeout, RequestHeaderTooLarge
+from libs.http.one_write import HeadWithBody
 from libs.problem import error_response
 from libs.settings import ServiceSettings
 
@@ -143,6 +144,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._phase = _Phase.BODY
         self._cancel_header_timer()
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.transport = HeadWithBody(self.transport)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         self._phase = _Phase.IDLE
