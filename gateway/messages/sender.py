@@ -25,8 +25,9 @@ import binascii
 import time
 import zlib
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
+from typing import Any, Final, Protocol
 
 from gateway.messages.producer import BrokerAvoidance, QueueSelector, QueueTarget, writable_queues
 from libs.broker_api.client import BrokerClient
@@ -96,6 +97,13 @@ class Sent:
     stored_at: int
     deliver_at: int | None = None
     warning: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """SendResult's fields as plain data (dataclasses.asdict would copy each value, deeply)."""
+        return {name: getattr(self, name) for name in _SENT_FIELDS}
+
+
+_SENT_FIELDS: Final = tuple(f.name for f in dataclass_fields(Sent))
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +307,7 @@ class Sender:
                     continue
                 self.avoidance.failed(target.broker)  # a disk that does not keep up: send elsewhere for a while
                 where = self._result(route, prepared[i], t, entry)
-                results.append(FlushTimeout(f"{stored.detail} (message {where.message_id})", **asdict(where)))
+                results.append(FlushTimeout(f"{stored.detail} (message {where.message_id})", **where.fields()))
                 continue
             self.avoidance.succeeded(target.broker)
             results.append(self._result(route, prepared[i], t, stored))
