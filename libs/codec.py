@@ -151,13 +151,14 @@ def unpack_host(raw: bytes) -> str:
 
 
 def encode_properties(properties: Mapping[str, str]) -> bytes:
-    for name, value in properties.items():
-        for text in (name, value):
-            if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
-                raise InvalidMessage(f"property {name!r} contains a reserved control character (\\x01 or \\x02)")
-        if not name:
-            raise InvalidMessage("a property name is empty")
-    return "".join(f"{n}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for n, v in properties.items()).encode()
+    text = "".join(f"{n}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for n, v in properties.items())
+    # Each pair adds one of each separator: any more means a name or value holds one (checked in C, per record).
+    if text.count(NAME_VALUE_SEPARATOR) != len(properties) or text.count(PROPERTY_SEPARATOR) != len(properties):
+        name = next(n for n, v in properties.items() if {NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR} & {*n, *v})
+        raise InvalidMessage(f"property {name!r} contains a reserved control character (\\x01 or \\x02)")
+    if "" in properties:
+        raise InvalidMessage("a property name is empty")
+    return text.encode()
 
 
 def decode_properties(raw: bytes) -> dict[str, str]:
@@ -188,9 +189,9 @@ def encode_record(record: MessageRecord) -> bytes:
         header = _pack_header(record, total, len(body))
     except struct.error as exc:
         raise InvalidMessage(f"a numeric field is out of its range: {exc}") from exc
-    buf = bytearray(b"".join((header, body, U16.pack(len(topic)), topic, U16.pack(len(properties)), properties)))
-    U32.pack_into(buf, CRC_AT, zlib.crc32(memoryview(buf)[CRC_START:]))
-    return bytes(buf)
+    tail = b"".join((U16.pack(len(topic)), topic, U16.pack(len(properties)), properties))
+    crc = zlib.crc32(tail, zlib.crc32(body, zlib.crc32(memoryview(header)[CRC_START:])))
+    return b"".join((header[:CRC_AT], U32.pack(crc), header[CRC_START:], body, tail))
 
 
 def _pack_header(record: MessageRecord, total: int, body_length: int) -> bytes:
