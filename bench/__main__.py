@@ -1,4 +1,4 @@
-"""`python -m bench [scenario ...] [--quick] [--runs N]`: the same as `petrel bench`."""
+"""`python -m bench [scenario ...] [--quick] [--runs N] [--profile]`: the same as `petrel bench`."""
 
 from __future__ import annotations
 
@@ -17,8 +17,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--runs", type=_positive, default=1, help="run the scenarios N times; report each figure's median"
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="record a py-spy flame graph of every Petrel process during each load (under RESULTS/profiles/)",
+    )
     args = parser.parse_args(argv)
-    run(args.scenarios, BenchOptions(quick=args.quick), args.results, runs=args.runs)
+    run(args.scenarios, BenchOptions(quick=args.quick), args.results, runs=args.runs, profile=args.profile)
 
 
 def _positive(text: str) -> int:

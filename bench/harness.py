@@ -6,7 +6,8 @@ ratio, the target ratio an issue names) and writes the figures as JSON, with a
 chart of the ratios beside it (bench.chart). With several runs, every scenario
 runs that many times and each figure is reported as the median of its runs'
 values of ours and of the reference (the ratio is the medians'; each run's is
-printed too). Speed is only ever judged here, never by timed tests.
+printed too). Progress is said as it goes (bench.progress). Speed is only ever
+judged here, never by timed tests.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bench.chart import write_chart
+from bench.progress import scenario_stage
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +125,9 @@ def render_runs(series: Sequence[Series]) -> str:
     return "\n".join(lines)
 
 
-def run(names: list[str], options: BenchOptions, results_dir: Path, runs: int = 1) -> list[Figure]:
+def run(
+    names: list[str], options: BenchOptions, results_dir: Path, runs: int = 1, profile: bool = False
+) -> list[Figure]:
     """Run the scenarios `names` (all when empty) `runs` times; print and write the medians (and the chart)."""
     from bench import scenarios  # noqa: F401  (registers the scenarios)
 
@@ -131,13 +135,15 @@ def run(names: list[str], options: BenchOptions, results_dir: Path, runs: int = 
     if unknown:
         raise SystemExit(f"unknown scenario(s): {', '.join(unknown)}; known: {', '.join(sorted(SCENARIOS))}")
     stamp = time.strftime("%Y%m%dT%H%M%S")
+    started = time.monotonic()
     measured: list[list[Figure]] = []
     for n in range(1, runs + 1):
+        profiles = (results_dir / "profiles" / stamp / (f"run{n}" if runs > 1 else "")) if profile else None
         label = f" (run {n} of {runs})" if runs > 1 else ""
         figures: list[Figure] = []
         for name in names or sorted(SCENARIOS):
-            print(f"running {name}{label} ...", flush=True)
-            figures.extend(SCENARIOS[name](options))
+            with scenario_stage(name, started, profiles, label):
+                figures.extend(SCENARIOS[name](options))
         if runs > 1:
             print(f"run {n} of {runs}:\n{render(figures)}", flush=True)
         measured.append(figures)

@@ -10,6 +10,7 @@ import pytest
 
 from bench.chart import write_chart
 from bench.harness import SCENARIOS, BenchOptions, Figure, render, render_runs, run, series_of
+from bench.progress import measuring
 from deploy import cli
 
 
@@ -75,13 +76,14 @@ def test_two_figures_of_one_name_in_a_run_stay_two() -> None:
     assert (first.median.ours, second.median.ours) == (1, 5)
 
 
-def test_runs_write_the_medians_and_each_run_as_json_with_a_chart_beside(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_runs_write_the_medians_and_each_run_as_json_with_a_chart_beside_and_say_each_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     values = iter([100.0, 300.0, 200.0])
 
     def fake(options: BenchOptions) -> list[Figure]:
-        return [Figure("sends", next(values), "noop", 400, "msg/s", 0.5)]
+        with measuring("sends"):
+            return [Figure("sends", next(values), "noop", 400, "msg/s", 0.5)]
 
     monkeypatch.setitem(SCENARIOS, "fake", fake)
 
@@ -95,6 +97,10 @@ def test_runs_write_the_medians_and_each_run_as_json_with_a_chart_beside(
     assert payload["figures"][0]["verdict"] == "meets"
     assert [r["ours"] for r in payload["per_run"][0]] == [100.0, 300.0, 200.0]
     assert written.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
+    said = capsys.readouterr().out
+    assert "fake (run 2 of 3): started" in said
+    assert "fake: sends: ended after" in said
+    assert "fake (run 3 of 3): ended after" in said
 
 
 def test_the_chart_is_a_png_even_with_figures_that_have_no_ratio_or_no_target(tmp_path: Path) -> None:
