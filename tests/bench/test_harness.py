@@ -35,7 +35,7 @@ def test_petrel_bench_help_lists_the_scenarios(capsys: pytest.CaptureFixture[str
 
     assert exited.value.code == 0
     listed = capsys.readouterr().out
-    for name in ("chaos", "consumers", "etl", "gateway", "storage", "timers", "transactions"):
+    for name in ("chaos", "consumers", "datapath", "etl", "gateway", "storage", "timers", "transactions"):
         assert name in listed
 
 
