@@ -152,11 +152,18 @@ def run(
     print(("median of the runs:\n" if runs > 1 else "") + render(medians))
     if runs > 1:
         print(render_runs(series))
-    _write(results_dir / f"bench-{stamp}", options, series)
+    _write(results_dir / f"bench-{stamp}", options, series, _title(names, options, runs))
     return medians
 
 
-def _write(stem: Path, options: BenchOptions, series: list[Series]) -> None:
+def _title(names: list[str], options: BenchOptions, runs: int) -> str:
+    """The chart's: the command that made it, and when."""
+    quick = " --quick" if options.quick else ""
+    several = f" --runs {runs} (medians; dots: each run)" if runs > 1 else ""
+    return f"petrel bench {' '.join(names) or '(all)'}{quick}{several}, {time.strftime('%Y-%m-%d %H:%M')}"
+
+
+def _write(stem: Path, options: BenchOptions, series: list[Series], title: str) -> None:
     """The JSON (the medians, and each run's figures) and the chart beside it."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     medians = [one.median for one in series]
@@ -170,9 +177,8 @@ def _write(stem: Path, options: BenchOptions, series: list[Series]) -> None:
     stem.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
     print(f"results written to {stem.with_suffix('.json')}")
     if medians:
-        runs = f", median of {payload['runs']} runs" if payload["runs"] != 1 else ""
-        title = f"petrel bench {stem.name}{' --quick' if options.quick else ''}{runs}"
-        chart = write_chart(medians, stem.with_suffix(".png"), title, [one.ratios for one in series])
+        several = payload["runs"] != 1
+        chart = write_chart(medians, stem.with_suffix(".png"), title, [one.ratios for one in series] if several else [])
         print(f"chart written to {chart}")
 
 
