@@ -4,8 +4,9 @@ Written beside the JSON as a PNG (matplotlib's Agg canvas, no display). A bar's
 length is the figure's ratio (for a lower-is-better figure, the reference over
 ours, as in the table), green where it meets its target, red where it is BELOW,
 grey where there is none; the target is a black tick across the bar, and with
-several runs each run's ratio is a dot. Ratios past the axis's end (3x, or the
-largest target's 1.5x) are drawn to the end; every ratio is written on the right.
+several runs each run's ratio is a dot. The axis ends a little past the largest
+ratio, at 3x at most (never short of 1.5 times the largest target); a ratio past
+its end is drawn to the end, and every ratio is written on the right.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def write_chart(figures: Sequence[Figure], path: Path, title: str, runs: Sequenc
     from matplotlib.figure import Figure as Drawing
 
     targets = [f.target_ratio for f in figures if f.target_ratio is not None]
-    end = max(AXIS_END, 1.5 * max(targets, default=1.0))
+    largest = max((f.ratio for f in figures if f.ratio is not None), default=1.0)
+    end = max(1.5 * max(targets, default=1.0), min(AXIS_END, max(1.25, 1.1 * largest)))
     drawing = Drawing(figsize=(12, 1.4 + ROW_INCHES * len(figures)))
     FigureCanvasAgg(drawing)
     axes = drawing.add_subplot()

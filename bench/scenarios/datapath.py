@@ -84,7 +84,7 @@ def figures(measured: Measured) -> list[Figure]:
 
 def durable_publish_figure(ours: float, nats: float) -> Figure:
     return Figure(
-        "durable publish (SYNC_FLUSH send), 32 in flight",
+        "durable publish, 32 in flight (SYNC_FLUSH)",
         ours,
         "NATS JetStream publish + ack, file storage",
         nats,

@@ -36,7 +36,7 @@ def test_the_eight_figures_carry_the_issues_target_ratios_in_its_order() -> None
         ("long poll send-to-receive p99, 1,000/s", 1.0),
         ("ASYNC_FLUSH append, batches of 32", 0.5),
         ("half + commit through the gateway, 32 conns", 1.0),
-        ("durable publish (SYNC_FLUSH send), 32 in flight", 0.3),
+        ("durable publish, 32 in flight (SYNC_FLUSH)", 0.3),
     ]
     assert all(f.unit for f in found)
 
