@@ -1,4 +1,4 @@
-"""`python -m bench [scenario ...] [--quick]`: the same as `petrel bench`."""
+"""`python -m bench [scenario ...] [--quick] [--runs N] [--profile]`: the same as `petrel bench`."""
 
 from __future__ import annotations
 
@@ -13,9 +13,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="petrel bench", description="Run benchmark scenarios.")
     parser.add_argument("scenarios", nargs="*", help=f"scenario names (default: all): {', '.join(sorted(SCENARIOS))}")
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke run, figures only indicative")
-    parser.add_argument("--results", type=Path, default=Path("data/bench"), help="where the JSON results go")
+    parser.add_argument("--results", type=Path, default=Path("data/bench"), help="where the JSON and chart go")
+    parser.add_argument(
+        "--runs", type=_positive, default=1, help="run the scenarios N times; report each figure's median"
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="record a py-spy flame graph of every Petrel process during each load (under RESULTS/profiles/)",
+    )
     args = parser.parse_args(argv)
-    run(args.scenarios, BenchOptions(quick=args.quick), args.results)
+    run(args.scenarios, BenchOptions(quick=args.quick), args.results, runs=args.runs, profile=args.profile)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
+    return value
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Every port is a free one and the data directory a temporary one, deleted after;
 environment. The launcher's own output goes to a log whose tail is shown when
 the cluster does not come up. With `PETREL_AUTH=required`, `api_key` makes a
 key in the cluster's metadata database with `petrel keys create`, as an
-operator would, and waits until the gateway lets it in.
+operator would, and waits until the gateway lets it in. `clusters_up()` names
+the clusters up at the moment (what `petrel bench --profile` records).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.loadgen import JSON_BODY, auth_headers
 from bench.loopback import free_port
 
 SHARED_REDIS = "redis://127.0.0.1:6379/0"
+_UP: list[Cluster] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,20 @@ class Cluster:
     """The gateway's base URL."""
     data_dir: Path
     """Its data, and `run/cluster.json` with every process's pid (for py-spy while a scenario runs)."""
+
+    def processes(self) -> list[dict[str, Any]]:
+        """The launcher's list of the cluster's processes: name (`gateway`, `broker-0`, ...), pid, url, log, running."""
+        processes: list[dict[str, Any]] = json.loads((self.data_dir / "run" / "cluster.json").read_text())["processes"]
+        return processes
+
+    def running_pids(self) -> dict[str, int]:
+        """Every running process of the cluster, by name: its pid."""
+        return {p["name"]: int(p["pid"]) for p in self.processes() if p["running"]}
+
+
+def clusters_up() -> tuple[Cluster, ...]:
+    """The clusters `petrel_cluster` has up now, oldest first."""
+    return tuple(_UP)
 
 
 @contextlib.contextmanager
@@ -55,7 +72,12 @@ def petrel_cluster(env: dict[str, str] | None = None, timeout: float = 90.0) -> 
     try:
         url = f"http://127.0.0.1:{gateway_port}"
         _wait_ready(url, launcher, log_path, timeout)
-        yield Cluster(url, data_dir)
+        cluster = Cluster(url, data_dir)
+        _UP.append(cluster)
+        try:
+            yield cluster
+        finally:
+            _UP.remove(cluster)
     finally:
         _stop(launcher)
         shutil.rmtree(data_dir, ignore_errors=True)

@@ -19,6 +19,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from bench.progress import measuring
+
 BODY_BYTES = 1024
 INDEX_DIGITS = 16
 
@@ -125,9 +127,11 @@ def print_drain(drain: Drain) -> None:
     print(json.dumps(asdict(drain)), flush=True)
 
 
-def run_drain(command: list[str], limit: float) -> Drain:
-    """Run a drain load process; its Drain (failures are reported, the figures still count)."""
-    done = subprocess.run(command, capture_output=True, text=True, timeout=limit + 60, check=False)
+def run_drain(command: list[str], limit: float, what: str) -> Drain:
+    """Run a drain load process (the measurement `what`); its Drain (failures are reported, the figures still
+    count)."""
+    with measuring(what):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=limit + 60, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command[2:5])} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     drain = Drain(**json.loads(done.stdout.strip().splitlines()[-1]))

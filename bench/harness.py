@@ -2,18 +2,27 @@
 
 A scenario is a function that starts what it needs, measures, stops it, and
 returns `Figure`s. The harness prints one table (ours, the reference, their
-ratio, the target ratio an issue names) and writes the figures as JSON.
-Speed is only ever judged here, never by timed tests.
+ratio, the target ratio an issue names) and writes the figures as JSON, with a
+chart of the ratios beside it (bench.chart). With several runs, every scenario
+runs that many times and each figure is reported as the median of its runs'
+values of ours and of the reference (the ratio is the medians'; each run's is
+printed too). Progress is said as it goes (bench.progress). Speed is only ever
+judged here, never by timed tests.
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import statistics
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+from bench.chart import write_chart
+from bench.progress import scenario_stage
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,24 +88,99 @@ def render(figures: list[Figure]) -> str:
     return "\n".join(lines)
 
 
-def run(names: list[str], options: BenchOptions, results_dir: Path) -> list[Figure]:
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One figure as each run measured it (None where a run left it out), and the median of the runs."""
+
+    runs: tuple[Figure | None, ...]
+
+    @property
+    def median(self) -> Figure:
+        measured = [f for f in self.runs if f is not None]
+        ours = statistics.median(f.ours for f in measured)
+        return replace(measured[0], ours=ours, reference=statistics.median(f.reference for f in measured))
+
+    @property
+    def ratios(self) -> list[float | None]:
+        return [None if f is None else f.ratio for f in self.runs]
+
+
+def series_of(runs: Sequence[Sequence[Figure]]) -> list[Series]:
+    """Each figure across the runs, in the order they were first measured. A figure is known by its name and
+    which of that name it was in its run (two scenarios may report the same figure)."""
+    by_key: dict[tuple[str, int], list[Figure | None]] = {}
+    for n, figures in enumerate(runs):
+        seen: Counter[str] = Counter()
+        for figure in figures:
+            seen[figure.name] += 1
+            by_key.setdefault((figure.name, seen[figure.name]), [None] * len(runs))[n] = figure
+    return [Series(tuple(measured)) for measured in by_key.values()]
+
+
+def render_runs(series: Sequence[Series]) -> str:
+    """Each figure's ratio run by run."""
+    lines = ["ratio in each run:"]
+    for one in series:
+        lines.append(f"  {one.median.name:44} " + " ".join(f"{_ratio(r):>7}" for r in one.ratios))
+    return "\n".join(lines)
+
+
+def run(
+    names: list[str], options: BenchOptions, results_dir: Path, runs: int = 1, profile: bool = False
+) -> list[Figure]:
+    """Run the scenarios `names` (all when empty) `runs` times; print and write the medians (and the chart)."""
     from bench import scenarios  # noqa: F401  (registers the scenarios)
 
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise SystemExit(f"unknown scenario(s): {', '.join(unknown)}; known: {', '.join(sorted(SCENARIOS))}")
-    figures: list[Figure] = []
-    for name in names or sorted(SCENARIOS):
-        print(f"running {name} ...", flush=True)
-        figures.extend(SCENARIOS[name](options))
-    print(render(figures))
-    results_dir.mkdir(parents=True, exist_ok=True)
-    out = results_dir / f"bench-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    started = time.monotonic()
+    measured: list[list[Figure]] = []
+    for n in range(1, runs + 1):
+        profiles = (results_dir / "profiles" / stamp / (f"run{n}" if runs > 1 else "")) if profile else None
+        label = f" (run {n} of {runs})" if runs > 1 else ""
+        figures: list[Figure] = []
+        for name in names or sorted(SCENARIOS):
+            with scenario_stage(name, started, profiles, label):
+                figures.extend(SCENARIOS[name](options))
+        if runs > 1:
+            print(f"run {n} of {runs}:\n{render(figures)}", flush=True)
+        measured.append(figures)
+    series = series_of(measured)
+    medians = [one.median for one in series]
+    print(("median of the runs:\n" if runs > 1 else "") + render(medians))
+    if runs > 1:
+        print(render_runs(series))
+    _write(results_dir / f"bench-{stamp}", options, series, _title(names, options, runs))
+    return medians
+
+
+def _title(names: list[str], options: BenchOptions, runs: int) -> str:
+    """The chart's: the command that made it, and when."""
+    quick = " --quick" if options.quick else ""
+    several = f" --runs {runs} (medians; dots: each run)" if runs > 1 else ""
+    return f"petrel bench {' '.join(names) or '(all)'}{quick}{several}, {time.strftime('%Y-%m-%d %H:%M')}"
+
+
+def _write(stem: Path, options: BenchOptions, series: list[Series], title: str) -> None:
+    """The JSON (the medians, and each run's figures) and the chart beside it."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    medians = [one.median for one in series]
     payload = {
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "quick": options.quick,
-        "figures": [asdict(f) | {"ratio": f.ratio, "verdict": f.verdict} for f in figures],
+        "runs": len(series[0].runs) if series else 0,
+        "figures": [_as_json(f) for f in medians],
+        "per_run": [[None if f is None else _as_json(f) for f in one.runs] for one in series],
     }
-    out.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"results written to {out}")
-    return figures
+    stem.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"results written to {stem.with_suffix('.json')}")
+    if medians:
+        several = payload["runs"] != 1
+        chart = write_chart(medians, stem.with_suffix(".png"), title, [one.ratios for one in series] if several else [])
+        print(f"chart written to {chart}")
+
+
+def _as_json(figure: Figure) -> dict[str, object]:
+    return asdict(figure) | {"ratio": figure.ratio, "verdict": figure.verdict}

@@ -31,28 +31,26 @@ def wait_for_port(port: int, timeout: float = 20.0, alive: subprocess.Popen[byte
 def served(factory_path: str) -> Iterator[int]:
     """Run `module:factory()` under uvicorn (uvloop, httptools) in a child process; yield its port."""
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--factory",
-        factory_path,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        "--no-access-log",
-        "--loop",
-        "uvloop",
-        "--http",
-        "httptools",
-    ]
+    command = [sys.executable, "-m", "uvicorn", "--factory", factory_path, "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--log-level", "warning", "--no-access-log", "--loop", "uvloop", "--http", "httptools"]
+    with _running(command, port):
+        yield port
+
+
+@contextlib.contextmanager
+def served_module(module: str) -> Iterator[int]:
+    """Run `python -m module PORT` (a server that takes the port it listens on) in a child process; yield the port."""
+    port = free_port()
+    with _running([sys.executable, "-m", module, str(port)], port):
+        yield port
+
+
+@contextlib.contextmanager
+def _running(command: list[str], port: int) -> Iterator[None]:
     proc = subprocess.Popen(command)
     try:
         wait_for_port(port, alive=proc)
-        yield port
+        yield
     finally:
         proc.terminate()
         proc.wait(10)

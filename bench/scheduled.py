@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -166,8 +165,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def process(cluster: Cluster, name: str) -> dict[str, Any]:
-    state = json.loads((cluster.data_dir / "run" / "cluster.json").read_text())
-    for entry in state["processes"]:
+    for entry in cluster.processes():
         if entry["name"] == name:
             found: dict[str, Any] = entry
             return found

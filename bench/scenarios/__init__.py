@@ -1,5 +1,27 @@
 """Every benchmark scenario; importing this package registers them with the harness."""
 
-from bench.scenarios import chaos, consumers, etl, gateway, internal_client, push, storage, timers, transactions
+from bench.scenarios import (
+    chaos,
+    consumers,
+    datapath,
+    etl,
+    gateway,
+    internal_client,
+    push,
+    storage,
+    timers,
+    transactions,
+)
 
-__all__ = ["chaos", "consumers", "etl", "gateway", "internal_client", "push", "storage", "timers", "transactions"]
+__all__ = [
+    "chaos",
+    "consumers",
+    "datapath",
+    "etl",
+    "gateway",
+    "internal_client",
+    "push",
+    "storage",
+    "timers",
+    "transactions",
+]

@@ -3,9 +3,11 @@
 A cluster started by the launcher is driven by a load generator in a process
 of its own (bench.loadgen, 32 keep-alive aiohttp connections), so client and
 servers share the two cores as they would in a deployment. References, in the
-same run: a FastAPI no-op endpoint under uvicorn for single sends; Redis
-Streams XADD pipelined 32 at a time for batches (the shared Redis for
-ASYNC_FLUSH, a private `appendfsync always` one for SYNC_FLUSH).
+same run: a FastAPI no-op endpoint served as the gateway is (bench.noop_server)
+for single sends; Redis Streams XADD pipelined 32 at a time for batches (the
+shared Redis for ASYNC_FLUSH, a private `appendfsync always` one for
+SYNC_FLUSH). Target ratios are issue 15's (`petrel bench datapath` reports the
+same figures beside the rest of the data path).
 
 The cost of API keys: the same single sends against two clusters up at once,
 one with PETREL_AUTH=off, one with PETREL_AUTH=required whose load carries a
@@ -25,13 +27,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI
-from pydantic import BaseModel
-
 from bench.cluster import SHARED_REDIS, Cluster, api_key, petrel_cluster, request_json, until_admitted
 from bench.harness import BenchOptions, Figure, scenario
 from bench.loadgen import API_KEY_ENV, Tally
-from bench.loopback import served
+from bench.loopback import served_module
+from bench.progress import measuring
 from bench.redis_reference import private_redis
 
 TOPIC = "bench"
@@ -47,56 +47,68 @@ class Timing:
     seconds: float
 
 
-class NoopMessage(BaseModel):
-    body: str
-    tag: str
-
-
-def noop_app() -> FastAPI:
-    """The single-send reference: the same JSON parsed into a pydantic model, answered at once."""
-    app = FastAPI()
-
-    @app.post("/v1/topics/{topic}/messages")
-    async def send(topic: str, message: NoopMessage) -> dict[str, bool]:
-        return {"ok": True}
-
-    return app
+FULL = Timing(2.0, 8.0)
+QUICK = Timing(0.5, 1.5)
+SYNC_FLUSH = {"PETREL_BROKER_FLUSH_MODE": "SYNC_FLUSH"}
+"""a cluster whose broker answers a send once it is fsynced"""
 
 
 @scenario("gateway")
 def gateway(options: BenchOptions) -> list[Figure]:
-    timing = Timing(0.5, 1.5) if options.quick else Timing(2.0, 8.0)
+    timing = QUICK if options.quick else FULL
     rounds = 1 if options.quick else 3
     os.sync()  # so that writeback left by an earlier scenario does not run during the measurements
     if os.environ.get(ONLY_ENV) == "auth":
         return [auth_cost(timing, rounds)]
     with petrel_cluster() as cluster:
-        request_json("PUT", f"{cluster.url}/v1/topics/{TOPIC}", {"queues": QUEUES})
-        single = _load(f"{cluster.url}/v1/topics/{TOPIC}/messages", "single", timing)
-        batch = _load(f"{cluster.url}/v1/topics/{TOPIC}/messages:batch", "batch", timing)
-    with served("bench.scenarios.gateway:noop_app") as port:
-        noop = _load(f"http://127.0.0.1:{port}/v1/topics/{TOPIC}/messages", "single", timing)
-    redis_async = run_tally([sys.executable, "-m", "bench.redis_reference", SHARED_REDIS], timing)
-    with petrel_cluster({"PETREL_BROKER_FLUSH_MODE": "SYNC_FLUSH"}) as cluster:
-        request_json("PUT", f"{cluster.url}/v1/topics/{TOPIC}", {"queues": QUEUES})
-        sync_batch = _load(f"{cluster.url}/v1/topics/{TOPIC}/messages:batch", "batch", timing)
+        messages = bench_topic(cluster)
+        single = sends(messages, "single", timing, "single sends")
+        batch = sends(f"{messages}:batch", "batch", timing, "batches")
+    noop = noop_sends(timing)
+    redis_async = redis_batches(SHARED_REDIS, timing, "Redis XADD batches")
+    with petrel_cluster(SYNC_FLUSH) as cluster:
+        sync_batch = sends(f"{bench_topic(cluster)}:batch", "batch", timing, "SYNC_FLUSH batches")
     with private_redis() as url:
-        redis_sync = run_tally([sys.executable, "-m", "bench.redis_reference", url], timing)
+        redis_sync = redis_batches(url, timing, "Redis appendfsync always batches")
     return [
-        Figure("gateway: send 1 message, 32 conns", single, "FastAPI no-op POST, pydantic body", noop, "msg/s", 0.6),
-        Figure(
-            "gateway: batches of 32, 32 conns", batch, "Redis XADD pipelined 32, 32 clients", redis_async, "msg/s", 0.75
-        ),
-        Figure(
-            "gateway: SYNC_FLUSH batches of 32",
-            sync_batch,
-            "same, redis-server appendfsync always",
-            redis_sync,
-            "msg/s",
-            1.0,
-        ),
+        single_send_figure(single, noop),
+        batch_figure(batch, redis_async),
+        sync_batch_figure(sync_batch, redis_sync),
         auth_cost(timing, rounds),
     ]
+
+
+def single_send_figure(ours: float, noop: float) -> Figure:
+    return Figure(
+        "gateway: send 1 message, 32 conns", ours, "FastAPI no-op POST, typed body, same server", noop, "msg/s", 0.8
+    )
+
+
+def batch_figure(ours: float, redis: float) -> Figure:
+    return Figure("gateway: batches of 32, 32 conns", ours, "Redis XADD pipelined 32, 32 clients", redis, "msg/s", 0.5)
+
+
+def sync_batch_figure(ours: float, redis: float) -> Figure:
+    return Figure(
+        "gateway: SYNC_FLUSH batches of 32", ours, "same, redis-server appendfsync always", redis, "msg/s", 0.5
+    )
+
+
+def bench_topic(cluster: Cluster) -> str:
+    """Create the topic the sends go to; the URL of its messages."""
+    request_json("PUT", f"{cluster.url}/v1/topics/{TOPIC}", {"queues": QUEUES})
+    return f"{cluster.url}/v1/topics/{TOPIC}/messages"
+
+
+def noop_sends(timing: Timing) -> float:
+    """The single-send reference's messages/s (bench.noop_server)."""
+    with served_module("bench.noop_server") as port:
+        return sends(f"http://127.0.0.1:{port}/v1/topics/{TOPIC}/messages", "single", timing, "FastAPI no-op sends")
+
+
+def redis_batches(url: str, timing: Timing, what: str) -> float:
+    """The batch reference's messages/s: XADD pipelined 32 at a time by 32 clients of the Redis at `url`."""
+    return run_tally([sys.executable, "-m", "bench.redis_reference", url], timing, what)
 
 
 def auth_cost(timing: Timing, rounds: int) -> Figure:
@@ -105,7 +117,7 @@ def auth_cost(timing: Timing, rounds: int) -> Figure:
     on_runs: list[float] = []
     off_runs: list[float] = []
     with petrel_cluster({"PETREL_AUTH": "off"}) as off, petrel_cluster({"PETREL_AUTH": "required"}) as on:
-        request_json("PUT", f"{off.url}/v1/topics/{TOPIC}", {"queues": QUEUES})
+        bench_topic(off)
         key = api_key(on, "bench", ["pub", "admin"], KEY_RATE)
         until_admitted("PUT", f"{on.url}/v1/topics/{TOPIC}", {"queues": QUEUES}, key)
         for n in range(rounds):
@@ -125,21 +137,23 @@ def auth_cost(timing: Timing, rounds: int) -> Figure:
 def _single_sends(cluster: Cluster, timing: Timing, key: str | None = None) -> float:
     """Single sends' messages/s; with a key, every send must have been let in (a refusal measures nothing)."""
     url = f"{cluster.url}/v1/topics/{TOPIC}/messages"
-    tally = load_tally(
-        [sys.executable, "-m", "bench.loadgen", url, "single"], timing, {API_KEY_ENV: key} if key else None
-    )
+    command = [sys.executable, "-m", "bench.loadgen", url, "single"]
+    what = "single sends, auth " + ("on" if key else "off")
+    tally = load_tally(command, timing, what, {API_KEY_ENV: key} if key else None)
     if key and tally.errors:
         raise RuntimeError(f"auth on: {tally.errors} of {tally.requests} sends failed; first: {tally.first_error}")
     return tally.succeeded_per_second
 
 
-def _load(url: str, kind: str, timing: Timing) -> float:
-    return run_tally([sys.executable, "-m", "bench.loadgen", url, kind], timing)
+def sends(url: str, kind: str, timing: Timing, what: str) -> float:
+    """bench.loadgen's `kind` of sends to `url` over 32 connections: messages/s answered."""
+    return run_tally([sys.executable, "-m", "bench.loadgen", url, kind], timing, what)
 
 
-def run_tally(command: list[str], timing: Timing) -> float:
-    """Run a load process; messages/s of its successful answers (failures are reported, not counted)."""
-    tally = load_tally(command, timing)
+def run_tally(command: list[str], timing: Timing, what: str) -> float:
+    """Run a load process (the measurement `what`); messages/s of its successful answers (failures are
+    reported, not counted)."""
+    tally = load_tally(command, timing, what)
     if tally.errors:
         print(
             f"  WARNING {command[3]}: {tally.errors} of {tally.requests} requests failed; first: {tally.first_error}",
@@ -148,17 +162,19 @@ def run_tally(command: list[str], timing: Timing) -> float:
     return tally.succeeded_per_second
 
 
-def load_tally(command: list[str], timing: Timing, env: dict[str, str] | None = None) -> Tally:
-    """Run a load process (with `env` added to this one's) and read the tally it prints last."""
+def load_tally(command: list[str], timing: Timing, what: str, env: dict[str, str] | None = None) -> Tally:
+    """Run a load process (the measurement `what`, with `env` added to this one's) and read the tally it
+    prints last."""
     limit = timing.warmup + timing.seconds + 120
-    done = subprocess.run(
-        [*command, str(timing.warmup), str(timing.seconds)],
-        capture_output=True,
-        text=True,
-        timeout=limit,
-        check=False,
-        env=os.environ | (env or {}),
-    )
+    with measuring(what):
+        done = subprocess.run(
+            [*command, str(timing.warmup), str(timing.seconds)],
+            capture_output=True,
+            text=True,
+            timeout=limit,
+            check=False,
+            env=os.environ | (env or {}),
+        )
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command[2:4])} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     fields: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])

@@ -107,7 +107,7 @@ def push_drain(cluster: Cluster, name: str, count: int) -> Drain:
     command = [sys.executable, "-m", "bench.pushload", "drain", cluster.url, name, name, "--count", str(count)]
     command += ["--warmup-messages", str(count // 10), "--max-in-flight", str(MAX_IN_FLIGHT)]
     command += ["--limit", str(DRAIN_LIMIT_S)]
-    drain = run_drain(command, DRAIN_LIMIT_S)
+    drain = run_drain(command, DRAIN_LIMIT_S, f"{name} push")
     print(
         f"  {name}: {drain.count:,} messages, max_in_flight {MAX_IN_FLIGHT}: {drain.per_second:,.0f} msg/s "
         f"({drain.measured:,} in {drain.seconds:.2f} s to lag 0); {drain.receives:,} POSTs; "

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.harness import BenchOptions, Figure, scenario
+from bench.progress import measuring
 from bench.records import BATCH, STORE_HOST, QueueKey, batched, encoded, pack_into_map, spread
 from bench.recovery import recovery_figures
 from libs.store.config import FlushMode, StoreConfig
@@ -31,6 +32,8 @@ from libs.store.message_store import MessageStore
 
 WRITERS = 64
 MIB = 1024 * 1024
+PAIRS = spread(1, 8)
+"""the (topic, queue) pairs the appends go to, round-robin"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,31 +68,53 @@ def storage(options: BenchOptions) -> list[Figure]:
     with tempfile.TemporaryDirectory(prefix="petrel-bench-store-") as tmp:
         root = Path(tmp)
         figures = uvloop.run(_in_process(root, sizes))
-        figures += recovery_figures(root, sizes.recovery_bytes, sizes.recovery_segment, sizes.past_checkpoint)
+        with measuring("recovery after kill -9"):
+            figures += recovery_figures(root, sizes.recovery_bytes, sizes.recovery_segment, sizes.past_checkpoint)
     return figures
+
+
+def best_batch_appends(options: BenchOptions) -> tuple[float, float]:
+    """Only the batch appends and the bare loop (msgs/s, the best of the rounds each), in a temporary directory."""
+    import uvloop
+
+    sizes = QUICK if options.quick else FULL
+    best = Best()
+    records = encoded(sizes.warmup + sizes.records, PAIRS)
+    with tempfile.TemporaryDirectory(prefix="petrel-bench-store-") as tmp:
+        for n in range(1, sizes.rounds + 1):
+            with measuring(f"store appends, round {n}"):
+                uvloop.run(_batch_appends(Path(tmp), records, sizes.warmup, best))
+    return best["batch"], best["batch reference"]
+
+
+def batch_append_figure(ours: float, bare_loop: float) -> Figure:
+    return Figure(
+        "ASYNC_FLUSH append, batches of 32",
+        ours,
+        "bare loop packing the records into an mmap",
+        bare_loop,
+        "msg/s",
+        target_ratio=0.5,
+    )
 
 
 async def _in_process(root: Path, sizes: Sizes) -> list[Figure]:
     best = Best()
-    pairs = spread(1, 8)
-    records = encoded(sizes.warmup + sizes.records, pairs)
+    records = encoded(sizes.warmup + sizes.records, PAIRS)
     wide = encoded(10_000 + sizes.records, spread(100, 100))
     narrow = encoded(10_000 + sizes.records, spread(1, 1))
-    for _ in range(sizes.rounds):
-        await _appends_and_reads(root, records, sizes.warmup, pairs, best)
-        best.keep("sync", await _writers(root / "sync", FlushMode.SYNC_FLUSH, sizes.seconds))
-        best.keep("async", await _writers(root / "async", FlushMode.ASYNC_FLUSH, sizes.seconds))
-        best.keep("wide", await _queue_spread(root / "wide", wide, 10_000))
-        best.keep("narrow", await _queue_spread(root / "narrow", narrow, 10_000))
+    for n in range(1, sizes.rounds + 1):
+        with measuring(f"appends and reads, round {n}"):
+            await _batch_appends(root, records, sizes.warmup, best)
+            await _single_appends(root, records, sizes.warmup, best)
+        with measuring(f"{WRITERS} writers, round {n}"):
+            best.keep("sync", await _writers(root / "sync", FlushMode.SYNC_FLUSH, sizes.seconds))
+            best.keep("async", await _writers(root / "async", FlushMode.ASYNC_FLUSH, sizes.seconds))
+        with measuring(f"10,000 queues, round {n}"):
+            best.keep("wide", await _queue_spread(root / "wide", wide, 10_000))
+            best.keep("narrow", await _queue_spread(root / "narrow", narrow, 10_000))
     return [
-        Figure(
-            "ASYNC_FLUSH append, batches of 32",
-            best["batch"],
-            "bare loop packing the records into an mmap",
-            best["batch reference"],
-            "msg/s",
-            target_ratio=0.5,
-        ),
+        batch_append_figure(best["batch"], best["batch reference"]),
         Figure(
             "ASYNC_FLUSH append, one record at a time",
             best["single"],
@@ -141,16 +166,19 @@ async def _append(store: MessageStore, batches: Sequence[bytes]) -> float:
     return count / (time.perf_counter() - started)
 
 
-async def _appends_and_reads(
-    root: Path, records: list[bytes], warmup: int, pairs: Sequence[QueueKey], best: Best
-) -> None:
+async def _batch_appends(root: Path, records: list[bytes], warmup: int, best: Best) -> None:
+    """Batches of 32 into a fresh store, pulled back 32 at a time; then the bare loop packing the same batches."""
     warm, timed = records[:warmup], records[warmup:]
     async with _opened(root / "batched", FlushMode.ASYNC_FLUSH) as store:
         await _append(store, batched(warm))
         best.keep("batch", await _append(store, batched(timed)))
         await store.flusher.flush()
-        best.keep("pull", _pull_all(store, pairs, expected=len(records)))
+        best.keep("pull", _pull_all(store, PAIRS, expected=len(records)))
     best.keep("batch reference", pack_into_map(batched(timed), root))
+
+
+async def _single_appends(root: Path, records: list[bytes], warmup: int, best: Best) -> None:
+    warm, timed = records[:warmup], records[warmup:]
     async with _opened(root / "single", FlushMode.ASYNC_FLUSH) as store:
         await _append(store, batched(warm, 1))
         best.keep("single", await _append(store, batched(timed, 1)))

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 from dataclasses import dataclass
 
 from bench.cluster import Cluster, petrel_cluster, request_json
 from bench.harness import BenchOptions, Figure, scenario
-from bench.scenarios.gateway import Timing, run_tally
+from bench.scenarios.gateway import Timing, sends
 from bench.scheduled import (
     cmdline_of,
     environ_of,
@@ -148,9 +147,8 @@ def _throughput(cluster: Cluster, sizes: Sizes) -> list[Figure]:
     topic = "timers-throughput"
     _topic(cluster, topic)
     url = f"{cluster.url}/v1/topics/{topic}/messages:batch"
-    command = [sys.executable, "-m", "bench.loadgen", url]
-    plain = run_tally([*command, "batch"], sizes.throughput)
-    delayed = run_tally([*command, "delayed"], sizes.throughput)
+    plain = sends(url, "batch", sizes.throughput, "batches")
+    delayed = sends(url, "delayed", sizes.throughput, "delayed batches")
     return [
         Figure(
             "delayed send throughput (32 x 1 KiB, 1 h)",
