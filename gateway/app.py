@@ -14,7 +14,7 @@ from prometheus_client import Gauge
 
 from gateway.auth import routes as keys
 from gateway.auth.audit import RateBudget
-from gateway.auth.middleware import AuthMiddleware
+from gateway.auth.key_check import KeyCheck
 from gateway.auth.opened import opened_auth
 from gateway.auth.schemas import KeyRequest
 from gateway.auth.spec import document_security
@@ -140,7 +140,7 @@ def create_app(
         public=True,
         max_body_bytes=settings.max_body_bytes,
         description=DESCRIPTION,
-        guards=[AuthMiddleware],
+        guards=[KeyCheck()],
         hot_routes=messages.HOT_ROUTES | consume.HOT_ROUTES,
         worker=settings.worker,
     )

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import redis.asyncio as aioredis
 
 from gateway.auth.directory import KeyDirectory
-from gateway.auth.middleware import Authenticator
+from gateway.auth.key_check import Authenticator
 from gateway.auth.rates import RateLimiter
 from gateway.settings import GatewaySettings
 from libs.auth.keys import KeyStore, open_key_engine

@@ -12,7 +12,7 @@ from libs.auth.grants import UNRESTRICTED, Action, Policy, ResourceKind, needed_
 from libs.errors import Forbidden, Unauthorized
 
 SCOPE_KEY: Final = "petrel.principal"
-"""Where AuthMiddleware puts the caller in the request's ASGI scope (its own, never shared between requests)."""
+"""Where KeyCheck (gateway.auth.key_check) puts the caller in the request's scope (its own, never shared)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +59,7 @@ EVERYONE: Final = Principal(key_id=None, name="anonymous (auth is off)", policy=
 
 
 def principal_of(request: Request) -> Principal:
-    """The caller AuthMiddleware found; a request that did not pass it is refused, never let through."""
+    """The caller KeyCheck found; a request that did not pass it is refused, never let through."""
     principal = request.scope.get(SCOPE_KEY)
     if not isinstance(principal, Principal):
         raise Unauthorized("the request was not authenticated")

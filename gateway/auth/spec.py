@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from gateway.auth.middleware import OPEN_PATHS
+from gateway.auth.key_check import OPEN_PATHS
 
 SCHEME = "apiKey"
 

@@ -26,7 +26,7 @@ from libs.problem import merge_problem_responses, problem_responses
 
 PUBLIC_PREFIX: Final = "/v1/"
 PUBLIC_PROBLEMS: Final[tuple[type[PetrelError], ...]] = (
-    Unauthorized,  # no valid API key (gateway.auth.middleware), before any route
+    Unauthorized,  # no valid API key (gateway.auth.key_check), before any route
     Forbidden,  # the key lacks a grant the operation needs (gateway.auth.needs)
     RateLimited,  # the key is over its rate
     UnsupportedMediaType,  # a body that is not JSON (libs.http.media)

@@ -21,19 +21,20 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
-from starlette.types import Lifespan
+from starlette.types import Lifespan, Receive, Scope, Send
 
 from libs.cluster_token import require_token_off_loopback
 from libs.events.writer import EventWriter
-from libs.http.hot_routes import Binder, HotRoutesMiddleware
+from libs.http.guards import Guard, GuardMiddleware
+from libs.http.hot_routes import Binder, Checks, HotPath
 from libs.http.json_shape import JsonShapeMiddleware
-from libs.http.media import MediaTypeMiddleware
+from libs.http.media import MediaTypeCheck
 from libs.http.middleware import (
     INTERNAL_TOKEN_HEADER,
     OPEN_PATHS,
     BodyLimitMiddleware,
-    HostCheckMiddleware,
-    InternalTokenMiddleware,
+    ClusterTokenCheck,
+    HostCheck,
     RequestMetrics,
     RequestMetricsMiddleware,
 )
@@ -76,7 +77,7 @@ def service_app(
     max_body_bytes: int = 8 * 1024 * 1024,
     description: str = "",
     version: str = "0.1.0",
-    guards: Sequence[Callable[..., Any]] = (),
+    guards: Sequence[Guard] = (),
     hot_routes: Mapping[str, Binder] | None = None,
     worker: str | None = None,
 ) -> FastAPI:
@@ -85,7 +86,7 @@ def service_app(
     Internal services (public=False) require the cluster token when one is
     configured and answer only to IP addresses, localhost and `host_names()` in
     the Host header; the gateway (public=True) has its own auth, given as `guards`:
-    pure ASGI middleware classes that run inside the request metrics (their refusals
+    guards (libs.http.guards) that run inside the request metrics (their refusals
     are counted) and before the body limit and the routes. Any service listening on
     an address other than loopback refuses to be built without a cluster token
     (ClusterTokenError): the gateway needs it to call the others. `worker` names this process among several
@@ -97,7 +98,7 @@ def service_app(
     token = settings.cluster_token()
     require_token_off_loopback(name, settings.host, token)
     telemetry_on = settings.otel_enabled
-    app = FastAPI(
+    app = ServiceApp(
         telemetry={"tracing": telemetry_on, "metrics": telemetry_on, "logs": telemetry_on},
         title=f"Petrel {name}",
         version=version,
@@ -145,19 +146,34 @@ def service_app(
         _document_cluster_token(app)
     # Outermost first: metrics, the gateway's guards (401, 429) or the Host check (400) and the cluster token
     # (401), media type (415), body size (413), JSON shape (400/413), the hot routes, FastAPI's routes.
-    if hot_routes and settings.hot_path:
-        app.add_middleware(HotRoutesMiddleware, routes=app.router.routes, binders=hot_routes)
+    # The hot path (libs.http.hot_routes) runs the same objects in the same order, as plain calls.
+    checked: list[Guard] = [*guards] if public else [HostCheck(settings.host_names())]
+    if not public and token is not None:
+        checked.append(ClusterTokenCheck(token))
+    checked.append(MediaTypeCheck(app.router.routes))
     app.add_middleware(JsonShapeMiddleware, max_depth=settings.max_json_depth, max_items=settings.max_json_items)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
-    app.add_middleware(MediaTypeMiddleware, routes=app.router.routes)
-    if not public and token is not None:
-        app.add_middleware(InternalTokenMiddleware, token=token)
-    if not public:
-        app.add_middleware(HostCheckMiddleware, allowed_hosts=settings.host_names())
-    for guard in reversed(guards):
-        app.add_middleware(guard)
+    for guard in reversed(checked):
+        app.add_middleware(GuardMiddleware, guard=guard)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    if hot_routes and settings.hot_path:
+        checks = Checks(metrics, checked, max_body_bytes, settings.max_json_depth, settings.max_json_items)
+        app.hot_path = HotPath(app.router.routes, hot_routes, checks)
     return app
+
+
+class ServiceApp(FastAPI):
+    """A Petrel service's app: FastAPI, with its hot routes answered before FastAPI's stack (libs.http.hot_routes)."""
+
+    hot_path: HotPath | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.hot_path is not None:
+            found = self.hot_path.find(scope)
+            if found is not None:
+                await self.hot_path.serve(self, *found, scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
 
 
 def _with_events(name: str, settings: ServiceSettings, lifespan: Lifespan[Any]) -> Lifespan[Any]:
@@ -169,6 +185,9 @@ def _with_events(name: str, settings: ServiceSettings, lifespan: Lifespan[Any]) 
 
     @contextlib.asynccontextmanager
     async def combined(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        hot_path = getattr(app, "hot_path", None)
+        if hot_path is not None:
+            hot_path.resolve()  # a hot route naming no operation of the app stops it here, not at its first call
         events = EventWriter(settings.data_dir / "export", name, enabled=settings.events_enabled)
         events.start()
         app.state.events = events  # for the service's own lifespan (background tasks emit too)

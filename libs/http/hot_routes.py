@@ -1,36 +1,44 @@
-"""HotRoutesMiddleware: the routes a service answers most, called without FastAPI's request cycle.
+"""HotPath: the routes a service answers most, served without FastAPI's request cycle or middleware stack.
 
-FastAPI gives each request a walk over the routes, a dependency tree, an exit stack and
-its exception middleware: on a send, a receive, an ack or a broker's put that machinery
-cost more than the work (profiles of `petrel bench gateway`). A hot route is served by its
-own FastAPI route's endpoint, called with the arguments a `Binder` takes from the request
-(the service's context from the lifespan state, path parameters validated as the route's
-dependencies validate them, a header), and its `Response` is sent as it is. So both paths
-run one handler, one schema and one set of checks; the FastAPI route stays the spec's
-source, and answers every request this middleware passes on (other paths, other methods,
-and all of them when the service runs with `hot_path=false`).
+FastAPI gives each request a walk over the routes, a dependency tree, an exit stack and a
+dozen nested middleware coroutines (its own error, telemetry and body-limit layers, then
+ours), each resumed every time the handler waits: on a send, a receive, an ack or a
+broker's put that machinery cost more than the work (about 110 us of a single send's
+300 us in the gateway and broker, measured in-process). A hot route is served by its own
+FastAPI route's endpoint, called with the arguments a `Binder` takes from the request (the
+service's context from the lifespan state, path parameters validated as the route's
+dependencies validate them, a header), and its `Response` is sent as it is. Both paths run
+one handler, one schema and one set of checks; the FastAPI route stays the spec's source
+and answers every request the hot path passes on (other paths, other methods, and all of
+them when the service runs with `hot_path=false`).
 
-It sits innermost in `service_app`'s middleware: the request metrics, the guards (API keys,
-the Host check, the cluster token), the media type, body size and JSON shape checks run for
-a hot request as for any other. A route class that guards its handler (the gateway's
-`AuthorizedRoute`: permissions, audit) guards the hot call too (`GuardedRoute`). Errors are
-answered by the same mapping as FastAPI's exception handlers (`libs.problem.answer_error`).
+The checks run here as plain calls, in the middleware stack's order and with the same
+objects (libs.http.app): the request metrics around it all, the guards (API keys; the Host
+check and the cluster token), the media type, the body limit while the body is read, the
+JSON shape. A route class that guards its handler (the gateway's `AuthorizedRoute`:
+permissions, audit) guards the hot call too (`GuardedRoute`). Errors are answered by the
+mapping FastAPI's exception handlers use (`libs.problem.answer_error`).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from fastapi.routing import RouteContext, iter_route_contexts
 from starlette.convertors import Convertor
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from libs.http.guards import Guard
+from libs.http.json_shape import check_json_shape
+from libs.http.media import MediaType, content_type
+from libs.http.middleware import RequestMetrics, body_too_large, declared_length, read_body
 from libs.problem import answer_error
 
 Binder = Callable[[Request], dict[str, Any]]
@@ -44,6 +52,17 @@ class GuardedRoute(Protocol):
     """A route class whose handler runs inside checks of its own (the gateway's permissions)."""
 
     async def guarded(self, request: Request, call: Call) -> Response: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Checks:
+    """What a request passes before its route, in the middleware stack's order (libs.http.app.service_app)."""
+
+    metrics: RequestMetrics
+    guards: Sequence[Guard]
+    max_body_bytes: int
+    max_json_depth: int
+    max_json_items: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,37 +93,67 @@ class HotRoute:
         return await (self.guard.guarded(request, run) if self.guard is not None else run())
 
 
-class HotRoutesMiddleware:
-    """Serves the routes named in `binders` (operation id -> Binder); passes every other request on.
+class HotPath:
+    """Serves the routes named in `binders` (operation id -> Binder) of the app whose routes are `routes`."""
 
-    `routes`: the app's routes, read when the first request comes (the routers are included by then).
-    """
-
-    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute], binders: Mapping[str, Binder]) -> None:
-        self.app = app
+    def __init__(self, routes: Sequence[BaseRoute], binders: Mapping[str, Binder], checks: Checks) -> None:
         self.routes = routes
         self.binders = dict(binders)
+        self.checks = checks
         self._by_method: dict[str, list[HotRoute]] | None = None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    def resolve(self) -> None:
+        """Find each named operation's route (when the app starts: its routers are included by then)."""
+        if self._by_method is None:
+            self._by_method = self._resolve()
+
+    def find(self, scope: Scope) -> tuple[HotRoute, dict[str, Any]] | None:
+        """The hot route this request is for, with its path parameters; None: FastAPI's to answer."""
         if self._by_method is None:
             self._by_method = self._resolve()
         for route in self._by_method.get(scope["method"], ()):
             params = route.match(scope["path"])
             if params is not None:
-                scope["route"] = route.context
-                scope["path_params"] = params
-                request = Request(scope, receive)
-                try:
-                    response = await route.call(request)
-                except Exception as exc:  # noqa: BLE001 - answered as FastAPI's exception handlers answer it
-                    response = await answer_error(request, exc)
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+                return route, params
+        return None
+
+    async def serve(
+        self, app: ASGIApp, route: HotRoute, params: dict[str, Any], scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        started = time.perf_counter()
+        scope["app"] = app
+        scope["route"] = route.context
+        scope["path_params"] = params
+        status = 500
+        try:
+            response = await self._answer(route, scope, receive)
+            if response is None:
+                return  # the client left before its body was whole: nobody to answer
+            status = response.status_code
+            await response(scope, receive, send)
+        finally:
+            self.checks.metrics.record(scope["method"], route.context.path or "", status, time.perf_counter() - started)
+
+    async def _answer(self, route: HotRoute, scope: Scope, receive: Receive) -> Response | None:
+        request = Request(scope, receive)
+        try:
+            for guard in self.checks.guards:
+                refused = await guard.refusal(scope)
+                if refused is not None:
+                    return refused.response(scope["path"])
+            declared = declared_length(scope)
+            if declared is not None and declared > self.checks.max_body_bytes:
+                raise body_too_large(declared, self.checks.max_body_bytes)
+            body = await read_body(receive, self.checks.max_body_bytes)
+            header = content_type(scope)
+            if body and header is not None and MediaType.parse(header).is_json:
+                check_json_shape(body, max_depth=self.checks.max_json_depth, max_items=self.checks.max_json_items)
+            request._body = body  # what request.body() answers: the body is read once, here
+            return await route.call(request)
+        except ClientDisconnect:
+            return None
+        except Exception as exc:  # noqa: BLE001 - answered as FastAPI's exception handlers answer it
+            return await answer_error(request, exc)
 
     def _resolve(self) -> dict[str, list[HotRoute]]:
         by_method: dict[str, list[HotRoute]] = {}

@@ -22,11 +22,13 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from libs.errors import MalformedBody, PayloadTooLarge
+from libs.http.guards import send_problem
 from libs.http.media import MediaType, content_type, has_body
-from libs.http.middleware import send_problem
+from libs.http.middleware import read_body, replaying
 
 _SEGMENT: Final = re.compile(rb'(?:[^"\[\]{},]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+([\[\]{},]?)', re.DOTALL)
 """Everything up to the next structural character outside a string, and that character (empty at the end)."""
@@ -97,27 +99,13 @@ class JsonShapeMiddleware:
         if header is None or not MediaType.parse(header).is_json:
             await self.app(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client left before the body was whole: nobody to answer
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        try:
+            body = await read_body(receive)  # within the body limit: BodyLimitMiddleware runs first
+        except ClientDisconnect:
+            return  # the client left before the body was whole: nobody to answer
         try:
             check_json_shape(body, max_depth=self.max_depth, max_items=self.max_items)
         except (MalformedBody, PayloadTooLarge) as exc:
             await send_problem(scope, send, exc)
             return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)

@@ -21,10 +21,10 @@ from typing import Any
 
 from fastapi.routing import iter_route_contexts
 from starlette.routing import BaseRoute, compile_path
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
 from libs.errors import UnsupportedMediaType
-from libs.http.middleware import send_problem
+from libs.http.guards import HTTP_ONLY, Refusal
 
 JSON_MEDIA_TYPE = "application/json"
 JSON_ONLY = (JSON_MEDIA_TYPE,)
@@ -91,26 +91,25 @@ class _Declared:
         return scope["method"] in self.methods and self.path.match(scope["path"]) is not None
 
 
-class MediaTypeMiddleware:
-    """Answers 415 for a body whose Content-Type its route does not take, before any of it is read.
+class MediaTypeCheck:
+    """Refuses (415) a body whose Content-Type its route does not take, before any of it is read.
 
     `routes`: the app's routes (read when the first request comes, and again when more
     were added); only those declaring types other than JSON are matched per request.
     """
 
-    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute]) -> None:
-        self.app = app
+    scopes = HTTP_ONLY
+
+    def __init__(self, routes: Sequence[BaseRoute]) -> None:
         self.routes = routes
         self._seen = -1
         self._other: list[_Declared] = []
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and has_body(scope):
-            refusal = self._refusal(scope, content_type(scope))
-            if refusal is not None:
-                await send_problem(scope, send, refusal)
-                return
-        await self.app(scope, receive, send)
+    async def refusal(self, scope: Scope) -> Refusal | None:
+        if not has_body(scope):
+            return None
+        refused = self._refusal(scope, content_type(scope))
+        return None if refused is None else Refusal(refused)
 
     def _refusal(self, scope: Scope, header: str | None) -> UnsupportedMediaType | None:
         accepted = self._accepted(scope)

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.auth.middleware import OPEN_PATHS
+from gateway.auth.key_check import OPEN_PATHS
 from gateway.auth.needs import NEEDS, Need
 from libs.auth.grants import Action
 from tests.support.api_keys import bearer, issue_key, make_key

@@ -1,17 +1,21 @@
-"""The hot path (libs.http.hot_routes): the FastAPI route's endpoint, called without FastAPI's request cycle."""
+"""The hot path (libs.http.hot_routes): a route's endpoint called without FastAPI's stack, behind the same checks."""
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
 import httpx
 import pytest
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.routing import APIRoute
+from pydantic import SecretStr
 
 from libs.errors import Forbidden, InvalidTopicName
-from libs.http.hot_routes import HotRoutesMiddleware
+from libs.http.app import service_app
 from libs.names import validate_topic_name
+from libs.settings import ServiceSettings
 
+TOKEN = "cluster-secret"
 calls: list[str] = []
 
 
@@ -45,11 +49,11 @@ router = APIRouter(route_class=GuardedRoute)
 
 
 @router.post("/topics/{topic}/things", operation_id="putThing")
-async def put_thing(topic: Topic, request: Request, count: int = 1) -> Response:
+async def put_thing(topic: Topic, request: Request) -> Response:
     body = await request.body()
-    if body == b"boom":
+    if body == b'"boom"':
         raise RuntimeError("a bug")
-    return Response(f"{topic}:{len(body)}:{count}".encode(), status_code=201, media_type="text/plain")
+    return Response(f"{topic}:{len(body)}".encode(), status_code=201, media_type="text/plain")
 
 
 @router.post("/topics/{topic}/things:many", operation_id="putThings")
@@ -62,83 +66,100 @@ def _bind(request: Request) -> dict[str, Any]:
     return {"topic": validate_topic_name(request.path_params["topic"]), "request": request}
 
 
-def make_app(hot: dict[str, Any]) -> FastAPI:
-    from libs.problem import install_problem_handlers
+@contextlib.asynccontextmanager
+async def no_resources(app: FastAPI) -> AsyncIterator[None]:
+    yield
 
-    app = FastAPI()
-    install_problem_handlers(app)
+
+def make_app(hot_path: bool, binders: dict[str, Any] | None = None) -> FastAPI:
+    settings = ServiceSettings(
+        internal_token=SecretStr(TOKEN), events_enabled=False, hot_path=hot_path, max_json_depth=4
+    )
+    app = service_app(
+        "testsvc", settings, lifespan=no_resources, max_body_bytes=1000, hot_routes=binders or {"putThing": _bind}
+    )
     app.include_router(router)
-    seen: list[str] = []
-
-    class RouteLabel:
-        """What the request metrics read: the matched route's path template."""
-
-        def __init__(self, inner: Any) -> None:
-            self.inner = inner
-
-        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            await self.inner(scope, receive, send)
-            seen.append(getattr(scope.get("route"), "path", "unmatched"))
-
-    app.add_middleware(HotRoutesMiddleware, routes=app.router.routes, binders=hot)
-    app.add_middleware(RouteLabel)
-    app.state.seen = seen
     return app
 
 
-@pytest.fixture
-def client() -> httpx.AsyncClient:
+def client_of(app: FastAPI) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    return httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1")
+
+
+ALLOWED = {"x-allowed": "yes", "x-petrel-internal-token": TOKEN, "content-type": "application/json"}
+
+
+@pytest.fixture(params=[True, False], ids=["hot", "fastapi"])
+async def both(request: pytest.FixtureRequest) -> AsyncIterator[tuple[httpx.AsyncClient, bool]]:
     calls.clear()
-    app = make_app({"putThing": _bind})
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+    async with client_of(make_app(request.param)) as client:
+        yield client, request.param
 
 
-async def test_a_hot_route_runs_its_endpoint_without_the_dependency_tree(client: httpx.AsyncClient) -> None:
-    answer = await client.post("/topics/orders/things", content=b"12345", headers={"x-allowed": "yes"})
-    assert (answer.status_code, answer.text) == (201, "orders:5:1")
-    assert calls == ["guard", "hot"]  # the guard ran, the binder bound; FastAPI's dependency did not run
+async def test_a_hot_route_runs_its_endpoint_without_the_dependency_tree(
+    both: tuple[httpx.AsyncClient, bool],
+) -> None:
+    client, hot = both
+    answer = await client.post("/topics/orders/things", content=b'"12345"', headers=ALLOWED)
+    assert (answer.status_code, answer.text) == (201, "orders:7")
+    assert calls == (["guard", "hot"] if hot else ["guard", "dependency"])
 
 
-async def test_routes_it_does_not_name_go_through_fastapi(client: httpx.AsyncClient) -> None:
-    answer = await client.post("/topics/orders/things:many", headers={"x-allowed": "yes"})
+async def test_routes_it_does_not_name_go_through_fastapi(both: tuple[httpx.AsyncClient, bool]) -> None:
+    client, _ = both
+    answer = await client.post("/topics/orders/things:many", headers=ALLOWED)
     assert (answer.status_code, answer.text) == (200, "many orders")
     assert calls == ["guard", "dependency"]
 
 
-async def test_the_metrics_see_the_route_template(client: httpx.AsyncClient) -> None:
-    app: Any = client._transport.app  # type: ignore[attr-defined]
-    await client.post("/topics/orders/things", content=b"x", headers={"x-allowed": "yes"})
-    await client.post("/topics/orders/things:many", headers={"x-allowed": "yes"})
-    assert app.state.seen == ["/topics/{topic}/things", "/topics/{topic}/things:many"]
+async def test_the_metrics_count_it_under_its_route_template(both: tuple[httpx.AsyncClient, bool]) -> None:
+    client, _ = both
+    await client.post("/topics/orders/things", content=b"1", headers=ALLOWED)
+    await client.post("/topics/orders/things", content=b"1", headers=ALLOWED | {"x-allowed": "no"})
+    metrics = (await client.get("/metrics")).text
+    assert 'route="/topics/{topic}/things",service="testsvc",status="201"} 1.0' in metrics
+    assert 'route="/topics/{topic}/things",service="testsvc",status="403"} 1.0' in metrics
 
 
-async def test_the_guard_refuses_before_anything_is_bound(client: httpx.AsyncClient) -> None:
-    answer = await client.post("/topics/orders/things", content=b"x")
-    assert answer.status_code == 403
+@pytest.mark.parametrize(
+    ("headers", "body", "status", "slug"),
+    [
+        ({"x-petrel-internal-token": "wrong"}, b"1", 401, "unauthorized"),
+        ({"host": "evil.example"}, b"1", 400, "host-not-allowed"),
+        ({"content-type": "text/plain"}, b"1", 415, "unsupported-media-type"),
+        ({}, b"[" * 5 + b"]" * 5, 400, "malformed-body"),
+        ({}, b'"' + b"x" * 1000 + b'"', 413, "payload-too-large"),
+        ({"x-allowed": "no"}, b"1", 403, "forbidden"),
+    ],
+    ids=["token", "host", "media-type", "json-depth", "body-size", "route-guard"],
+)
+async def test_every_check_refuses_alike_on_both_paths(
+    both: tuple[httpx.AsyncClient, bool], headers: dict[str, str], body: bytes, status: int, slug: str
+) -> None:
+    client, _ = both
+    answer = await client.post("/topics/orders/things", content=body, headers=ALLOWED | headers)
+    assert answer.status_code == status
     assert answer.headers["content-type"] == "application/problem+json"
-    assert answer.json()["detail"] == "not allowed here"
-    assert calls == []
+    assert answer.json()["type"].endswith("/" + slug)
+    assert "hot" not in calls
+    assert "dependency" not in calls
 
 
-@pytest.mark.parametrize("hot", [True, False], ids=["hot", "fastapi"])
-async def test_errors_are_the_same_problems_on_both_paths(hot: bool) -> None:
-    calls.clear()
-    app = make_app({"putThing": _bind} if hot else {})
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://test"
-    ) as client:
-        bad_name = await client.post("/topics/no%20spaces/things", content=b"x", headers={"x-allowed": "yes"})
-        assert bad_name.status_code == InvalidTopicName.status
-        assert bad_name.json()["type"] == InvalidTopicName.problem_type()
-        assert bad_name.json()["instance"] == "/topics/no spaces/things"
-        bug = await client.post("/topics/orders/things", content=b"boom", headers={"x-allowed": "yes"})
-        assert bug.status_code == 500
-        assert bug.json()["detail"] == "an unexpected error occurred; the service log has the details"
-    assert ("hot" in calls) == hot
+async def test_errors_are_the_same_problems_on_both_paths(both: tuple[httpx.AsyncClient, bool]) -> None:
+    client, _ = both
+    bad_name = await client.post("/topics/no%20spaces/things", content=b"1", headers=ALLOWED)
+    assert bad_name.status_code == InvalidTopicName.status
+    assert bad_name.json()["type"] == InvalidTopicName.problem_type()
+    assert bad_name.json()["instance"] == "/topics/no spaces/things"
+    bug = await client.post("/topics/orders/things", content=b'"boom"', headers=ALLOWED)
+    assert bug.status_code == 500
+    assert bug.json()["detail"] == "an unexpected error occurred; the service log has the details"
 
 
-async def test_a_hot_route_naming_an_unknown_operation_fails_loudly() -> None:
-    app = make_app({"noSuchOperation": _bind})
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
-        with pytest.raises(RuntimeError, match="noSuchOperation"):
-            await client.post("/topics/orders/things", content=b"x")
+async def test_a_hot_route_naming_an_unknown_operation_stops_the_app_at_start() -> None:
+    from asgi_lifespan import LifespanManager
+
+    with pytest.raises(RuntimeError, match="hot routes name operations the app does not have: noSuchOperation"):
+        async with LifespanManager(make_app(True, {"noSuchOperation": _bind})):
+            pass
