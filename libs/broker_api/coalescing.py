@@ -29,6 +29,10 @@ PutCall = Callable[[bytes], Awaitable[PutAnswer]]
 Outcome = list[PutEntry | PetrelError]
 """Per record, in order: where it was stored, or why not (FlushTimeout: stored, its entry in `stored_entry`)."""
 
+MAX_PUTS_IN_FLIGHT = 2
+"""Puts to one broker at once. Fewer make larger puts: at 32 concurrent single sends, 4 in flight went out
+nearly one record each (2,199 msg/s through the gateway), 2 or 1 carried several (3,075 and 3,093 msg/s; the
+broker's CPU a message 143 -> 87 us). Two keep one put filling while another waits for its disk sync."""
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 MAX_QUEUED_BYTES = 64 * 1024 * 1024
 """Records waiting for a put to one broker, at most (one send larger than it still goes when none wait)."""
@@ -45,7 +49,11 @@ class _Waiting:
 
 class PutCoalescer:
     def __init__(
-        self, put: PutCall, max_in_flight: int = 4, max_queued_bytes: int = MAX_QUEUED_BYTES, broker: str = ""
+        self,
+        put: PutCall,
+        max_in_flight: int = MAX_PUTS_IN_FLIGHT,
+        max_queued_bytes: int = MAX_QUEUED_BYTES,
+        broker: str = "",
     ) -> None:
         self.put = put
         self.max_in_flight = max_in_flight
