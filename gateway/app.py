@@ -141,7 +141,7 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         description=DESCRIPTION,
         guards=[KeyCheck()],
-        hot_routes=messages.HOT_ROUTES | consume.HOT_ROUTES,
+        hot_routes=messages.HOT_ROUTES | consume.HOT_ROUTES | transactions.HOT_ROUTES,
         worker=settings.worker,
     )
     # Starlette tries routes in order, a few microseconds each: the hot paths (send, consume, transactions) first.

@@ -17,7 +17,7 @@ from gateway.auth.needs import ADMIN, PUB
 from gateway.auth.principal import authorize, principal_of
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import ensure_topic, on_each
-from gateway.context import Context, GatewayContext
+from gateway.context import Context, GatewayContext, gateway_context
 from gateway.edge.outgoing import outgoing
 from gateway.edge.params import ProducerGroupName, TransactionId, UserTopic
 from gateway.transactions.schemas import (
@@ -58,8 +58,9 @@ from libs.errors import (
     ValidationFailed,
 )
 from libs.http.app import json_body, parse_json
+from libs.http.hot_routes import Binder
 from libs.message import Prop, is_message_id
-from libs.names import validate_group_name
+from libs.names import validate_group_name, validate_topic_name
 from libs.problem import problem_responses
 
 router = APIRouter(prefix="/v1", tags=["transactions"], route_class=AuthorizedRoute)
@@ -244,6 +245,29 @@ async def get_transaction(ctx: Context, transaction_id: TransactionId, request: 
     transaction = _transaction(await ctx.brokers.get_transaction(broker, address, message_id), broker)
     authorize(request, (PUB, ADMIN), "topic", transaction.topic)
     return transaction
+
+
+def _bind_send(request: Request) -> dict[str, Any]:
+    """send_transaction's arguments, as FastAPI's dependencies would give them (the hot path)."""
+    topic = validate_topic_name(request.path_params["topic"])
+    return {"ctx": gateway_context(request), "topic": topic, "request": request}
+
+
+def _bind_end(request: Request) -> dict[str, Any]:
+    """commit's and rollback's arguments (a transaction id is checked by looking it up: 404 when unknown)."""
+    return {
+        "ctx": gateway_context(request),
+        "transaction_id": request.path_params["transaction_id"],
+        "request": request,
+    }
+
+
+HOT_ROUTES: dict[str, Binder] = {
+    "sendTransaction": _bind_send,
+    "commitTransaction": _bind_end,
+    "rollbackTransaction": _bind_end,
+}
+"""Served without FastAPI's request cycle (libs.http.hot_routes)."""
 
 
 async def _end(ctx: GatewayContext, transaction_id: str, outcome: TransactionOutcome, request: Request) -> Response:
