@@ -62,9 +62,9 @@ class EventWriter:
         spec = EVENTS.get(event)
         if spec is None:
             raise ValueError(f"unknown lifecycle event {event!r}")
-        missing = spec.required - fields.keys()
-        unknown = fields.keys() - spec.fields
-        if missing or unknown:
+        keys = fields.keys()
+        if not (keys >= spec.required and keys <= spec.fields):  # compared in place: no sets made per event
+            missing, unknown = spec.required - keys, keys - spec.fields
             raise ValueError(f"event {event!r}: missing {sorted(missing)}, not in the contract {sorted(unknown)}")
         if not self.enabled:
             return
