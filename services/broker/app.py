@@ -184,7 +184,7 @@ def create_app(
         lifespan=lifespan,
         readiness=readiness,
         description="Topics, message storage and pulls.",
-        hot_routes=messages.HOT_ROUTES | consume_api.HOT_ROUTES,
+        hot_routes=messages.HOT_ROUTES | consume_api.HOT_ROUTES | transaction_api.HOT_ROUTES,
     )
     app.include_router(router)
     app.include_router(messages.router)
