@@ -69,6 +69,8 @@ class Checks:
 class HotRoute:
     context: RouteContext
     """the FastAPI route: its path template labels the metrics (`scope["route"]`), its endpoint answers"""
+    template: str
+    endpoint: Callable[..., Awaitable[Any]]
     pattern: re.Pattern[str]
     convertors: dict[str, Convertor[Any]]
     bind: Binder
@@ -81,13 +83,12 @@ class HotRoute:
         return {name: self.convertors[name].convert(value) for name, value in found.groupdict().items()}
 
     async def call(self, request: Request) -> Response:
-        endpoint = self.context.endpoint
-        assert endpoint is not None
+        endpoint = self.endpoint
 
         async def run() -> Response:
             response = await endpoint(**self.bind(request))
             if not isinstance(response, Response):
-                raise TypeError(f"hot route {self.context.path} answered {type(response).__name__}, not a Response")
+                raise TypeError(f"hot route {self.template} answered {type(response).__name__}, not a Response")
             return response
 
         return await (self.guard.guarded(request, run) if self.guard is not None else run())
@@ -132,7 +133,7 @@ class HotPath:
             status = response.status_code
             await response(scope, receive, send)
         finally:
-            self.checks.metrics.record(scope["method"], route.context.path or "", status, time.perf_counter() - started)
+            self.checks.metrics.record(scope["method"], route.template, status, time.perf_counter() - started)
 
     async def _answer(self, route: HotRoute, scope: Scope, receive: Receive) -> Response | None:
         request = Request(scope, receive)
@@ -161,12 +162,12 @@ class HotPath:
         for context in iter_route_contexts(self.routes):
             operation = getattr(context, "operation_id", None)
             bind = self.binders.get(operation or "")
-            if bind is None or context.path is None:
+            if bind is None or context.path is None or context.endpoint is None:
                 continue
             pattern, _, convertors = compile_path(context.path)
             original = context.original_route
             guard = original if isinstance(original, GuardedRoute) else None
-            route = HotRoute(context, pattern, convertors, bind, guard)
+            route = HotRoute(context, context.path, context.endpoint, pattern, convertors, bind, guard)
             for method in context.methods or ():
                 by_method.setdefault(method, []).append(route)
             found.add(operation or "")

@@ -40,6 +40,15 @@ class MediaType:
 
     @classmethod
     def parse(cls, header: str) -> MediaType:
+        known = _PARSED.get(header)
+        if known is None:
+            known = cls._parse(header)
+            if len(_PARSED) < _PARSED_MAX:
+                _PARSED[header] = known
+        return known
+
+    @classmethod
+    def _parse(cls, header: str) -> MediaType:
         essence, *parameters = header.split(";")
         charset = None
         for parameter in parameters:
@@ -53,6 +62,11 @@ class MediaType:
         return self.essence == JSON_MEDIA_TYPE or (
             self.essence.startswith("application/") and self.essence.endswith("+json")
         )
+
+
+_PARSED: dict[str, MediaType] = {}
+_PARSED_MAX = 256
+"""Content-Type values already parsed: a service sees a handful, and parses each on every request otherwise."""
 
 
 def has_body(scope: Scope) -> bool:
