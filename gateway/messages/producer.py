@@ -54,6 +54,10 @@ class BrokerAvoidance:
         until = self._until.get(broker)
         return until is not None and until > self.clock()
 
+    def any(self) -> bool:
+        """Whether some broker may be avoided now (False: none is; expired entries may make it True)."""
+        return bool(self._until)
+
 
 class QueueSelector:
     def __init__(self, avoidance: BrokerAvoidance) -> None:
@@ -74,6 +78,8 @@ class QueueSelector:
             raise ServiceUnavailable(f"topic {topic!r} has no writable queue on any live broker")
         if message_group is not None:
             return targets[zlib.crc32(message_group.encode()) % len(targets)]
+        if not exclude and not self.avoidance.any():  # nearly every send: nothing to filter
+            return targets[next(self._counter) % len(targets)]
         preferred = [t for t in targets if t.broker not in exclude and not self.avoidance.avoided(t.broker)]
         candidates = preferred or [t for t in targets if t.broker not in exclude] or targets
         return candidates[next(self._counter) % len(candidates)]

@@ -49,6 +49,8 @@ from libs.routing import TopicRoute
 from libs.timeparse import parse_time_ms
 
 SEND_RETRIES = 2
+_NONE_TRIED: Final[set[str]] = set()
+"""Read only: the brokers a message not yet retried was put to."""
 
 
 class Pins(Protocol):
@@ -155,10 +157,12 @@ class Sender:
         """
         body, binary = _body(message, self.max_message_bytes)
         properties = dict(message.properties)
-        reserved = sorted(properties.keys() & SYSTEM_PROPERTIES)
-        if reserved:
-            raise InvalidMessage(f"property name(s) {', '.join(reserved)} are reserved for Petrel")
-        properties.update(system or {})
+        if properties:
+            reserved = sorted(properties.keys() & SYSTEM_PROPERTIES)
+            if reserved:
+                raise InvalidMessage(f"property name(s) {', '.join(reserved)} are reserved for Petrel")
+        if system:
+            properties.update(system)
         if message_id is not None:
             properties[Prop.DEDUP] = "true"
         message_id = message_id or self.ids.new_id()
@@ -170,7 +174,8 @@ class Sender:
         if message.message_group is not None:
             properties[Prop.MESSAGE_GROUP] = message.message_group
         now = int(self.clock() * 1000)
-        warning = self._schedule(message, properties, now)
+        delayed = message.delay_level is not None or message.delay_ms is not None or message.deliver_at is not None
+        warning = self._schedule(message, properties, now) if delayed else None
         record = MessageRecord(
             topic=topic,
             body=body,
@@ -211,7 +216,7 @@ class Sender:
         """Put every prepared message; one result or error per message, in order."""
         results: list[Sent | PetrelError | None] = [None] * len(prepared)
         pending = list(range(len(prepared)))
-        tried: dict[int, set[str]] = {i: set() for i in pending}
+        tried: dict[int, set[str]] = {}  # the brokers a message was put to and must not go to again
         for attempt in range(SEND_RETRIES + 1):
             try:
                 route = await self.routes.get(topic)
@@ -221,7 +226,7 @@ class Sender:
                 break  # a retry that cannot be routed: the messages keep their last error (puts were made)
             by_target: dict[str, list[tuple[int, QueueTarget]]] = {}
             for i in pending:
-                target = self._target(topic, route, prepared[i], tried[i], pins)
+                target = self._target(topic, route, prepared[i], tried.get(i, _NONE_TRIED), pins)
                 if isinstance(target, PetrelError):
                     results[i] = target
                 else:
@@ -234,7 +239,7 @@ class Sender:
                 for (i, target), result in zip(batch, outcome, strict=True):
                     results[i] = result
                     if self._may_retry(prepared[i], result, pins) and attempt < SEND_RETRIES:
-                        tried[i].add(target.broker)
+                        tried.setdefault(i, set()).add(target.broker)
                         pending.append(i)
             if not pending:
                 break
