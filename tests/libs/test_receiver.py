@@ -125,7 +125,7 @@ async def test_phase_one_starts_at_a_rotating_broker() -> None:
     assert sorted(firsts) == ["a", "b", "c"]
 
 
-async def test_one_broker_is_asked_once_more_with_the_wait() -> None:
+async def test_one_broker_is_asked_once_with_the_wait() -> None:
     rx, brokers, _ = receiver(["a"])
     waiting = asyncio.create_task(rx.receive("g", "orders", asking(wait_seconds=10)))
     await settle()
@@ -135,8 +135,8 @@ async def test_one_broker_is_asked_once_more_with_the_wait() -> None:
     got = await asyncio.wait_for(waiting, 2)
 
     assert leased(got) == ["a-0"]
-    assert [wait for _, _, wait in brokers.receives][:1] == [0]
-    assert 9000 < brokers.receives[1][2] <= 10_000
+    assert len(brokers.receives) == 1  # no empty receive first: the broker answers at once or holds the call
+    assert 9000 < brokers.receives[0][2] <= 10_000
     assert brokers.readies == []
 
 
