@@ -6,8 +6,8 @@ asks the brokers one after another, none of them waiting, until
 `max_messages` are leased; the first broker asked rotates from call to call so
 that no broker's queues are always drained first. Phase 2, when phase 1 found
 nothing and the consumer is willing to wait: each broker's `/ready` is held at
-once, and the first that says a message is there is asked for it without waiting. Another consumer may take it first; then
-the wait goes on until its deadline.
+once, and the first that says a message is there is asked for it without waiting.
+Another consumer may take it first; then the wait goes on until its deadline.
 """
 
 from __future__ import annotations
