@@ -233,7 +233,10 @@ class Sender:
                     by_target.setdefault(target.broker, []).append((i, target))
             if pins is not None and by_target:
                 await pins.record({prepared[i].message_id: t.broker for b in by_target.values() for i, t in b})
-            outcomes = await asyncio.gather(*(self._put(route, prepared, batch) for batch in by_target.values()))
+            if len(by_target) == 1:  # nearly every send: one broker takes them all, no task needed
+                outcomes = [await self._put(route, prepared, next(iter(by_target.values())))]
+            else:
+                outcomes = await asyncio.gather(*(self._put(route, prepared, b) for b in by_target.values()))
             pending = []
             for batch, outcome in zip(by_target.values(), outcomes, strict=True):
                 for (i, target), result in zip(batch, outcome, strict=True):
