@@ -38,7 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from libs.http.guards import Guard
 from libs.http.json_shape import check_json_shape
 from libs.http.media import MediaType, content_type
-from libs.http.middleware import RequestMetrics, body_too_large, declared_length, read_body
+from libs.http.middleware import RequestMetrics, body_too_large, declared_length, read_body, replaying
 from libs.problem import answer_error
 
 Binder = Callable[[Request], dict[str, Any]]
@@ -136,7 +136,7 @@ class HotPath:
             self.checks.metrics.record(scope["method"], route.template, status, time.perf_counter() - started)
 
     async def _answer(self, route: HotRoute, scope: Scope, receive: Receive) -> Response | None:
-        request = Request(scope, receive)
+        request = Request(scope, receive)  # for the error answers; the route gets one whose body is read
         try:
             for guard in self.checks.guards:
                 refused = await guard.refusal(scope)
@@ -149,8 +149,7 @@ class HotPath:
             header = content_type(scope)
             if body and header is not None and MediaType.parse(header).is_json:
                 check_json_shape(body, max_depth=self.checks.max_json_depth, max_items=self.checks.max_json_items)
-            request._body = body  # what request.body() answers: the body is read once, here
-            return await route.call(request)
+            return await route.call(Request(scope, replaying(body, receive)))
         except ClientDisconnect:
             return None
         except Exception as exc:  # noqa: BLE001 - answered as FastAPI's exception handlers answer it

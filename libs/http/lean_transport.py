@@ -121,6 +121,10 @@ class _Connection(asyncio.Protocol):
         self.transport.write(request)
         return self._answer
 
+    def closing(self) -> bool:
+        """Closed or on its way (a write would be dropped, and its answer never come)."""
+        return self.transport is None or self.transport.is_closing()
+
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
@@ -214,7 +218,7 @@ class LeanTransport:
         now = time.monotonic()
         while pool.idle and not fresh:
             connection = pool.idle.pop()
-            if not connection.closed and now - connection.idle_since < IDLE_SECONDS:
+            if not connection.closed and not connection.closing() and now - connection.idle_since < IDLE_SECONDS:
                 return connection, True
             pool.open -= 1
             connection.close()
