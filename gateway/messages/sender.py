@@ -233,10 +233,7 @@ class Sender:
                     by_target.setdefault(target.broker, []).append((i, target))
             if pins is not None and by_target:
                 await pins.record({prepared[i].message_id: t.broker for b in by_target.values() for i, t in b})
-            if len(by_target) == 1:  # nearly every send: one broker takes them all, no task needed
-                outcomes = [await self._put(route, prepared, next(iter(by_target.values())))]
-            else:
-                outcomes = await asyncio.gather(*(self._put(route, prepared, b) for b in by_target.values()))
+            outcomes = await self._put_all(route, prepared, list(by_target.values()))
             pending = []
             for batch, outcome in zip(by_target.values(), outcomes, strict=True):
                 for (i, target), result in zip(batch, outcome, strict=True):
@@ -295,6 +292,14 @@ class Sender:
             coalescer = PutCoalescer(lambda records: self.brokers.put(broker, address, records), broker=broker)
             self._coalescers[key] = coalescer
         return coalescer
+
+    async def _put_all(
+        self, route: TopicRoute, prepared: list[Prepared], batches: list[list[tuple[int, QueueTarget]]]
+    ) -> list[list[Sent | PetrelError]]:
+        """Each broker's batch put at once; one broker's (nearly every send) without a task of its own."""
+        if len(batches) == 1:
+            return [await self._put(route, prepared, batches[0])]
+        return await asyncio.gather(*(self._put(route, prepared, batch) for batch in batches))
 
     async def _put(
         self, route: TopicRoute, prepared: list[Prepared], batch: list[tuple[int, QueueTarget]]
