@@ -159,12 +159,14 @@ async def test_a_get_on_a_connection_the_peer_had_closed_is_sent_again_on_a_new_
 
 
 async def test_a_timed_out_call_leaves_no_answer_behind_for_the_next(transport: LeanTransport) -> None:
+    late = asyncio.Event()
+
     async def slow_first(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         first = True
         while True:
             line, _, _ = await read_request(reader)
             if first:
-                await asyncio.sleep(0.3)
+                await late.wait()  # answered only once the caller has given up on it
                 first = False
             writer.write(answer(line.encode()))
             await writer.drain()
@@ -172,5 +174,6 @@ async def test_a_timed_out_call_leaves_no_answer_behind_for_the_next(transport: 
     async with peer(slow_first) as (base, connections):
         with pytest.raises(TimedOut):
             await transport.send(call("GET", f"{base}/slow", timeout=0.1))
+        late.set()
         assert (await transport.send(call("GET", f"{base}/next"))).body == b"GET /next HTTP/1.1"
     assert len(connections) == 2  # the timed-out connection was dropped, its late answer never read
