@@ -4,7 +4,8 @@ Appends and ConsumeQueue reads against the least work that writes the same
 record format; SYNC_FLUSH against ASYNC_FLUSH under 64 concurrent writers;
 10,000 queues against one; recovery after kill -9 against its target. Every
 store lives in a temporary directory on the same disk as the broker's data,
-deleted when the scenario ends.
+deleted when the scenario ends. `BENCH_STORAGE_ONLY=append` runs the first figure
+alone (batches of 32 against the bare loop), without the recovery runs.
 
 Page-cache effects (fresh pages of a new file, writeback of the last run's)
 make a single run of a few seconds noisy, so ours and the reference run
@@ -31,6 +32,7 @@ from libs.store.message_store import MessageStore
 
 WRITERS = 64
 MIB = 1024 * 1024
+ONLY_ENV = "BENCH_STORAGE_ONLY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,8 @@ def storage(options: BenchOptions) -> list[Figure]:
     os.sync()  # so that writeback left by an earlier scenario does not run during the measurements
     with tempfile.TemporaryDirectory(prefix="petrel-bench-store-") as tmp:
         root = Path(tmp)
+        if os.environ.get(ONLY_ENV) == "append":
+            return uvloop.run(_batch_appends_only(root, sizes))
         figures = uvloop.run(_in_process(root, sizes))
         figures += recovery_figures(root, sizes.recovery_bytes, sizes.recovery_segment, sizes.past_checkpoint)
     return figures
@@ -82,14 +86,7 @@ async def _in_process(root: Path, sizes: Sizes) -> list[Figure]:
         best.keep("wide", await _queue_spread(root / "wide", wide, 10_000))
         best.keep("narrow", await _queue_spread(root / "narrow", narrow, 10_000))
     return [
-        Figure(
-            "ASYNC_FLUSH append, batches of 32",
-            best["batch"],
-            "bare loop packing the records into an mmap",
-            best["batch reference"],
-            "msg/s",
-            target_ratio=0.5,
-        ),
+        _batch_figure(best),
         Figure(
             "ASYNC_FLUSH append, one record at a time",
             best["single"],
@@ -110,6 +107,29 @@ async def _in_process(root: Path, sizes: Sizes) -> list[Figure]:
             "append x32 over 10,000 queues", best["wide"], "same records into 1 queue", best["narrow"], "msg/s", 0.8
         ),
     ]
+
+
+async def _batch_appends_only(root: Path, sizes: Sizes) -> list[Figure]:
+    best = Best()
+    records = encoded(sizes.warmup + sizes.records, spread(1, 8))
+    warm, timed = batched(records[: sizes.warmup]), batched(records[sizes.warmup :])
+    for round_ in range(sizes.rounds):
+        async with _opened(root / f"batched-{round_}", FlushMode.ASYNC_FLUSH) as store:
+            await _append(store, warm)
+            best.keep("batch", await _append(store, timed))
+        best.keep("batch reference", pack_into_map(timed, root))
+    return [_batch_figure(best)]
+
+
+def _batch_figure(best: Best) -> Figure:
+    return Figure(
+        "ASYNC_FLUSH append, batches of 32",
+        best["batch"],
+        "bare loop packing the records into an mmap",
+        best["batch reference"],
+        "msg/s",
+        target_ratio=0.5,
+    )
 
 
 @contextlib.asynccontextmanager
