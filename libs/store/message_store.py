@@ -89,7 +89,9 @@ class MessageStore:
         self.index.load()
         self._recovering = True
         try:
-            report = recover(self.config, self.commitlog, Redispatch(self.queues, self._dispatch))
+            report = recover(
+                self.config, self.commitlog, Redispatch(self.queues, self._dispatch, self.index.truncate_after)
+            )
         finally:
             self._recovering = False
         self.queues.commitlog_min = self.commitlog.min_offset
