@@ -160,7 +160,7 @@ def encode_properties(properties: Mapping[str, str]) -> bytes:
     return "".join(f"{n}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for n, v in properties.items()).encode()
 
 
-def decode_properties(raw: bytes) -> dict[str, str]:
+def decode_properties(raw: bytes | bytearray) -> dict[str, str]:
     result: dict[str, str] = {}
     for pair in raw.decode().split(PROPERTY_SEPARATOR):
         if pair:
