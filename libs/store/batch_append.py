@@ -24,6 +24,7 @@ All records of a run get one store timestamp.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import mmap
 import shutil
@@ -45,7 +46,7 @@ from libs.codec import (
     pack_host,
 )
 from libs.errors import PetrelError, StoreFull, StoreReadOnly
-from libs.store.batch_heads import Head, read_heads
+from libs.store.batch_heads import BatchHeads, Head, read_heads
 from libs.store.consume_queue import UNIT, ConsumeQueue
 from libs.store.results import PutOutcome, PutResult
 
@@ -84,52 +85,51 @@ class BatchAppend:
         try:
             self._check_writable()
             read = read_heads(batch)
-            heads, first, at = read.heads, 0, 0
+            # Opened before anything is written: opening a queue reads its files.
+            queues = {key: self.store.queues.get(*key) for key in read.queues}
+            heads, first = read.heads, 0
             while first < len(heads):
                 end = _run_end(heads, first, dedupe)
                 if end == first:  # a DEDUP record: answered by its stored copy, if there is one
-                    size, (topic, _), _, message_id, token, _ = heads[first]
+                    _, (topic, _), _, message_id, token, _ = heads[first]
                     copy = self.store.lookup.stored_copy(topic, message_id, token)
                     if copy is not None:
                         stored.append(copy)
-                        first, at = first + 1, at + size
+                        first += 1
                         continue
                     end = first + 1
                 self._check_disk()  # after the look-up: a full disk still answers a copy it holds
-                count, at = self._store_run(batch, heads[first:end], at, stored)
-                first += count
+                first = self._store_run(batch, read, (first, end), queues, stored)
             if read.failure is not None:
                 raise read.failure
         except PetrelError as exc:
             return PutOutcome(stored, exc)
         return PutOutcome(stored)
 
-    def _store_run(self, batch: Readable, heads: list[Head], at: int, stored: list[PutResult]) -> tuple[int, int]:
-        """Store the records `heads` (from batch offset `at`), as many as fit in the segment; how many, and
-        the batch offset after them."""
+    def _store_run(
+        self,
+        batch: Readable,
+        read: BatchHeads,
+        run: tuple[int, int],
+        queues: dict[QueueKey, ConsumeQueue],
+        stored: list[PutResult],
+    ) -> int:
+        """Store the records [first, end) of the batch, as many as fit in the segment; where it stopped."""
+        first, end = run
         commitlog = self.store.commitlog
-        queues = self._queue_runs(heads)
-        segment, position = commitlog.reserve(heads[0][0])
-        room, count, used = segment.size - position - BLANK_MIN_SIZE, 0, 0
-        while count < len(heads) and used + heads[count][0] <= room:
-            used += heads[count][0]
-            count += 1
+        segment, position = commitlog.reserve(read.heads[first][0])
+        at = read.ends[first - 1] if first else 0
+        room = segment.size - position - BLANK_MIN_SIZE
+        stop = min(end, bisect.bisect_right(read.ends, at + room, first))  # the first fits: reserve says so
         now = int(self.store.clock() * 1000)
-        staging = bytearray(memoryview(batch)[at : at + used])
+        staging = bytearray(memoryview(batch)[at : read.ends[stop - 1]])
         physical = segment.start_offset + position
-        index = self._stamp(staging, heads[:count], queues, (segment.map, position, physical), now, stored)
-        commitlog.write_offset = physical + used
-        self._dispatch(queues, index, now, heads[:count], stored[len(stored) - count :])
-        return count, at + used
-
-    def _queue_runs(self, heads: list[Head]) -> dict[QueueKey, _QueueRun]:
-        """The queues of these records, opened before anything is written (opening one reads its files)."""
-        runs: dict[QueueKey, _QueueRun] = {}
-        for head in heads:
-            if head[1] not in runs:
-                queue = self.store.queues.get(*head[1])
-                runs[head[1]] = _QueueRun(queue, queue.max_offset)
-        return runs
+        heads = read.heads[first:stop]
+        runs = {key: _QueueRun(queue, queue.max_offset) for key, queue in queues.items()}
+        index = self._stamp(staging, heads, runs, (segment.map, position, physical), now, stored)
+        commitlog.write_offset = physical + len(staging)
+        self._dispatch(runs, index, now, heads, stored[len(stored) - len(heads) :])
+        return stop
 
     def _stamp(
         self,
@@ -178,7 +178,8 @@ class BatchAppend:
         """The run's units, one write per queue; its index entries; the listeners, once per record."""
         store = self.store
         for run in queues.values():
-            store.queues.extend(run.queue, run.units, run.next_offset - run.queue.max_offset)
+            if run.units:
+                store.queues.extend(run.queue, run.units, run.next_offset - run.queue.max_offset)
         hashes, offsets = index
         if hashes:
             try:

@@ -54,6 +54,10 @@ assert struct.calcsize(">iI4xi92x") == BODY_LENGTH_AT
 class BatchHeads:
     heads: list[Head] = field(default_factory=list)
     """One per record, in order, up to the first that cannot be read."""
+    ends: list[int] = field(default_factory=list)
+    """Where each record ends in the batch."""
+    queues: set[tuple[str, int]] = field(default_factory=set)
+    """The (topic, queue id) of every head."""
     failure: CorruptRecord | None = None
     """Why the record after the last head cannot be stored; None when every record was read."""
 
@@ -64,11 +68,14 @@ def read_heads(batch: Readable) -> BatchHeads:
     found = BatchHeads()
     seen = _Seen()
     offset, end = 0, len(buf)
+    add_head, add_queue, add_end = found.heads.append, found.queues.add, found.ends.append
     try:
         while offset < end:
             head = _head_at(buf, offset, end, seen)
-            found.heads.append(head)
+            add_head(head)
+            add_queue(head[1])
             offset += head[0]
+            add_end(offset)
     except CorruptRecord as exc:
         found.failure = exc
     return found

@@ -70,6 +70,7 @@ import threading
 import zlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from mmap import mmap
 from pathlib import Path
 from typing import Final
@@ -225,22 +226,23 @@ class IndexFile:
         count = min(len(hashes) - first, self.max_entries + 1 - n)
         if count <= 0:
             return 0
-        mapping, entries_at, slot_count = self._map, self._entries_at, self.slot_count
+        mapping, slot_count, read_slot = self._map, self.slot_count, SLOT.unpack_from
         time_diff = (store_timestamp - self._begin_ts) // 1000
         heads: dict[int, int] = {}  # slot position -> the newest entry of this call in that slot
-        for i in range(first, first + count):
-            key_hash = hashes[i]
-            slot_at = HEADER_SIZE + (key_hash % slot_count) * 4
+        fields: list[int] = []  # the entries' fields, in order, packed in one call below
+        for key_hash, phy_offset in zip(hashes[first : first + count], offsets[first : first + count], strict=True):
+            slot_at = HEADER_SIZE + key_hash % slot_count * 4
             head = heads.get(slot_at)
             if head is None:
-                (head,) = SLOT.unpack_from(mapping, slot_at)
+                head = read_slot(mapping, slot_at)[0]
                 if head >= start:  # only a damaged file points past its entries: start the chain afresh
                     head = 0
                 if not head:
                     self._used_slots += 1
-            ENTRY.pack_into(mapping, entries_at + n * 20, key_hash, offsets[i], time_diff, head)
+            fields += (key_hash, phy_offset, time_diff, head)
             heads[slot_at] = n
             n += 1
+        _entries(count).pack_into(mapping, self._entries_at + start * ENTRY.size, *fields)
         self._note_entries(offsets[first], offsets[first + count - 1], store_timestamp, n)
         for slot_at, head in heads.items():
             SLOT.pack_into(mapping, slot_at, head)
@@ -337,6 +339,12 @@ class IndexFile:
             if not self._map.closed:
                 self._map.close()
                 os.close(self._fd)
+
+
+@lru_cache(maxsize=64)
+def _entries(count: int) -> struct.Struct:
+    """`count` entries laid end to end (ENTRY repeated)."""
+    return struct.Struct(">" + ENTRY.format.lstrip(">") * count)
 
 
 def _read_header(path: Path, mapping: mmap) -> tuple[tuple[int, int], tuple[int, ...]]:
