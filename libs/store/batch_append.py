@@ -24,12 +24,12 @@ All records of a run get one store timestamp.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import mmap
 import shutil
 import time
 import zlib
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -65,19 +65,22 @@ class _DiskCheck:
     checked_at: float = field(default=-1e9)
 
 
-@dataclass(slots=True)
 class _QueueRun:
     """A queue's part of one run: its next offset, and the units of its records."""
 
-    queue: ConsumeQueue
-    next_offset: int
-    units: bytearray = field(default_factory=bytearray)
+    __slots__ = ("next_offset", "queue", "units")
+
+    def __init__(self, queue: ConsumeQueue) -> None:
+        self.queue = queue
+        self.next_offset = queue.max_offset
+        self.units = bytearray()
 
 
 class BatchAppend:
     def __init__(self, store: MessageStore) -> None:
         self.store = store
         self._disk = _DiskCheck()
+        self._stamps: dict[int, bytes] = {}
 
     def append(self, batch: Readable, *, dedupe: bool) -> PutOutcome:
         """Store every record of the batch (records laid end to end), in order."""
@@ -85,11 +88,9 @@ class BatchAppend:
         try:
             self._check_writable()
             read = read_heads(batch)
-            # Opened before anything is written: opening a queue reads its files.
-            queues = {key: self.store.queues.get(*key) for key in read.queues}
             heads, first = read.heads, 0
             while first < len(heads):
-                end = _run_end(heads, first, dedupe)
+                end = _run_end(heads, first) if dedupe else len(heads)
                 if end == first:  # a DEDUP record: answered by its stored copy, if there is one
                     _, (topic, _), _, message_id, token, _ = heads[first]
                     copy = self.store.lookup.stored_copy(topic, message_id, token)
@@ -99,7 +100,7 @@ class BatchAppend:
                         continue
                     end = first + 1
                 self._check_disk()  # after the look-up: a full disk still answers a copy it holds
-                first = self._store_run(batch, read, (first, end), queues, stored)
+                first = self._store_run(batch, read, (first, end), stored)
             if read.failure is not None:
                 raise read.failure
         except PetrelError as exc:
@@ -111,21 +112,23 @@ class BatchAppend:
         batch: Readable,
         read: BatchHeads,
         run: tuple[int, int],
-        queues: dict[QueueKey, ConsumeQueue],
         stored: list[PutResult],
     ) -> int:
         """Store the records [first, end) of the batch, as many as fit in the segment; where it stopped."""
         first, end = run
         commitlog = self.store.commitlog
+        tables = self.store.queues
+        runs: dict[QueueKey, _QueueRun] = {}
+        for key in read.queues:  # opened before anything is written: opening a queue reads its files
+            runs[key] = _QueueRun(tables.get(*key))
         segment, position = commitlog.reserve(read.heads[first][0])
         at = read.ends[first - 1] if first else 0
         room = segment.size - position - BLANK_MIN_SIZE
-        stop = min(end, bisect.bisect_right(read.ends, at + room, first))  # the first fits: reserve says so
+        stop = bisect_right(read.ends, at + room, first, end)  # > first: reserve says the first fits
         now = int(self.store.clock() * 1000)
         staging = bytearray(memoryview(batch)[at : read.ends[stop - 1]])
         physical = segment.start_offset + position
         heads = read.heads[first:stop]
-        runs = {key: _QueueRun(queue, queue.max_offset) for key, queue in queues.items()}
         index = self._stamp(staging, heads, runs, (segment.map, position, physical), now, stored)
         commitlog.write_offset = physical + len(staging)
         self._dispatch(runs, index, now, heads, stored[len(stored) - len(heads) :])
@@ -144,7 +147,9 @@ class BatchAppend:
         the first); their units go to `queues`, their results to `stored`; their index entries are answered."""
         target, position, physical = where
         view = memoryview(staging)
-        stamp = STAMP_STORE.pack(now, pack_host(self.store.store_host))
+        stamp = self._stamps.get(now)
+        if stamp is None:  # a new millisecond: the store fields of its records
+            self._stamps = {now: (stamp := STAMP_STORE.pack(now, pack_host(self.store.store_host)))}
         pack_offsets, pack_crc, pack_unit, crc32 = STAMP_OFFSETS.pack_into, U32.pack_into, UNIT.pack, zlib.crc32
         make_result = PutResult._make
         hashes: list[int] = []
@@ -220,11 +225,10 @@ class BatchAppend:
             )
 
 
-def _run_end(heads: list[Head], first: int, dedupe: bool) -> int:
-    """Where the run from `first` ends: before the next record to look up (`first` itself: look it up first)."""
-    if dedupe:
-        for i in range(first, len(heads)):
-            _, _, _, message_id, token, _ = heads[i]
-            if message_id and token:
-                return i
+def _run_end(heads: list[Head], first: int) -> int:
+    """Under `dedupe`, where the run from `first` ends: before the next record to look up (`first`: look it up)."""
+    for i in range(first, len(heads)):
+        _, _, _, message_id, token, _ = heads[i]
+        if message_id and token:
+            return i
     return len(heads)

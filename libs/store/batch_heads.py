@@ -11,15 +11,15 @@ the heads stop there. The properties are read with `decode_properties`: in CPyth
 dict of every pair costs less than looking the four wanted names up one by one.
 
 The index keys are hashed as IndexService.put_keys hashes them (`topic#key` for each key
-in KEYS, `#UNIQ#id` for the message id; zlib.crc32 of the UTF-8 text), the topic's
-prefix once per topic: crc32 carries on from the CRC of what came before.
+in KEYS, `#UNIQ#id` for the message id; zlib.crc32 of the UTF-8 text), the CRC of a
+topic's prefix kept (crc32 carries on from the CRC of what came before), as are tags' codes.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Final, NoReturn
 
 from libs.codec import (
@@ -43,6 +43,8 @@ Head = tuple[int, tuple[str, int], int, str | None, str | None, list[int]]
 """(size, (topic, queue_id), ConsumeQueue code, message id, DEDUP token, index key hashes)"""
 
 UNIQUE_KEY_CRC: Final = zlib.crc32(UNIQUE_KEY_PREFIX.encode())
+_SLICEABLE: Final = (bytes, bytearray)
+"""What a batch is read from without a copy: its slices decode."""
 FIXED: Final = struct.Struct(">iI4xi92xi")
 """total_size, magic, queue_id, body_length: the fixed fields the store reads, in one unpack."""
 assert FIXED.size == BODY_START
@@ -50,28 +52,29 @@ assert struct.calcsize(">iI4x") == QUEUE_ID_AT
 assert struct.calcsize(">iI4xi92x") == BODY_LENGTH_AT
 
 
-@dataclass(slots=True)
 class BatchHeads:
-    heads: list[Head] = field(default_factory=list)
-    """One per record, in order, up to the first that cannot be read."""
-    ends: list[int] = field(default_factory=list)
-    """Where each record ends in the batch."""
-    queues: set[tuple[str, int]] = field(default_factory=set)
-    """The (topic, queue id) of every head."""
-    failure: CorruptRecord | None = None
-    """Why the record after the last head cannot be stored; None when every record was read."""
+    __slots__ = ("ends", "failure", "heads", "queues")
+
+    def __init__(self) -> None:
+        self.heads: list[Head] = []
+        """One per record, in order, up to the first that cannot be read."""
+        self.ends: list[int] = []
+        """Where each record ends in the batch."""
+        self.queues: set[tuple[str, int]] = set()
+        """The (topic, queue id) of every head."""
+        self.failure: CorruptRecord | None = None
+        """Why the record after the last head cannot be stored; None when every record was read."""
 
 
 def read_heads(batch: Readable) -> BatchHeads:
     """The heads of the batch's records, up to the first that cannot be read."""
-    buf = batch if isinstance(batch, bytes | bytearray) else bytes(batch)
+    buf = batch if isinstance(batch, _SLICEABLE) else bytes(batch)
     found = BatchHeads()
-    seen = _Seen()
     offset, end = 0, len(buf)
     add_head, add_queue, add_end = found.heads.append, found.queues.add, found.ends.append
     try:
         while offset < end:
-            head = _head_at(buf, offset, end, seen)
+            head = _head_at(buf, offset, end)
             add_head(head)
             add_queue(head[1])
             offset += head[0]
@@ -81,17 +84,7 @@ def read_heads(batch: Readable) -> BatchHeads:
     return found
 
 
-@dataclass(slots=True)
-class _Seen:
-    """What a batch's records repeat, worked out once per batch."""
-
-    prefixes: dict[str, int] = field(default_factory=dict)
-    """topic -> crc32 of `topic#`, which its keys' hashes carry on from"""
-    codes: dict[str, int] = field(default_factory=dict)
-    """tag -> its code"""
-
-
-def _head_at(buf: bytes | bytearray, offset: int, end: int, seen: _Seen) -> Head:
+def _head_at(buf: bytes | bytearray, offset: int, end: int) -> Head:
     """The head of the record at `offset`; CorruptRecord (peek_head's) if it cannot be read."""
     if end - offset < MIN_RECORD_SIZE:
         _refuse(buf, offset)
@@ -115,37 +108,35 @@ def _head_at(buf: bytes | bytearray, offset: int, end: int, seen: _Seen) -> Head
     except UnicodeDecodeError:
         _refuse(buf, offset)
     message_id = properties.get(Prop.UNIQ_KEY)
-    hashes = _key_hashes(topic, properties.get(Prop.KEYS), message_id, seen.prefixes)
+    keys = properties.get(Prop.KEYS)
+    if not keys:
+        hashes = []
+    elif KEY_SEPARATOR in keys:
+        hashes = [zlib.crc32(key.encode(), _key_prefix(topic)) for key in keys.split(KEY_SEPARATOR) if key]
+    else:
+        hashes = [zlib.crc32(keys.encode(), _key_prefix(topic))]
+    if message_id:
+        hashes.append(zlib.crc32(message_id.encode(), UNIQUE_KEY_CRC))
     tag = properties.get(Prop.TAGS)
-    if topic in SCHEDULE_TOPICS:
-        code = _due_code(properties)
-    elif not tag:
-        code = 0
-    elif (code := seen.codes.get(tag, -1)) < 0:
-        code = seen.codes[tag] = tags_code(tag)
+    code = _due_code(properties) if topic in SCHEDULE_TOPICS else _tag_code(tag) if tag else 0
     return total, (topic, queue_id), code, message_id, properties.get(Prop.DEDUP), hashes
+
+
+@lru_cache(maxsize=4096)
+def _key_prefix(topic: str) -> int:
+    """crc32 of `topic#`, which the hashes of the topic's keys carry on from (as put_keys hashes `topic#key`)."""
+    return zlib.crc32(f"{topic}#".encode())
+
+
+@lru_cache(maxsize=4096)
+def _tag_code(tag: str) -> int:
+    return tags_code(tag)
 
 
 def _refuse(buf: Readable, offset: int) -> NoReturn:
     """Raise peek_head's CorruptRecord for the record at `offset`, which names what is wrong."""
     peek_head(buf, offset)
     raise CorruptRecord(offset, "the record's fields do not add up")  # not reached: peek_head checks the same
-
-
-def _key_hashes(topic: str, keys: str | None, message_id: str | None, prefixes: dict[str, int]) -> list[int]:
-    """The hashes of `topic#key` for each key, then of `#UNIQ#id`, as IndexService.put_keys hashes them."""
-    prefix = prefixes.get(topic)
-    if prefix is None:
-        prefix = prefixes[topic] = zlib.crc32(f"{topic}#".encode())
-    if not keys:
-        hashes = []
-    elif KEY_SEPARATOR in keys:
-        hashes = [zlib.crc32(key.encode(), prefix) for key in keys.split(KEY_SEPARATOR) if key]
-    else:
-        hashes = [zlib.crc32(keys.encode(), prefix)]
-    if message_id:
-        hashes.append(zlib.crc32(message_id.encode(), UNIQUE_KEY_CRC))
-    return hashes
 
 
 def _due_code(properties: dict[str, str]) -> int:
