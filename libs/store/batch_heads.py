@@ -122,13 +122,13 @@ def _head_at(buf: bytes | bytearray, offset: int, end: int) -> Head:
     return total, (topic, queue_id), code, message_id, properties.get(Prop.DEDUP), hashes
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)  # topics are at most 255 bytes
 def _key_prefix(topic: str) -> int:
     """crc32 of `topic#`, which the hashes of the topic's keys carry on from (as put_keys hashes `topic#key`)."""
     return zlib.crc32(f"{topic}#".encode())
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=256)  # a tag may be long (up to the 32 KiB of properties): kept few
 def _tag_code(tag: str) -> int:
     return tags_code(tag)
 
