@@ -142,6 +142,7 @@ class MessageStore:
         return self.appender.append(batch, dedupe=dedupe)
 
     def _dispatch(self, head: RecordHead, queue_offset: int, physical: int, size: int, stored_at: int) -> None:
+        """One record dispatched again by recovery (recovery.Redispatch): its unit, index keys and listeners."""
         code = unit_code(head)
         self.queues.append(head.topic, head.queue_id, queue_offset, physical, size, code)
         keys = [k for k in head.properties.get(Prop.KEYS, "").split(KEY_SEPARATOR) if k]
