@@ -161,7 +161,7 @@ def encode_properties(properties: Mapping[str, str]) -> bytes:
     return text.encode()
 
 
-def decode_properties(raw: bytes) -> dict[str, str]:
+def decode_properties(raw: bytes | bytearray) -> dict[str, str]:
     result: dict[str, str] = {}
     for pair in raw.decode().split(PROPERTY_SEPARATOR):
         if pair:

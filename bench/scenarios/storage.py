@@ -4,7 +4,8 @@ Appends and ConsumeQueue reads against the least work that writes the same
 record format; SYNC_FLUSH against ASYNC_FLUSH under 64 concurrent writers;
 10,000 queues against one; recovery after kill -9 against its target. Every
 store lives in a temporary directory on the same disk as the broker's data,
-deleted when the scenario ends.
+deleted when the scenario ends. `BENCH_STORAGE_ONLY=append` runs the first figure
+alone (batches of 32 against the bare loop), without the recovery runs.
 
 Page-cache effects (fresh pages of a new file, writeback of the last run's)
 make a single run of a few seconds noisy, so ours and the reference run
@@ -34,6 +35,8 @@ WRITERS = 64
 MIB = 1024 * 1024
 PAIRS = spread(1, 8)
 """the (topic, queue) pairs the appends go to, round-robin"""
+ONLY_ENV = "BENCH_STORAGE_ONLY"
+"""`append`: the batch append figure alone (ours and the bare loop, the best of the rounds)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,8 @@ def storage(options: BenchOptions) -> list[Figure]:
 
     sizes = QUICK if options.quick else FULL
     os.sync()  # so that writeback left by an earlier scenario does not run during the measurements
+    if os.environ.get(ONLY_ENV) == "append":
+        return [batch_append_figure(*best_batch_appends(options))]
     with tempfile.TemporaryDirectory(prefix="petrel-bench-store-") as tmp:
         root = Path(tmp)
         figures = uvloop.run(_in_process(root, sizes))

@@ -131,6 +131,11 @@ class ConsumeQueue:
         self.pending += UNIT.pack(physical_offset, size, tags_code)
         self.max_offset += 1
 
+    def extend(self, units: bytes | bytearray, count: int) -> None:
+        """Append `count` packed units (UNIT each) for the next queue offsets: a batch's records of this queue."""
+        self.pending += units
+        self.max_offset += count
+
     def read(self, offset: int, count: int) -> list[Unit]:
         """Units [offset, offset + count) clipped to the queue's end."""
         end = min(offset + count, self.max_offset)

@@ -35,18 +35,20 @@ by [begin_timestamp, end_timestamp], begin_timestamp being the first entry's
 store time: an entry stored earlier than that (a clock stepped back) is found
 only by a range that reaches the file's begin, as in RocketMQ.
 
-Entries are put in CommitLog order, so phy offsets never decrease along a chain;
-`put_keys` skips a message below `max_phy_offset`, which makes recovery's
-re-dispatch idempotent, and lookups drop an offset equal to the one just found
-(the last message may be indexed twice when re-dispatched).
+Entries are put in CommitLog order, so phy offsets never decrease along a chain.
+Recovery forgets the entries from the offset its scan starts at before it puts
+them again (recovery.Redispatch.begin); `put_keys` also skips a message below
+`max_phy_offset`, and lookups drop an offset equal to the one just found.
 
 Durability: the file is created sparse and written through a shared mmap, so what
 `put` wrote is in the page cache and survives the process being killed; `flush`
 makes it survive the machine (fdatasync on the file, which on Linux writes back
 pages dirtied through the map and, unlike `mmap.flush`, releases the GIL). A full
 disk shows as a SIGBUS on a write into a hole; the broker's disk-space check
-keeps it away. `put` writes the entry, then the header, then the slot, so a
-process killed between them leaves at most an entry no slot points to.
+keeps it away. `put` writes the entry, then the header, then the slot; `put_many`
+(a run of a batch's entries) all the entries, then the header once, then the
+slots. A process killed in between leaves entries no slot points to, never a slot
+that points past the header's count; recovery drops them and puts them again.
 
 Truncation (recovery after a torn CommitLog tail): the entries at or past the cut
 are a suffix of the newest file(s). They are undone newest first, each slot set
@@ -66,7 +68,9 @@ import re
 import struct
 import threading
 import zlib
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from mmap import mmap
 from pathlib import Path
 from typing import Final
@@ -205,17 +209,56 @@ class IndexFile:
             head = 0
         time_diff = (store_timestamp - self._begin_ts) // 1000
         ENTRY.pack_into(mapping, self._entries_at + n * 20, key_hash, phy_offset, time_diff, head)
-        if n == 1:
-            self._begin_phy = phy_offset
         if not head:
             self._used_slots += 1
-        self._end_ts = max(self._end_ts, store_timestamp)
-        self._end_phy = phy_offset
-        self._index_count = n + 1
-        self._dirty = True
-        HEADER.pack_into(mapping, 0, self._begin_ts, self._end_ts, self._begin_phy, phy_offset, self._used_slots, n + 1)
+        self._note_entries(phy_offset, phy_offset, store_timestamp, n + 1)
         SLOT.pack_into(mapping, slot_at, n)
         return True
+
+    def put_many(self, hashes: Sequence[int], offsets: Sequence[int], store_timestamp: int, first: int) -> int:
+        """Index the entries (hashes[i], offsets[i]) from `first` on, as many as fit; how many were put.
+
+        As `put` of each in turn, with the header written once: all the entries first,
+        then the header, then each slot they touch, so that a process killed in between
+        leaves entries no slot points to, never a slot that points past the header's count.
+        """
+        n = start = self._index_count
+        count = min(len(hashes) - first, self.max_entries + 1 - n)
+        if count <= 0:
+            return 0
+        mapping, slot_count, read_slot = self._map, self.slot_count, SLOT.unpack_from
+        time_diff = (store_timestamp - self._begin_ts) // 1000
+        heads: dict[int, int] = {}  # slot position -> the newest entry of this call in that slot
+        fields: list[int] = []  # the entries' fields, in order, packed in one call below
+        for key_hash, phy_offset in zip(hashes[first : first + count], offsets[first : first + count], strict=True):
+            slot_at = HEADER_SIZE + key_hash % slot_count * 4
+            head = heads.get(slot_at)
+            if head is None:
+                head = read_slot(mapping, slot_at)[0]
+                if head >= start:  # only a damaged file points past its entries: start the chain afresh
+                    head = 0
+                if not head:
+                    self._used_slots += 1
+            fields += (key_hash, phy_offset, time_diff, head)
+            heads[slot_at] = n
+            n += 1
+        _entries(count).pack_into(mapping, self._entries_at + start * ENTRY.size, *fields)
+        self._note_entries(offsets[first], offsets[first + count - 1], store_timestamp, n)
+        for slot_at, head in heads.items():
+            SLOT.pack_into(mapping, slot_at, head)
+        return count
+
+    def _note_entries(self, first_phy: int, last_phy: int, store_timestamp: int, index_count: int) -> None:
+        """Write the header for entries put up to `index_count`, the first and last at these offsets."""
+        if self._index_count == 1:
+            self._begin_phy = first_phy
+        self._end_ts = max(self._end_ts, store_timestamp)
+        self._end_phy = last_phy
+        self._index_count = index_count
+        self._dirty = True
+        HEADER.pack_into(
+            self._map, 0, self._begin_ts, self._end_ts, self._begin_phy, last_phy, self._used_slots, index_count
+        )
 
     def lookup(self, key: str, begin: int, end: int, limit: int) -> list[int]:
         """Phy offsets, newest first, of at most `limit` entries with key's hash in [begin, end] ms (to the second)."""
@@ -296,6 +339,12 @@ class IndexFile:
             if not self._map.closed:
                 self._map.close()
                 os.close(self._fd)
+
+
+@lru_cache(maxsize=64)
+def _entries(count: int) -> struct.Struct:
+    """`count` entries laid end to end (ENTRY repeated)."""
+    return struct.Struct(">" + ENTRY.format.lstrip(">") * count)
 
 
 def _read_header(path: Path, mapping: mmap) -> tuple[tuple[int, int], tuple[int, ...]]:

@@ -9,7 +9,7 @@ newest files back to the CommitLog's valid end; retention deletes the oldest.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from libs.store.index_file import (
@@ -81,6 +81,17 @@ class IndexService:
                 self._put(f"{topic}#{key}", phy_offset, store_timestamp)
         if unique_key:
             self._put(UNIQUE_KEY_PREFIX + unique_key, phy_offset, store_timestamp)
+
+    def put_hashes(self, hashes: Sequence[int], offsets: Sequence[int], store_timestamp: int) -> None:
+        """Index a run of messages stored at `store_timestamp`: entry i is the key hash hashes[i] of the
+        message at offsets[i] (hashed as `put_keys` hashes its keys; see batch_heads.py), in CommitLog order.
+        """
+        put = 0
+        while put < len(hashes):
+            current = self._current
+            if current is None or current.is_full:
+                current = self._roll(store_timestamp)
+            put += current.put_many(hashes, offsets, store_timestamp, put)
 
     def query(self, topic: str, key: str, begin: int, end: int, limit: int = DEFAULT_QUERY_LIMIT) -> list[int]:
         """Phy offsets, newest first, of messages of `topic` with `key` (or a key of the same hash)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from libs.codec import RecordHead, decode_record, peek_head, peek_offsets, peek_topic
+from libs.codec import decode_record, peek_head, peek_offsets, peek_topic
 from libs.errors import CorruptRecord, OffsetOutOfRange
 from libs.message import MessageRecord, Prop, id_time
 from libs.store.budget import ScanBudget
@@ -86,8 +86,8 @@ class MessageLookup:
 
     # ---- de-duplication ------------------------------------------------------------------
 
-    def stored_copy(self, head: RecordHead) -> PutResult | None:
-        """The copy of this record stored before, when it asks for de-duplication (DEDUP) and there is one.
+    def stored_copy(self, topic: str, message_id: str | None, token: str | None) -> PutResult | None:
+        """The copy stored before of a record of `topic` with this message id (UNIQ_KEY) and DEDUP token, if any.
 
         DEDUP holds a token: a copy matches when it has the same message id, topic and token.
         The gateway marks the records of a send that has an Idempotency-Key "true" and re-sends
@@ -96,14 +96,11 @@ class MessageLookup:
         entries find the copies, newest first; only their heads are read. Looked up by `append`
         in the same synchronous step as the append, so two racing puts cannot both store.
         """
-        message_id = head.properties.get(Prop.UNIQ_KEY)
-        token = head.properties.get(Prop.DEDUP)
         if not message_id or not token:
             return None
         born = max(0, id_time(message_id) - DEDUP_SKEW_MS)
-        topic = head.topic.encode()
         for physical in self.store.index.query_unique(message_id, born, 2**62, MAX_COPIES_SCANNED):
-            copy = self._copy_at(physical, message_id, topic, token)
+            copy = self._copy_at(physical, message_id, topic.encode(), token)
             if copy is not None:
                 return copy
         return None

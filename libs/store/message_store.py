@@ -1,30 +1,33 @@
 """MessageStore: the storage engine as the broker uses it.
 
 put -> CommitLog append, then dispatch (ConsumeQueue unit, IndexFile keys,
-listeners such as long polling), all in the caller's thread; under SYNC_FLUSH
-`put` returns only when the group commit has the bytes on disk.
+listeners such as long polling), all in the caller's thread, a run of a batch's
+records at a time; under SYNC_FLUSH `put` returns only when the group commit has
+the bytes on disk.
 pull -> ConsumeQueue units, tag codes matched without touching the CommitLog,
 then the records themselves (with the filter's full check): queue_scan.py, bounded
 per pull, and in slices that let the event loop run (`pull_in_slices`).
 
 MessageStore is the one face of the engine; parts of it live beside it:
-look-ups by key and message id, and append's DEDUP look-up (lookup.py), deletion of old
-segments (retention.py), the answers PutResult, PutOutcome, PullResult (results.py).
+the append of a batch (batch_append.py, reading its heads in batch_heads.py),
+look-ups by key and message id, and append's DEDUP look-up (lookup.py), deletion
+of old segments (retention.py), the answers PutResult, PutOutcome, PullResult
+(results.py). Recovery re-dispatches one record at a time (`_dispatch`).
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from libs.codec import QUARANTINE_MAGIC, Readable, RecordHead, peek_frame, peek_head, peek_offsets, stamp_record
-from libs.errors import CorruptRecord, FlushTimeout, OffsetOutOfRange, PetrelError, StoreFull, StoreReadOnly
+from libs.codec import QUARANTINE_MAGIC, Readable, RecordHead, peek_frame, peek_head, peek_offsets
+from libs.errors import CorruptRecord, FlushTimeout, OffsetOutOfRange, PetrelError
 from libs.filters import MessageFilter
 from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from libs.store.batch_append import BatchAppend
 from libs.store.budget import ScanBudget
 from libs.store.commitlog import CommitLog
 from libs.store.config import FlushMode, StoreConfig
@@ -58,12 +61,6 @@ DispatchListener = Callable[[str, int, int, int], None]
 """(topic, queue_id, queue_offset, tags_code), called after each message is dispatched."""
 
 
-@dataclass(slots=True)
-class _DiskCheck:
-    ratio: float = 0.0
-    checked_at: float = field(default=-1e9)
-
-
 class MessageStore:
     def __init__(self, config: StoreConfig, store_host: str = "127.0.0.1:0", clock: Callable[[], float] = time.time):
         self.config = config
@@ -76,11 +73,11 @@ class MessageStore:
         )
         self.listeners: list[DispatchListener] = []
         self.flusher = Flusher(config, self.commitlog, self.queues, self.index.flush, clock)
-        self._disk = _DiskCheck()
         self._recovering = False
         self.index_failures = 0
         self.retention = Retention(self)
         self.lookup = MessageLookup(self)
+        self.appender = BatchAppend(self)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -89,7 +86,9 @@ class MessageStore:
         self.index.load()
         self._recovering = True
         try:
-            report = recover(self.config, self.commitlog, Redispatch(self.queues, self._dispatch))
+            report = recover(
+                self.config, self.commitlog, Redispatch(self.queues, self._dispatch, self.index.truncate_after)
+            )
         finally:
             self._recovering = False
         self.queues.commitlog_min = self.commitlog.min_offset
@@ -139,46 +138,11 @@ class MessageStore:
         return outcome
 
     def append(self, batch: Readable, *, dedupe: bool = False) -> PutOutcome:
-        """Store every record of the batch (records laid end to end), in order."""
-        stored: list[PutResult] = []
-        try:
-            self._check_writable()
-            offset = 0
-            while offset < len(batch):
-                head = peek_head(batch, offset)
-                copy = self.lookup.stored_copy(head) if dedupe else None
-                if copy is None:
-                    self._check_disk()  # after the look-up: a full disk still answers a copy it holds
-                stored.append(copy or self._append_one(batch, offset, head))
-                offset += head.total_size
-        except PetrelError as exc:
-            return PutOutcome(stored, exc)
-        return PutOutcome(stored)
-
-    def _append_one(self, batch: Readable, offset: int, head: RecordHead) -> PutResult:
-        """Store the record at `offset` of the batch (`head`: its head, read by the caller)."""
-        size = head.total_size
-        queue = self.queues.get(head.topic, head.queue_id)
-        segment, position = self.commitlog.reserve(size)
-        physical = segment.start_offset + position
-        now = int(self.clock() * 1000)
-        segment.map[position : position + size] = batch[offset : offset + size]
-        stamp_record(
-            segment.map,
-            position,
-            queue_offset=queue.max_offset,
-            physical_offset=physical,
-            store_timestamp=now,
-            store_host=self.store_host,
-        )
-        self.commitlog.write_offset = physical + size
-        queue_offset = queue.max_offset
-        self._dispatch(head, queue_offset, physical, size, now)
-        return PutResult(
-            head.topic, head.queue_id, queue_offset, physical, size, now, head.properties.get(Prop.UNIQ_KEY)
-        )
+        """Store every record of the batch (records laid end to end), in order (see batch_append.py)."""
+        return self.appender.append(batch, dedupe=dedupe)
 
     def _dispatch(self, head: RecordHead, queue_offset: int, physical: int, size: int, stored_at: int) -> None:
+        """One record dispatched again by recovery (recovery.Redispatch): its unit, index keys and listeners."""
         code = unit_code(head)
         self.queues.append(head.topic, head.queue_id, queue_offset, physical, size, code)
         keys = [k for k in head.properties.get(Prop.KEYS, "").split(KEY_SEPARATOR) if k]
@@ -195,25 +159,6 @@ class MessageStore:
     @property
     def read_only(self) -> bool:
         return self.flusher.failure is not None
-
-    def _check_writable(self) -> None:
-        failure = self.flusher.failure
-        if failure is not None:
-            raise StoreReadOnly(
-                f"a sync of the store under {self.config.root} failed ({failure}); it takes no more writes "
-                "until the broker is restarted (reads go on): restart the broker once the disk is checked"
-            )
-
-    def _check_disk(self) -> None:
-        now = time.monotonic()
-        if now - self._disk.checked_at > 1.0:
-            usage = shutil.disk_usage(self.config.root)
-            self._disk = _DiskCheck(usage.used / usage.total, now)
-        if self._disk.ratio >= self.config.disk_refuse_ratio:
-            raise StoreFull(
-                f"the disk under {self.config.root} is {self._disk.ratio:.0%} full; writes are refused above "
-                f"{self.config.disk_refuse_ratio:.0%} (reads go on)"
-            )
 
     # ---- reading -------------------------------------------------------------------------
 

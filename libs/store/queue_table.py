@@ -37,6 +37,11 @@ class ConsumeQueueTable:
         queue.append(queue_offset, phy, size, code)
         self._unwritten.add(queue)
 
+    def extend(self, queue: ConsumeQueue, units: bytes | bytearray, count: int) -> None:
+        """`count` packed units at the end of `queue` (one of this table's): a run of a batch's records."""
+        queue.extend(units, count)
+        self._unwritten.add(queue)
+
     def on_disk(self) -> Iterator[tuple[str, int]]:
         """Every (topic, queue id) with a ConsumeQueue directory, opened or not."""
         if not self.root.exists():

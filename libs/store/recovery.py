@@ -4,7 +4,8 @@
   checkpoint says; nothing is scanned.
 - Crash (an `abort` file, or no valid checkpoint): every record from the
   checkpoint's dispatch offset on is validated (magic, length, CRC) and
-  dispatched again to its ConsumeQueue and the index; the log ends before the
+  dispatched again to its ConsumeQueue and the index (whose entries from that
+  offset on are dropped first, see `Redispatch.begin`); the log ends before the
   first record that fails, and everything from there is zeroed or deleted.
   ConsumeQueue tails whose records are gone are dropped when a queue is opened.
 - But only a torn tail is cut. When the record the scan stopped at is followed
@@ -67,7 +68,7 @@ class RecoveryReport:
     seconds: float
 
 
-def recover(config: StoreConfig, commitlog: CommitLog, dispatch: Callable[[ScannedRecord], None]) -> RecoveryReport:
+def recover(config: StoreConfig, commitlog: CommitLog, dispatch: Redispatch) -> RecoveryReport:
     started = time.monotonic()
     checkpoint = Checkpoint.read(config.checkpoint_path)
     crashed = config.abort_path.exists() or checkpoint is None
@@ -80,6 +81,7 @@ def recover(config: StoreConfig, commitlog: CommitLog, dispatch: Callable[[Scann
     start = max(commitlog.min_offset, checkpoint.dispatch_offset if checkpoint else 0)
     end = start
     dispatched = 0
+    dispatch.begin(start)
     for record in commitlog.scan(start):
         dispatch(record)
         end = record.physical_offset + record.size
@@ -117,11 +119,23 @@ def refuse_damage_mid_log(config: StoreConfig, commitlog: CommitLog, checkpoint:
 class Redispatch:
     """What recovery hands each scanned record: dispatched again, its queue kept dense over quarantined records."""
 
-    def __init__(self, queues: ConsumeQueueTable, dispatch: Dispatch) -> None:
+    def __init__(self, queues: ConsumeQueueTable, dispatch: Dispatch, unindex: Callable[[int], None]) -> None:
         self.queues = queues
         self.dispatch = dispatch
+        self.unindex = unindex
+        """Forgets the index entries at or past a CommitLog offset (IndexService.truncate_after)."""
         self.holes: list[tuple[int, int]] = []
         """(offset, size) of the quarantine fillers passed."""
+
+    def begin(self, start: int) -> None:
+        """Before the scan from `start`: the index forgets its entries from there on, and the scan puts them again.
+
+        A run of a batch's index entries is written together (IndexFile.put_many: entries,
+        header, slots), so a process killed in between may leave entries that no slot
+        points to, of messages below the index's last offset, which `put_keys` would pass
+        over as indexed already. From the checkpoint on, nothing indexed is kept unchecked.
+        """
+        self.unindex(start)
 
     def __call__(self, record: ScannedRecord) -> None:
         if record.head is None:

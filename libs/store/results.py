@@ -7,13 +7,20 @@ can build them without importing the store.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from libs.errors import FlushTimeout, PetrelError
 from libs.message import MessageRecord
 
 
-@dataclass(frozen=True, slots=True)
-class PutResult:
+class PutResult(NamedTuple):
+    """Where and when one record was stored.
+
+    An immutable named tuple rather than a frozen dataclass: the store makes one per
+    record it appends, and a frozen dataclass's __init__ (object.__setattr__ per field)
+    cost as much as stamping the record.
+    """
+
     topic: str
     queue_id: int
     queue_offset: int

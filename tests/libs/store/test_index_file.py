@@ -126,6 +126,25 @@ def test_a_full_file_refuses_a_put(tmp_path: Path) -> None:
     index_file.close()
 
 
+def test_put_many_writes_the_file_as_put_of_each_does(tmp_path: Path) -> None:
+    """Keys crowding 5 slots (chains inside one call), a second call, and a call the file has no room for."""
+    keys = [f"T#{i % 9}" for i in range(14)]
+    one_by_one = IndexFile.create(tmp_path / "one", slot_count=5, max_entries=12, begin_timestamp=T0)
+    assert [one_by_one.put(key, 100 + i, T0 + 1500) for i, key in enumerate(keys)] == [True] * 12 + [False] * 2
+    many = IndexFile.create(tmp_path / "many", slot_count=5, max_entries=12, begin_timestamp=T0)
+    hashes = [zlib.crc32(key.encode()) for key in keys]
+    offsets = [100 + i for i in range(len(keys))]
+
+    assert many.put_many(hashes[:3], offsets[:3], T0 + 1500, 0) == 3
+    assert many.put_many(hashes, offsets, T0 + 1500, 3) == 9  # 12 entries fit; the last two do not
+
+    assert many.put_many(hashes, offsets, T0 + 1500, 12) == 0
+    assert many._map[:] == one_by_one._map[:]
+    assert many.lookup("T#4", *EVERYTHING, limit=32) == [104]
+    one_by_one.close()
+    many.close()
+
+
 def test_a_reopened_file_has_its_entries_and_header(tmp_path: Path) -> None:
     index_file = IndexFile.create(tmp_path / "index", slot_count=8, max_entries=10, begin_timestamp=T0)
     index_file.put("T#a", 100, T0 + 1_000)

@@ -13,6 +13,7 @@ from libs.codec import decode_record
 from libs.errors import OffsetOutOfRange
 from libs.store.checkpoint import Checkpoint
 from libs.store.config import FlushMode
+from libs.store.index_file import ENTRY, HEADER_SIZE, SLOT
 from libs.store.message_store import MessageStore
 from tests.support.clock import FakeClock
 from tests.support.store import EVER, Stores, pull_all, record, stored, write_at
@@ -312,3 +313,28 @@ async def test_a_torn_first_record_of_a_new_segment_takes_the_segment_away(store
     [result] = stored(await store.put(record("T", 0, b"x" * 2000)))
     assert (result.physical_offset, result.queue_offset) == (65536, len(kept))
     assert len(pull_all(store, "T", 0)) == len(kept) + 1
+
+
+def unlink_newest_entries(store: MessageStore, count: int) -> None:
+    """Set the slots of the newest `count` index entries back, as a process killed before writing them leaves them."""
+    newest = store.index.files[-1]
+    mapping, slots = newest._map, newest.slot_count
+    entries_at = HEADER_SIZE + SLOT.size * slots - ENTRY.size
+    for n in range(newest.entry_count, newest.entry_count - count, -1):
+        key_hash, _, _, prev = ENTRY.unpack_from(mapping, entries_at + n * ENTRY.size)
+        slot_at = HEADER_SIZE + (key_hash % slots) * SLOT.size
+        if SLOT.unpack_from(mapping, slot_at)[0] == n:
+            SLOT.pack_into(mapping, slot_at, prev)
+
+
+async def test_index_entries_whose_slots_a_kill_left_unwritten_are_put_again(stores: Stores) -> None:
+    """A batch's index entries are written, then the header, then the slots: killed before the slots."""
+    store = stores.open()
+    await put_numbered(store, 0, 20)
+    unlink_newest_entries(store, 20)  # keys k0 to k19, one entry each
+    assert store.query_key("T", "k3", *EVER) == []
+    stores.crash(store)
+
+    store = stores.open()
+    for i in range(20):
+        assert [m.body for m in store.query_key("T", f"k{i}", *EVER)] == [f"m{i}".encode()], f"k{i}"
