@@ -338,6 +338,27 @@ def peek_head(buf: Readable, offset: int = 0) -> RecordHead:
     return RecordHead(total, queue_id, topic, properties)
 
 
+def peek_property(buf: Readable, name: str, offset: int = 0) -> str | None:
+    """One property of the stored record at `offset`, found in its encoded properties without decoding the
+    others (the consume path wants a message's id, UNIQ_KEY, for each record it leases).
+
+    For records the store holds, whose framing was checked when they were put; `peek_head` checks it.
+    """
+    body_len = INT32.unpack_from(buf, offset + BODY_LENGTH_AT)[0]
+    pos = offset + BODY_START + body_len
+    start = pos + U16.size + U16.unpack_from(buf, pos)[0] + U16.size
+    encoded = bytes(buf[start : offset + record_size(buf, offset)[0]])
+    key = name.encode() + NAME_VALUE_SEPARATOR.encode()
+    if encoded.startswith(key):
+        at = len(key)
+    else:
+        found = encoded.find(PROPERTY_SEPARATOR.encode() + key)
+        if found < 0:
+            return None
+        at = found + 1 + len(key)
+    return encoded[at : encoded.index(PROPERTY_SEPARATOR.encode(), at)].decode()
+
+
 def peek_topic(buf: Readable, offset: int = 0) -> bytes:
     """The encoded topic of the message record at `offset`, read without its properties (a cheap first look).
 

@@ -316,3 +316,21 @@ def test_user_properties_leave_out_every_system_property() -> None:
     system = dict.fromkeys((Prop.TAGS, Prop.KEYS, Prop.UNIQ_KEY, Prop.DELAY_LEVEL, Prop.MESSAGE_GROUP), "x")
     record = sample(properties={**system, "colour": "blau", "tags": "lower-case is a user's"})
     assert record.user_properties == {"colour": "blau", "tags": "lower-case is a user's"}
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        {},
+        {"UNIQ_KEY": "ABC"},
+        {"KEYS": "a b", "UNIQ_KEY": "0A0B", "TAGS": "t"},
+        {"XUNIQ_KEY": "decoy", "UNIQ_KEY": "real"},
+        {"UNIQ_KEY": "", "a": "UNIQ_KEY\\x01"},
+    ],
+)
+def test_one_property_is_found_as_decoding_them_all_finds_it(properties: dict[str, str]) -> None:
+    from libs.codec import peek_property
+
+    record = MessageRecord(topic="orders", body=b"UNIQ_KEY\x01in the body", properties=properties)
+    batch = b"\x00" * 7 + encode_record(record)  # at an offset, as in a batch or a segment
+    assert peek_property(batch, "UNIQ_KEY", 7) == properties.get("UNIQ_KEY")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from libs.broker_api.frames import Lease
 from libs.broker_api.groups import ConsumeFrom, GroupConfig
-from libs.codec import peek_head, peek_offsets, peek_reconsume_times
+from libs.codec import peek_offsets, peek_property, peek_reconsume_times
 from libs.errors import InvalidRequest, LeaseEnded, OffsetOutOfRange
 from libs.events.writer import EventWriter
 from libs.filters import FilterType, MessageFilter
@@ -281,7 +281,7 @@ class PopService:
     def _lease(self, window: ConsumeWindow, config: GroupConfig, raw: bytes, now: int, invisible_ms: int) -> Lease:
         offset, physical = peek_offsets(raw)
         attempt = peek_reconsume_times(raw) + window.in_place_attempts.get(offset, 0) + 1
-        message_id = peek_head(raw).properties.get(Prop.UNIQ_KEY)
+        message_id = peek_property(raw, Prop.UNIQ_KEY)
         lease_id = self.next_lease()
         expires = now + invisible_ms
         window.in_flight[offset] = InFlight(offset, lease_id, expires, attempt, physical, len(raw), message_id)
