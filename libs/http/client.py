@@ -1,9 +1,9 @@
 """The internal HTTP client every service uses to call another.
 
 Its transport is swappable (`libs.http.transport`): `LeanTransport` in production
-(libs.http.lean_transport: HTTP/1.1 on asyncio protocols, httptools parsing; about a
-third of aiohttp's client CPU per call, and aiohttp was about 20x httpx: `make bench`,
-scenario `internal-client`), the ASGI apps of this process in tests (`libs.http.asgi`).
+(libs.http.lean_transport: HTTP/1.1 on asyncio protocols, httptools parsing; it replaced
+aiohttp's client, which cost about three times its CPU per call), the ASGI apps of this
+process in tests (`libs.http.asgi`).
 Whatever the transport:
 
 - One pooled set of keep-alive connections per peer, opened in a lifespan (`start`),

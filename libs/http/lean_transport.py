@@ -10,7 +10,7 @@ uses) in the protocol's `data_received`; no task is made per call.
 
 What it keeps of a real client:
 - pooled keep-alive connections per peer (`max_connections` for ordinary calls, an
-  unbounded pool for long polls, `waiting=True`, as AiohttpTransport does), each carrying
+  unbounded pool for long polls, `waiting=True`), each carrying
   one call at a time; an idle connection is dropped after `IDLE_SECONDS`, before the
   servers' keep-alive (75 s, libs.http.serve) lets it go, so a call never races a close;
 - connect and total timeouts; an answer framed by Content-Length, chunked or close;

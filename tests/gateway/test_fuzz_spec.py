@@ -35,7 +35,8 @@ from gateway.app import create_app
 from gateway.messages.idempotency import MAX_KEY_LENGTH
 from gateway.settings import GatewaySettings
 from libs.http.asgi import AsgiTransport, running
-from libs.http.transport import AiohttpTransport, Transport
+from libs.http.lean_transport import LeanTransport
+from libs.http.transport import Transport
 from services.broker.app import create_app as broker_app
 from services.broker.settings import BrokerSettings
 from services.timer.app import create_app as timer_app
@@ -102,7 +103,7 @@ async def cluster(
     push, _ = subscriptions_app(f"sqlite:///{data_dir / 'push.db'}", RecordingLive())
     timer_settings = TimerSettings(nameservers=[nameserver.address], timer_log_segment_bytes=56 * 1024)
     timer_transport = AsgiTransport(
-        in_process_apps, fallback=AiohttpTransport(connect_timeout=1.0, timeout=5.0, max_connections=16)
+        in_process_apps, fallback=LeanTransport(connect_timeout=1.0, timeout=5.0, max_connections=16)
     )
     async with contextlib.AsyncExitStack() as stack:
         for broker in broker_configs.values():

@@ -15,7 +15,7 @@ from libs.errors import ServiceUnavailable, TopicNotFound
 from libs.http.app import service_app
 from libs.http.asgi import AsgiTransport, running
 from libs.http.client import ClientOptions, InternalClient
-from libs.http.transport import AiohttpTransport
+from libs.http.lean_transport import LeanTransport
 from libs.settings import ServiceSettings
 from tests.support.serving import serving
 
@@ -96,7 +96,7 @@ async def test_a_call_past_its_timeout_times_out_and_may_have_been_acted_on() ->
 
 
 async def test_an_address_without_an_app_goes_to_the_fallback_transport() -> None:
-    fallback = AiohttpTransport(connect_timeout=1.0, timeout=5.0, max_connections=4)
+    fallback = LeanTransport(connect_timeout=1.0, timeout=5.0, max_connections=4)
     with serving(peer([])) as served:
         async with (
             running(peer([])) as app,
