@@ -110,8 +110,8 @@ class HotPath:
 
     def find(self, scope: Scope) -> tuple[HotRoute, dict[str, Any]] | None:
         """The hot route this request is for, with its path parameters; None: FastAPI's to answer."""
-        if self._by_method is None:
-            self._by_method = self._resolve()
+        self.resolve()
+        assert self._by_method is not None
         for route in self._by_method.get(scope["method"], ()):
             params = route.match(scope["path"])
             if params is not None:
@@ -136,7 +136,6 @@ class HotPath:
             self.checks.metrics.record(scope["method"], route.template, status, time.perf_counter() - started)
 
     async def _answer(self, route: HotRoute, scope: Scope, receive: Receive) -> Response | None:
-        request = Request(scope, receive)  # for the error answers; the route gets one whose body is read
         try:
             for guard in self.checks.guards:
                 refused = await guard.refusal(scope)
@@ -153,7 +152,7 @@ class HotPath:
         except ClientDisconnect:
             return None
         except Exception as exc:  # noqa: BLE001 - answered as FastAPI's exception handlers answer it
-            return await answer_error(request, exc)
+            return await answer_error(Request(scope, receive), exc)
 
     def _resolve(self) -> dict[str, list[HotRoute]]:
         by_method: dict[str, list[HotRoute]] = {}
