@@ -22,7 +22,7 @@ from libs.broker_api.client import BrokerClient
 from libs.broker_api.fanout import cancel_all, failure_of_all
 from libs.broker_api.frames import Lease
 from libs.broker_api.route_cache import RouteCache
-from libs.errors import NotFound, PetrelError, ServiceUnavailable, TopicNotFound
+from libs.errors import NotFound, PetrelError, ServiceUnavailable, TooManyLongPolls, TopicNotFound
 from libs.http.disconnect import unless_gone
 from libs.routing import TopicRoute
 from libs.topic import Perm
@@ -77,7 +77,10 @@ class Receiver:
         targets = readable_brokers(await self.routes.get(topic))
         body = _receive_body(request)
         if len(targets) == 1 and request.wait_seconds > 0:
-            return await self._hold_on_one(group, topic, targets[0], body, request.wait_seconds, gone)
+            try:
+                return await self._hold_on_one(group, topic, targets[0], body, request.wait_seconds, gone)
+            except TooManyLongPolls:
+                pass  # every long-poll slot is taken: what is there now still comes back (phase 1 below)
         received, answered = await self._sweep(group, topic, targets, body, request.max_messages)
         if received or request.wait_seconds <= 0 or not answered:
             return received

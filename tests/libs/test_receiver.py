@@ -208,3 +208,18 @@ async def test_a_bad_request_is_raised_at_once() -> None:
     with pytest.raises(InvalidFilter):
         await rx.receive("g", "orders", asking())
     assert len(brokers.receives) == 1
+
+
+async def test_with_every_long_poll_slot_taken_what_is_there_still_comes_back() -> None:
+    from gateway.cluster.long_polls import LongPollGate
+    from libs.errors import TooManyLongPolls
+
+    rx, brokers, _ = receiver(["a"])
+    brokers.long_polls = LongPollGate(0)  # every slot taken
+    await brokers.arrive("a", 3)
+    got = await rx.receive("g", "orders", asking(wait_seconds=10))
+    assert leased(got) == ["a-0", "a-1", "a-2"]
+    assert brokers.receives == [("a", 10, 0)]  # asked without a wait: nothing held the slot it could not have
+
+    with pytest.raises(TooManyLongPolls):  # nothing there: the wait is refused, as before
+        await rx.receive("g", "orders", asking(wait_seconds=10))
