@@ -186,3 +186,35 @@ async def test_close_flushes_and_checkpoints_everything(stores: Stores) -> None:
     end = store.commitlog.write_offset
     await stores.close(store)
     assert Checkpoint.read(store.config.checkpoint_path) == Checkpoint(end, end, int(stores.clock() * 1000))
+
+
+async def test_puts_are_answered_while_a_checkpoint_waits_on_a_slow_disk(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every fsync of a checkpoint round (queue files, index, the checkpoint file and its directory) runs off
+    the event loop: a disk that takes its time holds the round, never the puts and answers."""
+    store = stores.open()
+    await store.put(record("T", 0, b"a"))
+    loop, entered = asyncio.get_running_loop(), asyncio.Event()
+    release, on_the_loop = threading.Event(), []
+    loop_thread, real_fsync = threading.get_ident(), os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if threading.get_ident() == loop_thread:
+            on_the_loop.append(fd)  # here a slow disk would hold every put and answer of the broker
+        else:
+            loop.call_soon_threadsafe(entered.set)
+            release.wait(10)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    checkpoint = asyncio.create_task(store.flusher.flush(checkpoint=True))
+    try:
+        await asyncio.wait_for(entered.wait(), 5)
+        answered = await asyncio.wait_for(store.put(record("T", 0, b"b")), 5)
+        assert [r.queue_offset for r in stored(answered)] == [1]
+    finally:
+        release.set()
+    await checkpoint
+    assert Checkpoint.read(store.config.checkpoint_path) is not None
+    assert on_the_loop == []
