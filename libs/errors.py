@@ -30,6 +30,8 @@
      │    ├── LeaseLost                409 lease-lost
      │    └── AlreadyAcked             409 already-acked
      ├── IdempotencyConflict           409 idempotency-key-in-use
+     ├── NotMaster                     409 not-master
+     ├── ReplicaDiverged               409 replica-diverged
      ├── PayloadTooLarge               413 payload-too-large
      ├── UnsupportedMediaType          415 unsupported-media-type
      ├── OffsetOutOfRange              416 offset-out-of-range
@@ -273,6 +275,22 @@ class IdempotencyConflict(PetrelError):
     status = 409
     slug = "idempotency-key-in-use"
     title = "Idempotency key in use"
+
+
+class NotMaster(PetrelError):
+    """A write asked of a slave broker: only its broker name's master takes writes."""
+
+    status = 409
+    slug = "not-master"
+    title = "Not the master"
+
+
+class ReplicaDiverged(PetrelError):
+    """A slave's log and its master's disagree where a chunk of replication would go."""
+
+    status = 409
+    slug = "replica-diverged"
+    title = "Replica diverged"
 
 
 class PayloadTooLarge(PetrelError):

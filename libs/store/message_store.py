@@ -39,6 +39,7 @@ from libs.store.mapped_file import fsync_directory
 from libs.store.queue_scan import MAX_PULL_BYTES, MAX_UNITS_SCANNED, QueueScan
 from libs.store.queue_table import ConsumeQueueTable
 from libs.store.recovery import RecoveryReport, Redispatch, recover
+from libs.store.replica import ReplicaWriter
 from libs.store.results import KeyQueryResult, PullResult, PutOutcome, PutResult
 from libs.store.retention import Retention
 
@@ -78,6 +79,7 @@ class MessageStore:
         self.retention = Retention(self)
         self.lookup = MessageLookup(self)
         self.appender = BatchAppend(self)
+        self._replica: ReplicaWriter | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -140,6 +142,14 @@ class MessageStore:
     def append(self, batch: Readable, *, dedupe: bool = False) -> PutOutcome:
         """Store every record of the batch (records laid end to end), in order (see batch_append.py)."""
         return self.appender.append(batch, dedupe=dedupe)
+
+    def replicate(self, offset: int, chunk: bytes) -> int:
+        """A slave's write: the master's `chunk` of its CommitLog at `offset`, dispatched; the log's new end."""
+        if self._replica is None:
+            self._replica = ReplicaWriter(
+                self.commitlog, Redispatch(self.queues, self._dispatch, self.index.truncate_after)
+            )
+        return self._replica.write(offset, chunk)
 
     def _dispatch(self, head: RecordHead, queue_offset: int, physical: int, size: int, stored_at: int) -> None:
         """One record dispatched again by recovery (recovery.Redispatch): its unit, index keys and listeners."""

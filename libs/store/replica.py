@@ -1,0 +1,96 @@
+"""Replication's two ends in the store: a master reads its CommitLog in chunks, a slave writes them in place.
+
+A chunk is whole entries of one segment, as they lie on the master's disk: records, the
+blank filler that ends a segment, quarantine fillers. A slave writes a chunk at the same
+offset it has on the master, so both logs hold the same bytes at the same offsets, then
+dispatches its records as recovery does (libs.store.recovery.Redispatch): ConsumeQueue
+units at the queue offsets the master stamped, index entries, the store's listeners (a
+long poll on the slave wakes). Every record's CRC is checked before anything of the chunk
+counts: a chunk damaged on its way is zeroed again and refused, and the slave asks again
+from where its log ends.
+
+A slave's log ends where its last whole chunk ends; after a crash, recovery finds that end
+as for any store, and replication resumes from it.
+"""
+
+from __future__ import annotations
+
+from libs.codec import peek_frame
+from libs.errors import CorruptRecord, OffsetOutOfRange, ReplicaDiverged
+from libs.store.commitlog import CommitLog
+from libs.store.mapped_file import MappedFile
+from libs.store.recovery import Redispatch
+
+MAX_CHUNK_BYTES = 1024 * 1024
+"""What a master sends at most in one chunk (a record larger than that goes alone)."""
+
+
+def read_chunk(commitlog: CommitLog, start: int, max_bytes: int = MAX_CHUNK_BYTES) -> bytes:
+    """Whole entries from `start` (an entry's first byte) up to `max_bytes`, within one segment; b"" at the end.
+
+    OffsetOutOfRange when `start` is below the oldest segment (retention deleted it) or past the log's end.
+    """
+    if start == commitlog.write_offset:
+        return b""
+    if start > commitlog.write_offset:
+        raise OffsetOutOfRange(
+            f"CommitLog offset {start} is past the end of the log, {commitlog.write_offset}",
+            min_offset=commitlog.min_offset,
+            max_offset=commitlog.write_offset,
+        )
+    segment = commitlog.segment_at(start)
+    position = start - segment.start_offset
+    end = min(segment.size, commitlog.write_offset - segment.start_offset)
+    limit = position + max_bytes
+    cut = position
+    while cut < end:
+        total, _ = peek_frame(segment.map, cut)
+        if cut + total > limit and cut > position:
+            break
+        cut += total
+    return bytes(segment.map[position:cut])
+
+
+class ReplicaWriter:
+    """Writes a master's chunks into a slave's log, at the master's offsets, and dispatches their records."""
+
+    def __init__(self, commitlog: CommitLog, redispatch: Redispatch) -> None:
+        self.commitlog = commitlog
+        self.redispatch = redispatch
+
+    def write(self, offset: int, chunk: bytes) -> int:
+        """Write `chunk` where this log ends (`offset` must be that end) and dispatch it; the log's new end."""
+        log = self.commitlog
+        if offset != log.write_offset:
+            raise ReplicaDiverged(f"the chunk starts at {offset}, this log ends at {log.write_offset}")
+        if not chunk:
+            return offset
+        segment = self._segment_for(offset)
+        position = offset - segment.start_offset
+        end = offset + len(chunk)
+        if position + len(chunk) > segment.size:
+            raise CorruptRecord(offset, f"a {len(chunk)}-byte chunk does not fit in its segment at {position}")
+        segment.map[position : position + len(chunk)] = chunk
+        records = []
+        for record in log.scan(offset):
+            if record.physical_offset >= end:
+                break
+            records.append(record)
+        if min(log.scanned_to, end) != end or (records and records[-1].physical_offset + records[-1].size > end):
+            segment.map[position : position + len(chunk)] = bytes(len(chunk))
+            raise CorruptRecord(log.scanned_to, "the chunk from the master does not hold whole, valid records")
+        for record in records:
+            self.redispatch(record)
+        log.write_offset = end
+        return end
+
+    def _segment_for(self, offset: int) -> MappedFile:
+        """The segment `offset` is in; a new one when the log ends at a segment's end (or is empty)."""
+        log = self.commitlog
+        if log.segments and offset < log.segments[-1].end_offset:
+            return log.segment_at(offset)
+        if offset % log.segment_size:
+            raise ReplicaDiverged(f"{offset} is not where a {log.segment_size}-byte segment starts")
+        if not log.segments:
+            log.write_offset = log.flushed_offset = offset
+        return log.files.create(offset)
