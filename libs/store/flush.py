@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -53,6 +54,9 @@ class Flusher:
         self._kick = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._round = asyncio.Lock()
+        self._checkpointing = threading.Lock()
+        """A round cancelled while its worker thread syncs leaves that thread running: the next round's
+        thread waits for it, so checkpoints are written one at a time and the newest last."""
         self._last_checkpoint = 0.0
         self.syncs = 0
         self.failure: OSError | None = None
@@ -123,9 +127,10 @@ class Flusher:
     def _sync_dispatch(self, dirty: list[Path], checkpoint: Checkpoint) -> None:
         """Sync the queue and index files, then write the checkpoint that counts on them (a worker thread's
         work: the checkpoint's own fsyncs, in the event loop, held every put and answer for up to 40 ms)."""
-        self.queues.sync_files(dirty)
-        self.sync_index()
-        checkpoint.write(self.config.checkpoint_path)
+        with self._checkpointing:
+            self.queues.sync_files(dirty)
+            self.sync_index()
+            checkpoint.write(self.config.checkpoint_path)
 
     @staticmethod
     def _not_durable(exc: BaseException) -> FlushTimeout:
