@@ -150,6 +150,8 @@ def service_app(
     checked: list[Guard] = [*guards] if public else [HostCheck(settings.host_names())]
     if not public and token is not None:
         checked.append(ClusterTokenCheck(token))
+    if not public:
+        checked.extend(guards)  # an internal service's own (a slave broker's refusal of writes): after the token
     checked.append(MediaTypeCheck(app.router.routes))
     app.add_middleware(JsonShapeMiddleware, max_depth=settings.max_json_depth, max_items=settings.max_json_items)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)

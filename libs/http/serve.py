@@ -27,6 +27,7 @@ import contextlib
 import gc
 import logging
 import resource
+import socket
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -38,6 +39,7 @@ from starlette.types import Lifespan
 
 from libs.http.connection_limits import ConnectionLimits, Refused, limited_protocol
 from libs.http.shared_port import shared_port_sockets
+from libs.http.stopping import announce_stopping
 from libs.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,7 @@ def serve(app: FastAPI, settings: ServiceSettings, *, reuse_port: bool = False) 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app.router.lifespan_context = _frozen_after_start(app.router.lifespan_context)
     _allow_open_files(settings.max_connections + OTHER_OPEN_FILES)
-    server = uvicorn.Server(server_config(app, settings))
+    server = StoppingServer(server_config(app, settings))
     if not reuse_port:
         server.run()
         return
@@ -66,6 +68,14 @@ def serve(app: FastAPI, settings: ServiceSettings, *, reuse_port: bool = False) 
         sys.exit(STARTUP_FAILURE)
     log.info("serving on %s:%d, a port shared with other processes (SO_REUSEPORT)", settings.host, settings.port)
     server.run(sockets=sockets)
+
+
+class StoppingServer(uvicorn.Server):
+    """uvicorn's server, which tells the app it is stopping before it waits for the responses in flight."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        announce_stopping(self.config.app)
+        await super().shutdown(sockets)
 
 
 def server_config(app: FastAPI, settings: ServiceSettings) -> uvicorn.Config:

@@ -61,6 +61,8 @@ class ReplicaWriter:
     def write(self, offset: int, chunk: bytes) -> int:
         """Write `chunk` where this log ends (`offset` must be that end) and dispatch it; the log's new end."""
         log = self.commitlog
+        if not log.segments and offset % log.segment_size == 0:
+            log.write_offset = log.flushed_offset = offset  # an empty log begins where the master's does
         if offset != log.write_offset:
             raise ReplicaDiverged(f"the chunk starts at {offset}, this log ends at {log.write_offset}")
         if not chunk:
@@ -89,8 +91,4 @@ class ReplicaWriter:
         log = self.commitlog
         if log.segments and offset < log.segments[-1].end_offset:
             return log.segment_at(offset)
-        if offset % log.segment_size:
-            raise ReplicaDiverged(f"{offset} is not where a {log.segment_size}-byte segment starts")
-        if not log.segments:
-            log.write_offset = log.flushed_offset = offset
         return log.files.create(offset)

@@ -19,11 +19,13 @@ from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy import Engine
 
 from libs.broker_api.consume import HandleList, NackBody, ReceiveBody
+from libs.broker_api.replication import BrokerRole
 from libs.broker_api.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
 from libs.broker_api.transactions import EndBatch, EndRequest
 from libs.events.writer import EventWriter
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
+from libs.http.stopping import on_stopping
 from libs.http.transport import Transport
 from libs.names import validate_topic_name
 from libs.private_files import ensure_private, write_private
@@ -31,6 +33,7 @@ from libs.problem import PROBLEM_RESPONSES
 from libs.store.message_store import MessageStore
 from libs.topic import TopicConfig
 from services.broker import messages, timers, transaction_api
+from services.broker import replication as replication_routes
 from services.broker.consume import api as consume_api
 from services.broker.consume.dead_letters import DeadLetters
 from services.broker.consume.groups import GroupStore, GroupTable
@@ -43,6 +46,8 @@ from services.broker.memory import watch_memory
 from services.broker.metadata import OffsetStore, RedrivenStore, TopicStore, open_engine
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
+from services.broker.replica_follower import ReplicaFollower
+from services.broker.replication_state import FollowerState, Replication, SlaveWriteCheck
 from services.broker.schedule import ScheduleQueuesAtStart, guard_scheduled
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable, ensure_system_topics
@@ -136,6 +141,8 @@ def create_app(
         watch_memory(app.state.metrics.registry, pop, transactions)
         leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
         token = settings.cluster_token()
+        replication, follower = await _replication(settings, store, topics, token)
+        heard = on_stopping(app, replication.close)
         try:
             # transport: how it calls the nameservers, TCP unless given (tests give an in-process one)
             async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1), transport) as client:
@@ -157,6 +164,7 @@ def create_app(
                             DeadLetters(pop, redriven),
                             transactions,
                             schedule_at_start,
+                            replication,
                         )
                     }
                 finally:
@@ -165,7 +173,8 @@ def create_app(
                         await periodic
                     await registrar.unregister_all()
         finally:
-            for task in (leases, retention):
+            heard()
+            for task in (leases, retention, *follower):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -183,16 +192,35 @@ def create_app(
         settings,
         lifespan=lifespan,
         readiness=readiness,
+        guards=_role_guards(settings),
         description="Topics, message storage and pulls.",
         hot_routes=messages.HOT_ROUTES | consume_api.HOT_ROUTES | transaction_api.HOT_ROUTES,
     )
-    app.include_router(router)
-    app.include_router(messages.router)
-    app.include_router(timers.router)
-    app.include_router(consume_api.router)
-    app.include_router(transaction_api.router)
+    for routes in (router, messages.router, timers.router, consume_api.router, transaction_api.router):
+        app.include_router(routes)
+    app.include_router(replication_routes.router)
     register_schemas(app, [ReceiveBody, HandleList, NackBody, EndRequest, EndBatch])
     return app
+
+
+def _role_guards(settings: BrokerSettings) -> list[SlaveWriteCheck]:
+    """A slave refuses writes; a master has no guard of its role."""
+    if settings.role is BrokerRole.SLAVE:
+        return [SlaveWriteCheck(settings.broker_name, settings.master_address)]
+    return []
+
+
+async def _replication(
+    settings: BrokerSettings, store: MessageStore, topics: TopicTable, token: str | None
+) -> tuple[Replication, list[asyncio.Task[None]]]:
+    """This broker's part in replication; a slave's follower of its master, started (none for a master)."""
+    replication = Replication(settings.role, settings.broker_name, settings.broker_id, store)
+    if settings.role is not BrokerRole.SLAVE or settings.master_address is None:
+        return replication, []
+    replication.follower = FollowerState(settings.master_address)
+    follower = ReplicaFollower(replication.follower, store, topics, token)
+    await follower.prepare()
+    return replication, [asyncio.create_task(follower.run(), name="replica-follower")]
 
 
 async def _open_store(settings: BrokerSettings, offsets: ConsumerOffsets, registry: CollectorRegistry) -> MessageStore:

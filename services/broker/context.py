@@ -14,6 +14,7 @@ from services.broker.consume.settle import Settlement
 from services.broker.long_polling import PullWaiters
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
+from services.broker.replication_state import Replication
 from services.broker.schedule import ScheduleQueuesAtStart
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable
@@ -33,6 +34,7 @@ class BrokerContext:
     dead_letters: DeadLetters
     transactions: Transactions
     schedule_at_start: ScheduleQueuesAtStart
+    replication: Replication
 
 
 def broker_context(request: Request) -> BrokerContext:

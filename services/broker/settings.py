@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from libs.broker_api.replication import BrokerRole
 from libs.filters import MAX_EXPRESSION_LENGTH, FilterLimits
 from libs.settings import DelayLevelSettings
 from libs.store.budget import ScanBudget
@@ -23,7 +24,13 @@ class BrokerSettings(DelayLevelSettings):
     broker_name: str = Field(
         default="broker-a", description="unique in the cluster; the store is <data_dir>/brokers/<broker_name>"
     )
-    broker_id: int = Field(default=0, ge=0, description="0: the master of its broker name")
+    broker_id: int = Field(default=0, ge=0, description="0: the master of its broker name; a slave's is 1 or more")
+    role: BrokerRole = Field(
+        default=BrokerRole.ASYNC_MASTER,
+        description="ASYNC_MASTER takes writes, its slaves copy its CommitLog behind it; SLAVE copies its master's "
+        "(the same broker name) and answers reads only",
+    )
+    master_address: str | None = Field(default=None, description="a SLAVE's master: host:port")
     advertised_address: str | None = Field(default=None, description="host:port others use; default host:port")
     register_interval_seconds: float = Field(default=30.0, gt=0, description="the heartbeat to every nameserver")
     default_queues: int = Field(
@@ -104,6 +111,14 @@ class BrokerSettings(DelayLevelSettings):
         description="a filter scan or a key query lets the event loop serve other requests after this much work",
     )
 
+    @model_validator(mode="after")
+    def _role_fits_id(self) -> BrokerSettings:
+        if self.role is BrokerRole.SLAVE and (self.broker_id == 0 or not self.master_address):
+            raise ValueError("a SLAVE broker needs a broker_id of 1 or more and its master_address")
+        if self.role is not BrokerRole.SLAVE and self.broker_id != 0:
+            raise ValueError(f"broker_id {self.broker_id} is a slave's: set role SLAVE and master_address")
+        return self
+
     def filter_limits(self) -> FilterLimits:
         return FilterLimits(
             self.filter_max_expression_length,
@@ -128,7 +143,9 @@ class BrokerSettings(DelayLevelSettings):
 
     @property
     def store_dir(self) -> Path:
-        return self.data_dir / "brokers" / self.broker_name
+        """<data_dir>/brokers/<broker_name> for a master, <broker_name>@<broker_id> for a slave."""
+        name = self.broker_name if self.broker_id == 0 else f"{self.broker_name}@{self.broker_id}"
+        return self.data_dir / "brokers" / name
 
     def store_config(self) -> StoreConfig:
         return StoreConfig(

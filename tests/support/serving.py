@@ -23,6 +23,8 @@ from typing import cast
 import uvicorn
 from starlette.types import ASGIApp
 
+from libs.http.stopping import announce_stopping
+
 STARTUP_TIMEOUT = 5.0
 
 ServeApp = Callable[[ASGIApp], str]
@@ -86,7 +88,8 @@ class _PromptServer(uvicorn.Server):
                 await asyncio.wait_for(self._stopping.wait(), 1.0)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        """uvicorn's, less its 0.1 s pause for open connections when there are none."""
+        """uvicorn's, less its 0.1 s pause for open connections when there are none; the app hears of it first."""
+        announce_stopping(self.config.app)
         if self.server_state.connections or self.server_state.tasks:
             await super().shutdown(sockets)
             return

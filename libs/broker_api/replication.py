@@ -1,0 +1,67 @@
+"""Replication's contract: broker roles, and the frames of the CommitLog stream from a master to its slaves.
+
+`GET /internal/replication/commitlog?from=N` answers one long-lived stream of frames, each
+a 12-byte head (the CommitLog offset of its first byte, u64; its length, u32; big-endian)
+and that many bytes of the master's CommitLog: whole entries of one segment
+(libs.store.replica.read_chunk). When there is nothing new, the master sends an empty frame
+every `HEARTBEAT_SECONDS`, at its log's end: the slave learns how far behind it is, and
+that the master is alive. A slave that loses the stream asks again from where its own log
+ends; nothing is sent twice into one log.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterator
+
+from pydantic import BaseModel, Field
+
+COMMITLOG_STREAM_PATH = "/internal/replication/commitlog"
+FRAME_HEAD = struct.Struct(">QI")
+HEARTBEAT_SECONDS = 1.0
+
+
+class BrokerRole(enum.StrEnum):
+    ASYNC_MASTER = "ASYNC_MASTER"
+    """Takes writes and answers them once stored here; its slaves copy its log behind it."""
+    SLAVE = "SLAVE"
+    """Copies its master's log (broker id > 0, the same broker name) and answers reads only."""
+
+
+def frame(offset: int, chunk: bytes) -> bytes:
+    return FRAME_HEAD.pack(offset, len(chunk)) + chunk
+
+
+class FrameReader:
+    """Frames out of a byte stream cut anywhere: feed what arrives, take each whole frame."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> Iterator[tuple[int, bytes]]:
+        """(offset, chunk) of each frame `data` completes, in order; an empty chunk is a heartbeat."""
+        self._buffer += data
+        start = 0
+        while len(self._buffer) - start >= FRAME_HEAD.size:
+            offset, length = FRAME_HEAD.unpack_from(self._buffer, start)
+            end = start + FRAME_HEAD.size + length
+            if end > len(self._buffer):
+                break
+            yield offset, bytes(self._buffer[start + FRAME_HEAD.size : end])
+            start = end
+        del self._buffer[:start]
+
+
+class ReplicationStatus(BaseModel):
+    """Where a broker stands in its broker name's replication."""
+
+    role: BrokerRole
+    broker_name: str
+    broker_id: int
+    commitlog_end: int = Field(description="where this broker's CommitLog ends (its next byte's offset)")
+    master: str | None = Field(default=None, description="a slave's master (host:port)")
+    connected: bool = Field(default=False, description="a slave: its stream from the master is open")
+    master_end: int | None = Field(default=None, description="a slave: where the master's log ended, last heard")
+    lag_bytes: int | None = Field(default=None, description="a slave: master_end - commitlog_end")
+    slaves_streaming: int = Field(default=0, description="a master: streams open to its slaves")

@@ -1,0 +1,117 @@
+"""ReplicaFollower: a slave's copy of its master, kept by one long-lived stream of the master's CommitLog.
+
+The follower asks the master for its log from where the slave's own log ends
+(`GET /internal/replication/commitlog?from=N`), writes each chunk at the master's offset
+(MessageStore.replicate: same bytes, same offsets, dispatched as recovery does), and
+follows the master's heartbeats to know how far behind it is. When the stream breaks (the
+master restarts, the network drops, a chunk arrives damaged) it asks again from its end,
+after `RETRY_SECONDS`; nothing is written twice. A slave with an empty log whose master's
+retention has deleted the log's start begins at the master's oldest segment.
+
+The master's topics are copied too (`GET /internal/topics`, every `TOPIC_SYNC_SECONDS`), so
+a pull or query on the slave finds the topics its messages belong to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import httpx
+
+from libs.broker_api.replication import COMMITLOG_STREAM_PATH, HEARTBEAT_SECONDS, FrameReader
+from libs.broker_api.schemas import BrokerTopicList
+from libs.errors import PetrelError, UpstreamError
+from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.names import is_system_topic
+from libs.store.message_store import MessageStore
+from services.broker.replication_state import FollowerState
+from services.broker.topics import TopicTable
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 1.0
+TOPIC_SYNC_SECONDS = 5.0
+SILENCE_SECONDS = HEARTBEAT_SECONDS * 5
+"""A stream that brings nothing, not even a heartbeat, this long is given up and asked again."""
+
+
+class ReplicaFollower:
+    def __init__(self, state: FollowerState, store: MessageStore, topics: TopicTable, token: str | None) -> None:
+        self.state = state
+        self.store = store
+        self.topics = topics
+        self.headers = {INTERNAL_TOKEN_HEADER: token} if token else {}
+        self.base_url = f"http://{state.master}"
+        self._begins_at = 0
+        """Where an empty slave's log begins: the master's oldest offset, when retention deleted its start."""
+
+    def _client(self) -> httpx.AsyncClient:
+        timeout = httpx.Timeout(connect=3.0, read=SILENCE_SECONDS, write=3.0, pool=3.0)
+        return httpx.AsyncClient(base_url=self.base_url, headers=self.headers, timeout=timeout)
+
+    async def prepare(self) -> None:
+        """Before the slave answers: copy the master's topics once, so that its first reads find them."""
+        async with self._client() as client:
+            try:
+                await self.sync_topics(client)
+            except (httpx.HTTPError, PetrelError, ValueError) as exc:
+                log.warning("the master's topics were not copied at start (%s); the follower will try again", exc)
+
+    async def run(self) -> None:
+        """Follow the master until cancelled."""
+        async with self._client() as client:
+            topics = asyncio.create_task(self._sync_topics_forever(client), name="replica-topics")
+            try:
+                while True:
+                    try:
+                        await self._follow(client)
+                    except (httpx.HTTPError, PetrelError) as exc:
+                        log.warning("replication from %s stopped (%s); asking again", self.state.master, exc)
+                    finally:
+                        self.state.connected = False
+                    await asyncio.sleep(RETRY_SECONDS)
+            finally:
+                topics.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await topics
+
+    async def _follow(self, client: httpx.AsyncClient) -> None:
+        log_ = self.store.commitlog
+        start = log_.write_offset if log_.segments else max(log_.write_offset, self._begins_at)
+        async with client.stream("GET", COMMITLOG_STREAM_PATH, params={"from": start}) as answer:
+            if answer.status_code != 200:
+                await answer.aread()
+                if answer.status_code == 416 and not log_.segments:
+                    self._begins_at = int(answer.json()["min_offset"])
+                    log.info("the master's log begins at %d: this empty slave begins there", self._begins_at)
+                    return
+                raise UpstreamError(f"the master answered {answer.status_code}: {answer.text[:300]}")
+            self.state.connected = True
+            reader = FrameReader()
+            async for data in answer.aiter_raw():
+                for offset, chunk in reader.feed(data):
+                    end = self.store.replicate(offset, chunk) if chunk else offset
+                    self.state.master_end = end
+
+    async def _sync_topics_forever(self, client: httpx.AsyncClient) -> None:
+        while True:
+            try:
+                await self.sync_topics(client)
+            except (httpx.HTTPError, PetrelError, ValueError) as exc:
+                log.warning("the master's topics were not copied (%s); will try again", exc)
+            await asyncio.sleep(TOPIC_SYNC_SECONDS)
+
+    async def sync_topics(self, client: httpx.AsyncClient) -> None:
+        """Make this slave's topics the master's: new and changed ones put, deleted ones deleted."""
+        answer = await client.get("/internal/topics")
+        answer.raise_for_status()
+        theirs = {t.topic: t.to_config() for t in BrokerTopicList.model_validate_json(answer.content).topics}
+        for name, config in theirs.items():
+            if self.topics.find(name) != config:
+                await self.topics.put(config)
+        for config in self.topics.all():
+            if config.name not in theirs and not is_system_topic(config.name):
+                await self.topics.delete(config.name)
+                await self.store.delete_topic(config.name)

@@ -1,0 +1,41 @@
+"""Replication's routes at the broker: a master's CommitLog stream to its slaves, and where a broker stands.
+
+The state behind them is in services.broker.replication_state; a slave's follower in
+services.broker.replica_follower; the frames in libs.broker_api.replication.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
+
+from libs.broker_api.replication import COMMITLOG_STREAM_PATH, ReplicationStatus
+from libs.errors import NotMaster
+from libs.problem import PROBLEM_RESPONSES
+from services.broker.context import Context
+
+router = APIRouter(tags=["broker"], responses=PROBLEM_RESPONSES)
+
+
+@router.get(
+    COMMITLOG_STREAM_PATH,
+    operation_id="streamCommitLog",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/octet-stream": {}}}},
+)
+async def stream_commitlog(
+    ctx: Context, start: Annotated[int, Query(alias="from", ge=0, description="the slave's log end")]
+) -> StreamingResponse:
+    """This master's CommitLog from `from` on, as frames, for as long as the caller reads (a slave's copy)."""
+    if ctx.replication.source is None:
+        raise NotMaster(f"this broker is a slave of {ctx.settings.broker_name}", master=ctx.settings.master_address)
+    ctx.replication.source.check_start(start)
+    return StreamingResponse(ctx.replication.source.stream(start), media_type="application/octet-stream")
+
+
+@router.get("/internal/replication", operation_id="getReplicationStatus", response_model=ReplicationStatus)
+async def get_replication_status(ctx: Context) -> ReplicationStatus:
+    """Where this broker stands: its role, its log's end, and a slave's lag behind its master."""
+    return ctx.replication.status()

@@ -1,0 +1,138 @@
+"""A broker's part in replication: a master's ReplicationSource streams its CommitLog to its slaves; a
+slave's FollowerState is what services.broker.replica_follower knows of its master; a slave takes no
+writes (SlaveWriteCheck). The routes are in services.broker.replication.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from starlette.types import Scope
+
+from libs.broker_api.replication import HEARTBEAT_SECONDS, BrokerRole, ReplicationStatus, frame
+from libs.errors import NotMaster, OffsetOutOfRange, ReplicaDiverged
+from libs.http.guards import HTTP_ONLY, Refusal
+from libs.store.message_store import MessageStore
+from libs.store.replica import read_chunk
+
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class ReplicationSource:
+    """A master's CommitLog, streamed to each slave that asks from where its own log ends."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self.streaming = 0
+        """Streams open to slaves now."""
+        self._appended = asyncio.Event()
+        self.closed = False
+        """The server is stopping: every stream ends (the slaves ask again, of this master or its successor)."""
+        store.listeners.append(self._on_dispatch)
+
+    def close(self) -> None:
+        self.closed = True
+        self._appended.set()
+
+    def _on_dispatch(self, topic: str, queue_id: int, queue_offset: int, code: int) -> None:
+        if self.streaming:
+            self._appended.set()
+
+    def check_start(self, start: int) -> None:
+        """Refuse, before the stream opens, a start this log cannot serve."""
+        log = self.store.commitlog
+        if start > log.write_offset:
+            raise ReplicaDiverged(
+                f"the slave's log ends at {start}, past this master's end {log.write_offset}: "
+                "it holds what this master never wrote",
+                master_end=log.write_offset,
+            )
+        if start < log.min_offset:
+            raise OffsetOutOfRange(
+                f"CommitLog offset {start} was deleted by retention here; this log begins at {log.min_offset}",
+                min_offset=log.min_offset,
+                max_offset=log.write_offset,
+            )
+
+    async def stream(self, start: int) -> AsyncIterator[bytes]:
+        """Frames from `start` on, for as long as the slave listens; a heartbeat when there is nothing new."""
+        offset = start
+        self.streaming += 1
+        try:
+            while not self.closed:
+                chunk = read_chunk(self.store.commitlog, offset)
+                if chunk:
+                    yield frame(offset, chunk)
+                    offset += len(chunk)
+                    continue
+                self._appended.clear()
+                try:
+                    await asyncio.wait_for(self._appended.wait(), HEARTBEAT_SECONDS)
+                except TimeoutError:
+                    yield frame(self.store.commitlog.write_offset, b"")
+        finally:
+            self.streaming -= 1
+
+
+class SlaveWriteCheck:
+    """A slave answers reads only: every other call to it is NotMaster (409), naming its master."""
+
+    scopes = HTTP_ONLY
+
+    def __init__(self, broker_name: str, master: str | None) -> None:
+        self.broker_name = broker_name
+        self.master = master
+
+    async def refusal(self, scope: Scope) -> Refusal | None:
+        if scope["method"] in READ_METHODS or not scope["path"].startswith("/internal/"):
+            return None
+        return Refusal(
+            NotMaster(
+                f"this broker is a slave of {self.broker_name}: writes go to its master ({self.master})",
+                master=self.master,
+            )
+        )
+
+
+class Replication:
+    """A broker's part in replication: the source of a master, or the follower of a slave."""
+
+    def __init__(self, role: BrokerRole, broker_name: str, broker_id: int, store: MessageStore) -> None:
+        self.role = role
+        self.broker_name = broker_name
+        self.broker_id = broker_id
+        self.store = store
+        self.source = ReplicationSource(store) if role is not BrokerRole.SLAVE else None
+        self.follower: FollowerState | None = None
+
+    def close(self) -> None:
+        """The server is stopping: end the streams to the slaves."""
+        if self.source is not None:
+            self.source.close()
+
+    def status(self) -> ReplicationStatus:
+        end = self.store.commitlog.write_offset
+        status = ReplicationStatus(
+            role=self.role, broker_name=self.broker_name, broker_id=self.broker_id, commitlog_end=end
+        )
+        if self.source is not None:
+            status.slaves_streaming = self.source.streaming
+        if self.follower is not None:
+            follower = self.follower
+            status.master, status.connected, status.master_end = (
+                follower.master,
+                follower.connected,
+                follower.master_end,
+            )
+            status.lag_bytes = None if follower.master_end is None else max(0, follower.master_end - end)
+        return status
+
+
+class FollowerState:
+    """What a slave's follower knows of its master (services.broker.replica_follower keeps it)."""
+
+    def __init__(self, master: str) -> None:
+        self.master = master
+        self.connected = False
+        self.master_end: int | None = None
