@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pydantic import BaseModel, Field
 
 COMMITLOG_STREAM_PATH = "/internal/replication/commitlog"
+SLAVE_ACK_PATH = "/internal/replication/slaves/{slave_id}"
 FRAME_HEAD = struct.Struct(">QI")
 HEARTBEAT_SECONDS = 1.0
 
@@ -25,6 +26,8 @@ HEARTBEAT_SECONDS = 1.0
 class BrokerRole(enum.StrEnum):
     ASYNC_MASTER = "ASYNC_MASTER"
     """Takes writes and answers them once stored here; its slaves copy its log behind it."""
+    SYNC_MASTER = "SYNC_MASTER"
+    """Takes writes and answers them once every in-sync slave has them too (services.broker.in_sync)."""
     SLAVE = "SLAVE"
     """Copies its master's log (broker id > 0, the same broker name) and answers reads only."""
 
@@ -53,6 +56,27 @@ class FrameReader:
         del self._buffer[:start]
 
 
+class SlaveAck(BaseModel):
+    """A slave's word to its master: everything below `offset` is written here (flushed, if it syncs)."""
+
+    offset: int = Field(ge=0)
+    address: str = Field(description="the slave's host:port")
+
+
+class SlaveAckAnswer(BaseModel):
+    master_end: int = Field(description="where the master's log ends now")
+    in_sync: bool = Field(description="this slave is in the master's in-sync set")
+
+
+class SlaveState(BaseModel):
+    slave_id: int
+    address: str
+    acked_offset: int
+    lag_bytes: int
+    in_sync: bool
+    heard_seconds_ago: float
+
+
 class ReplicationStatus(BaseModel):
     """Where a broker stands in its broker name's replication."""
 
@@ -65,3 +89,7 @@ class ReplicationStatus(BaseModel):
     master_end: int | None = Field(default=None, description="a slave: where the master's log ended, last heard")
     lag_bytes: int | None = Field(default=None, description="a slave: master_end - commitlog_end")
     slaves_streaming: int = Field(default=0, description="a master: streams open to its slaves")
+    slaves: list[SlaveState] = Field(default_factory=list, description="a master: each slave that said where it is")
+    in_sync: list[int] = Field(
+        default_factory=list, description="a master: the ids of the slaves in its in-sync set (SYNC_MASTER waits)"
+    )

@@ -85,6 +85,16 @@ EVENTS: dict[str, EventSpec] = {
             "error",
         ),
         _spec(
+            "replica_in_sync",
+            "a slave caught up with its master and joined the in-sync set (SYNC_MASTER puts wait for it)",
+            "broker slave_id slave acked_offset master_offset",
+        ),
+        _spec(
+            "replica_out_of_sync",
+            "a slave did not confirm a put in time and left the in-sync set (puts no longer wait for it)",
+            "broker slave_id slave acked_offset master_offset",
+        ),
+        _spec(
             "audit",
             "a security-relevant call: action key_created, key_revoked, admin_call, unauthorized (401), forbidden "
             "(403) or rate_limited (429); key_id null when no valid key was given",

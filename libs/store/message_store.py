@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from libs.codec import QUARANTINE_MAGIC, Readable, RecordHead, peek_frame, peek_head, peek_offsets
@@ -80,6 +80,8 @@ class MessageStore:
         self.lookup = MessageLookup(self)
         self.appender = BatchAppend(self)
         self._replica: ReplicaWriter | None = None
+        self.replication_wait: Callable[[int], Awaitable[None]] | None = None
+        """A SYNC_MASTER's: each put waits on it with its log end, after its own flush (services.broker.in_sync)."""
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -137,6 +139,8 @@ class MessageStore:
                 await self.flusher.wait_durable(self.commitlog.write_offset)
             except FlushTimeout as exc:
                 return replace(outcome, not_durable=exc)
+        if outcome.stored and self.replication_wait is not None:
+            await self.replication_wait(self.commitlog.write_offset)
         return outcome
 
     def append(self, batch: Readable, *, dedupe: bool = False) -> PutOutcome:

@@ -41,6 +41,7 @@ from services.broker.consume.pop import PopService
 from services.broker.consume.redriven import RedrivenMarks
 from services.broker.consume.settle import Settlement
 from services.broker.context import BrokerContext, Context, broker_context
+from services.broker.in_sync import InSyncReplicas
 from services.broker.long_polling import PullWaiters
 from services.broker.memory import watch_memory
 from services.broker.metadata import OffsetStore, RedrivenStore, TopicStore, open_engine
@@ -141,7 +142,7 @@ def create_app(
         watch_memory(app.state.metrics.registry, pop, transactions)
         leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
         token = settings.cluster_token()
-        replication, follower = await _replication(settings, store, topics, token)
+        replication, follower = await _replication(settings, store, topics, token, app.state.events)
         heard = on_stopping(app, replication.close)
         try:
             # transport: how it calls the nameservers, TCP unless given (tests give an in-process one)
@@ -211,14 +212,15 @@ def _role_guards(settings: BrokerSettings) -> list[SlaveWriteCheck]:
 
 
 async def _replication(
-    settings: BrokerSettings, store: MessageStore, topics: TopicTable, token: str | None
+    settings: BrokerSettings, store: MessageStore, topics: TopicTable, token: str | None, events: EventWriter
 ) -> tuple[Replication, list[asyncio.Task[None]]]:
     """This broker's part in replication; a slave's follower of its master, started (none for a master)."""
-    replication = Replication(settings.role, settings.broker_name, settings.broker_id, store)
+    in_sync = InSyncReplicas(settings.broker_name, settings.sync_replication_timeout_ms / 1000, events)
+    replication = Replication(settings.role, settings.broker_name, settings.broker_id, store, in_sync)
     if settings.role is not BrokerRole.SLAVE or settings.master_address is None:
         return replication, []
     replication.follower = FollowerState(settings.master_address)
-    follower = ReplicaFollower(replication.follower, store, topics, token)
+    follower = ReplicaFollower(replication.follower, store, topics, token, settings.broker_id, settings.address)
     await follower.prepare()
     return replication, [asyncio.create_task(follower.run(), name="replica-follower")]
 

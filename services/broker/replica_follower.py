@@ -20,11 +20,12 @@ import logging
 
 import httpx
 
-from libs.broker_api.replication import COMMITLOG_STREAM_PATH, HEARTBEAT_SECONDS, FrameReader
+from libs.broker_api.replication import COMMITLOG_STREAM_PATH, HEARTBEAT_SECONDS, SLAVE_ACK_PATH, FrameReader
 from libs.broker_api.schemas import BrokerTopicList
 from libs.errors import PetrelError, UpstreamError
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.names import is_system_topic
+from libs.store.config import FlushMode
 from libs.store.message_store import MessageStore
 from services.broker.replication_state import FollowerState
 from services.broker.topics import TopicTable
@@ -38,8 +39,20 @@ SILENCE_SECONDS = HEARTBEAT_SECONDS * 5
 
 
 class ReplicaFollower:
-    def __init__(self, state: FollowerState, store: MessageStore, topics: TopicTable, token: str | None) -> None:
+    def __init__(
+        self,
+        state: FollowerState,
+        store: MessageStore,
+        topics: TopicTable,
+        token: str | None,
+        slave_id: int,
+        address: str,
+    ) -> None:
         self.state = state
+        self.slave_id = slave_id
+        self.address = address
+        self._to_ack = 0
+        self._ack_due = asyncio.Event()
         self.store = store
         self.topics = topics
         self.headers = {INTERNAL_TOKEN_HEADER: token} if token else {}
@@ -63,6 +76,7 @@ class ReplicaFollower:
         """Follow the master until cancelled."""
         async with self._client() as client:
             topics = asyncio.create_task(self._sync_topics_forever(client), name="replica-topics")
+            acks = asyncio.create_task(self._send_acks_forever(client), name="replica-acks")
             try:
                 while True:
                     try:
@@ -73,9 +87,10 @@ class ReplicaFollower:
                         self.state.connected = False
                     await asyncio.sleep(RETRY_SECONDS)
             finally:
-                topics.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await topics
+                for task in (topics, acks):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
 
     async def _follow(self, client: httpx.AsyncClient) -> None:
         log_ = self.store.commitlog
@@ -94,6 +109,29 @@ class ReplicaFollower:
                 for offset, chunk in reader.feed(data):
                     end = self.store.replicate(offset, chunk) if chunk else offset
                     self.state.master_end = end
+                await self._written()
+
+    async def _written(self) -> None:
+        """What arrived is written: say so to the master (a SYNC_FLUSH slave once it is on its disk)."""
+        end = self.store.commitlog.write_offset
+        if self.store.config.flush_mode is FlushMode.SYNC_FLUSH:
+            await self.store.flusher.wait_durable(end)
+        self._to_ack = end
+        self._ack_due.set()
+
+    async def _send_acks_forever(self, client: httpx.AsyncClient) -> None:
+        """One ack in flight at a time, for the newest end: acks that pile up while one is sent become one."""
+        path = SLAVE_ACK_PATH.format(slave_id=self.slave_id)
+        while True:
+            await self._ack_due.wait()
+            self._ack_due.clear()
+            try:
+                answer = await client.put(path, json={"offset": self._to_ack, "address": self.address})
+                answer.raise_for_status()
+            except httpx.HTTPError as exc:
+                log.warning("the master did not take this slave's ack (%s); will say it again", exc)
+                self._ack_due.set()
+                await asyncio.sleep(RETRY_SECONDS)
 
     async def _sync_topics_forever(self, client: httpx.AsyncClient) -> None:
         while True:

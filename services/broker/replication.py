@@ -8,10 +8,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
 
-from libs.broker_api.replication import COMMITLOG_STREAM_PATH, ReplicationStatus
+from libs.broker_api.replication import (
+    COMMITLOG_STREAM_PATH,
+    SLAVE_ACK_PATH,
+    ReplicationStatus,
+    SlaveAck,
+    SlaveAckAnswer,
+)
 from libs.errors import NotMaster
 from libs.problem import PROBLEM_RESPONSES
 from services.broker.context import Context
@@ -36,6 +42,22 @@ async def stream_commitlog(
 
 
 @router.get("/internal/replication", operation_id="getReplicationStatus", response_model=ReplicationStatus)
-async def get_replication_status(ctx: Context) -> ReplicationStatus:
-    """Where this broker stands: its role, its log's end, and a slave's lag behind its master."""
+async def get_replication_status(
+    ctx: Context,
+    in_sync: Annotated[
+        int | None, Query(ge=1, description="a master: first wait until this slave id is in its in-sync set")
+    ] = None,
+    wait_ms: Annotated[int, Query(ge=0, le=60_000, description="how long to wait for `in_sync`")] = 0,
+) -> ReplicationStatus:
+    """Where this broker stands: its role, its log's end, its slaves and in-sync set, or a slave's lag."""
+    if in_sync is not None and ctx.replication.in_sync is not None:
+        await ctx.replication.in_sync.joined(in_sync, wait_ms / 1000)
     return ctx.replication.status()
+
+
+@router.put(SLAVE_ACK_PATH, operation_id="ackReplication", response_model=SlaveAckAnswer)
+async def ack_replication(
+    ctx: Context, slave_id: Annotated[int, Path(ge=1, description="the slave's broker id")], body: SlaveAck
+) -> SlaveAckAnswer:
+    """A slave says how far it has written this master's log (a SYNC_MASTER's puts wait for its in-sync slaves)."""
+    return ctx.replication.acked(slave_id, body)

@@ -10,11 +10,20 @@ from collections.abc import AsyncIterator
 
 from starlette.types import Scope
 
-from libs.broker_api.replication import HEARTBEAT_SECONDS, BrokerRole, ReplicationStatus, frame
+from libs.broker_api.replication import (
+    HEARTBEAT_SECONDS,
+    BrokerRole,
+    ReplicationStatus,
+    SlaveAck,
+    SlaveAckAnswer,
+    SlaveState,
+    frame,
+)
 from libs.errors import NotMaster, OffsetOutOfRange, ReplicaDiverged
 from libs.http.guards import HTTP_ONLY, Refusal
 from libs.store.message_store import MessageStore
 from libs.store.replica import read_chunk
+from services.broker.in_sync import InSyncReplicas
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -96,15 +105,33 @@ class SlaveWriteCheck:
 
 
 class Replication:
-    """A broker's part in replication: the source of a master, or the follower of a slave."""
+    """A broker's part in replication: a master's source and in-sync set, or a slave's follower."""
 
-    def __init__(self, role: BrokerRole, broker_name: str, broker_id: int, store: MessageStore) -> None:
+    def __init__(
+        self,
+        role: BrokerRole,
+        broker_name: str,
+        broker_id: int,
+        store: MessageStore,
+        in_sync: InSyncReplicas | None = None,
+    ) -> None:
         self.role = role
         self.broker_name = broker_name
         self.broker_id = broker_id
         self.store = store
         self.source = ReplicationSource(store) if role is not BrokerRole.SLAVE else None
+        self.in_sync = in_sync if role is not BrokerRole.SLAVE else None
         self.follower: FollowerState | None = None
+        if role is BrokerRole.SYNC_MASTER and in_sync is not None:
+            store.replication_wait = in_sync.wait
+
+    def acked(self, slave_id: int, ack: SlaveAck) -> SlaveAckAnswer:
+        """A slave said how far it has written."""
+        if self.in_sync is None:
+            raise NotMaster(f"this broker is a slave of {self.broker_name}")
+        end = self.store.commitlog.write_offset
+        self.in_sync.acked(slave_id, ack.address, ack.offset, end)
+        return SlaveAckAnswer(master_end=end, in_sync=self.in_sync.slaves[slave_id].in_sync)
 
     def close(self) -> None:
         """The server is stopping: end the streams to the slaves."""
@@ -118,6 +145,20 @@ class Replication:
         )
         if self.source is not None:
             status.slaves_streaming = self.source.streaming
+        if self.in_sync is not None:
+            now = self.in_sync.clock()
+            status.in_sync = self.in_sync.in_sync()
+            status.slaves = [
+                SlaveState(
+                    slave_id=s.slave_id,
+                    address=s.address,
+                    acked_offset=s.acked,
+                    lag_bytes=max(0, end - s.acked),
+                    in_sync=s.in_sync,
+                    heard_seconds_ago=round(now - s.heard_at, 3),
+                )
+                for s in sorted(self.in_sync.slaves.values(), key=lambda s: s.slave_id)
+            ]
         if self.follower is not None:
             follower = self.follower
             status.master, status.connected, status.master_end = (

@@ -28,9 +28,14 @@ class BrokerSettings(DelayLevelSettings):
     role: BrokerRole = Field(
         default=BrokerRole.ASYNC_MASTER,
         description="ASYNC_MASTER takes writes, its slaves copy its CommitLog behind it; SLAVE copies its master's "
-        "(the same broker name) and answers reads only",
+        "(the same broker name) and answers reads only; SYNC_MASTER answers a write once its in-sync slaves have it",
     )
     master_address: str | None = Field(default=None, description="a SLAVE's master: host:port")
+    sync_replication_timeout_ms: int = Field(
+        default=3_000,
+        ge=10,
+        description="SYNC_MASTER: an in-sync slave that has not confirmed a put by then leaves the in-sync set",
+    )
     advertised_address: str | None = Field(default=None, description="host:port others use; default host:port")
     register_interval_seconds: float = Field(default=30.0, gt=0, description="the heartbeat to every nameserver")
     default_queues: int = Field(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import httpx
@@ -131,7 +132,7 @@ async def test_a_slave_follows_its_master_through_the_masters_restart(
         async with httpx.AsyncClient(base_url=master.url) as to_master:
             await put(to_master, 0, 10)
         await copied_to(slave, 10)
-        master.stop()
+        await asyncio.to_thread(master.stop)  # the slave goes on meanwhile, as on its own host
         with serving(create_app(master_settings), master_settings.port) as again:
             async with httpx.AsyncClient(base_url=again.url) as to_master:
                 await put(to_master, 10, 10)

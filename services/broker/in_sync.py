@@ -1,0 +1,139 @@
+"""InSyncReplicas: a SYNC_MASTER's slaves that have its log, and the puts that wait for them.
+
+Each slave says how far it has written (`PUT /internal/replication/slaves/{id}`, after each
+chunk and at each heartbeat; a SYNC_FLUSH slave only once its copy is on its disk). A slave
+joins the in-sync set when it has caught up: it has everything the master had written
+when it said so. Under SYNC_MASTER every write (`MessageStore.put_reporting`: sends,
+transaction ends, retries, timers) is answered only once every in-sync slave has it. A slave
+that does not confirm a put within `timeout` leaves the set, said in the log, by the
+`replica_out_of_sync` event and by `GET /internal/replication`: from then on the puts no
+longer wait for it (RocketMQ 5's in-sync state set shrinking). With no slave in sync, a put is
+answered once the master has it, as under ASYNC_MASTER.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from libs.events.writer import EventWriter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class SlaveProgress:
+    slave_id: int
+    address: str
+    acked: int = 0
+    """Everything below this CommitLog offset is written on the slave (flushed, for a SYNC_FLUSH slave)."""
+    heard_at: float = 0.0
+    in_sync: bool = False
+    master_end_before: int | None = None
+    """The master's log end when this slave last said how far it is: having that, it has caught up."""
+
+
+class InSyncReplicas:
+    def __init__(
+        self, broker: str, timeout: float, events: EventWriter, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.broker = broker
+        self.timeout = timeout
+        self.events = events
+        self.clock = clock
+        self.slaves: dict[int, SlaveProgress] = {}
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._joined = asyncio.Event()
+
+    def in_sync(self) -> list[int]:
+        return sorted(s.slave_id for s in self.slaves.values() if s.in_sync)
+
+    def acked(self, slave_id: int, address: str, offset: int, master_end: int) -> None:
+        """A slave has written everything below `offset`; this master's log ends at `master_end`."""
+        slave = self.slaves.get(slave_id)
+        if slave is None:
+            slave = self.slaves[slave_id] = SlaveProgress(slave_id, address)
+        slave.address, slave.acked, slave.heard_at = address, max(slave.acked, offset), self.clock()
+        behind_then, slave.master_end_before = slave.master_end_before, master_end
+        caught_up = slave.acked >= master_end or (behind_then is not None and slave.acked >= behind_then)
+        if not slave.in_sync and caught_up:
+            slave.in_sync = True
+            self._joined.set()
+            log.info("slave %d (%s) of %s is in sync at %d", slave_id, address, self.broker, offset)
+            self._event("replica_in_sync", slave, master_end)
+        self._wake()
+
+    async def joined(self, slave_id: int, timeout: float) -> bool:
+        """Until slave `slave_id` is in the in-sync set, or `timeout` seconds pass; whether it is."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not self._is_in_sync(slave_id):
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return False
+            self._joined.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._joined.wait(), left)
+        return True
+
+    def _is_in_sync(self, slave_id: int) -> bool:
+        slave = self.slaves.get(slave_id)
+        return slave is not None and slave.in_sync
+
+    def replicated_to(self) -> int | None:
+        """What every in-sync slave has (None: no slave is in sync)."""
+        offsets = [s.acked for s in self.slaves.values() if s.in_sync]
+        return min(offsets) if offsets else None
+
+    async def wait(self, offset: int) -> None:
+        """Until every in-sync slave has everything below `offset`; those that don't within `timeout` leave the set."""
+        done = self.replicated_to()
+        if done is None or done >= offset:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, future))
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self.timeout)
+        except TimeoutError:
+            self._drop_behind(offset)
+        finally:
+            if not future.done():
+                future.cancel()
+            self._waiters = [w for w in self._waiters if w[1] is not future]
+
+    def _drop_behind(self, offset: int) -> None:
+        for slave in self.slaves.values():
+            if slave.in_sync and slave.acked < offset:
+                slave.in_sync = False
+                log.warning(
+                    "slave %d (%s) of %s did not confirm offset %d within %.1f s (it has %d): out of the in-sync set",
+                    slave.slave_id,
+                    slave.address,
+                    self.broker,
+                    offset,
+                    self.timeout,
+                    slave.acked,
+                )
+                self._event("replica_out_of_sync", slave, offset)
+        self._wake()
+
+    def _wake(self) -> None:
+        if not self._waiters:
+            return
+        done = self.replicated_to()
+        for offset, future in self._waiters:
+            if not future.done() and (done is None or done >= offset):
+                future.set_result(None)
+
+    def _event(self, name: str, slave: SlaveProgress, master_offset: int) -> None:
+        self.events.emit(
+            name,
+            broker=self.broker,
+            slave_id=slave.slave_id,
+            slave=slave.address,
+            acked_offset=slave.acked,
+            master_offset=master_offset,
+        )
