@@ -96,6 +96,18 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("up", help="start the whole cluster on this machine (Ctrl-C stops it)")
     p.add_argument("--data-dir", type=Path, default=d.data_dir, help="data, logs and run state (default: ./data)")
     p.add_argument("--brokers", type=int, default=d.brokers, help="how many brokers (default: 1)")
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=d.replicas,
+        metavar="R",
+        help="slaves per broker, each copying its master's CommitLog (default: 0); the masters are SYNC_MASTER",
+    )
+    p.add_argument(
+        "--async-replication",
+        action="store_true",
+        help="with --replicas: ASYNC_MASTER, a send is answered before its slaves have it",
+    )
     p.add_argument("--nameservers", type=int, default=d.nameservers, help="how many nameservers (default: 1)")
     p.add_argument("--host", default=d.host, help="the gateway's bind address (default: 127.0.0.1)")
     p.add_argument("--gateway-port", type=int, default=d.gateway_port)
@@ -246,6 +258,8 @@ def main(argv: list[str] | None = None) -> None:
         options = UpOptions(
             data_dir=args.data_dir,
             brokers=args.brokers,
+            replicas=args.replicas,
+            async_replication=args.async_replication,
             nameservers=args.nameservers,
             host=args.host,
             gateway_port=args.gateway_port,

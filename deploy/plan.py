@@ -24,6 +24,10 @@ from libs.settings import cluster_key_prefix
 class UpOptions:
     data_dir: Path = Path("data")
     brokers: int = 1
+    replicas: int = 0
+    """slaves per broker name (`--replicas`), on the ports after the masters'"""
+    async_replication: bool = False
+    """`--async-replication`: masters with slaves are ASYNC_MASTER (else SYNC_MASTER)"""
     nameservers: int = 1
     host: str = "127.0.0.1"
     gateway_port: int = 8080
@@ -106,10 +110,7 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
         )
         for i in range(options.nameservers)
     ]
-    for i in range(options.brokers):
-        port = options.broker_port + i
-        env = shared | {"PETREL_BROKER_PORT": str(port), "PETREL_BROKER_BROKER_NAME": broker_name(i)}
-        specs.append(ProcessSpec(broker_name(i), "services.broker", port, env))
+    specs += _brokers(options, shared)
     specs.append(
         ProcessSpec("timer", "services.timer", options.timer_port, shared | _port("TIMER", options.timer_port))
     )
@@ -127,6 +128,32 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
         specs.append(ProcessSpec("etl-worker", "services.etl", 0, etl_env, args=("worker",)))
         specs.append(ProcessSpec("etl-beat", "services.etl", 0, etl_env, args=("beat",)))
     return specs + _gateways(options, shared)
+
+
+def _brokers(options: UpOptions, shared: dict[str, str]) -> list[ProcessSpec]:
+    """Each broker name's master (the first keeps `broker_port`), then its `replicas` slaves on the ports after
+    every master's. With slaves, a master is SYNC_MASTER unless `async_replication`."""
+    if options.replicas < 0:
+        raise ValueError("--replicas must be 0 or more")
+    count = options.brokers * (1 + options.replicas)
+    if options.broker_port < options.timer_port < options.broker_port + count:
+        raise ValueError(f"{count} brokers from port {options.broker_port} reach the timer's port {options.timer_port}")
+    role = "ASYNC_MASTER" if options.replicas == 0 or options.async_replication else "SYNC_MASTER"
+    specs = []
+    for i in range(options.brokers):
+        port = options.broker_port + i
+        env = shared | {"PETREL_BROKER_PORT": str(port), "PETREL_BROKER_BROKER_NAME": broker_name(i)}
+        specs.append(ProcessSpec(broker_name(i), "services.broker", port, env | {"PETREL_BROKER_ROLE": role}))
+        for j in range(1, options.replicas + 1):
+            slave_port = options.broker_port + options.brokers + i * options.replicas + j - 1
+            slave = {
+                "PETREL_BROKER_PORT": str(slave_port),
+                "PETREL_BROKER_BROKER_ID": str(j),
+                "PETREL_BROKER_ROLE": "SLAVE",
+                "PETREL_BROKER_MASTER_ADDRESS": f"127.0.0.1:{port}",
+            }
+            specs.append(ProcessSpec(f"{broker_name(i)}@{j}", "services.broker", slave_port, env | slave))
+    return specs
 
 
 def _gateways(options: UpOptions, shared: dict[str, str]) -> list[ProcessSpec]:

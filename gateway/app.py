@@ -18,6 +18,7 @@ from gateway.auth.key_check import KeyCheck
 from gateway.auth.opened import opened_auth
 from gateway.auth.schemas import KeyRequest
 from gateway.auth.spec import document_security
+from gateway.cluster import routes as cluster_routes
 from gateway.cluster.long_polls import LongPollGate
 from gateway.consume import routes as consume
 from gateway.consume.schemas import AckRequest, NackRequest, ReceiveRequest, VisibilityRequest
@@ -150,6 +151,7 @@ def create_app(
     app.include_router(transactions.router)
     app.include_router(topics.router)
     app.include_router(timers.router)
+    app.include_router(cluster_routes.router)
     app.include_router(groups.router)
     app.include_router(push.router)
     app.include_router(keys.router)

@@ -81,6 +81,8 @@ NEEDS: Final[dict[str, tuple[Need, ...]]] = {
     "listTopics": (later("topic", "listed: the topics the key holds any grant on", *ANY),),
     # timers
     "getTimerStats": (CLUSTER_ADMIN,),
+    # cluster
+    "getCluster": (CLUSTER_ADMIN,),
     # consumer groups
     "putGroup": (on_group(ADMIN),),
     "getGroup": (on_group(SUB, ADMIN),),

@@ -66,6 +66,7 @@ class SlaveAck(BaseModel):
 class SlaveAckAnswer(BaseModel):
     master_end: int = Field(description="where the master's log ends now")
     in_sync: bool = Field(description="this slave is in the master's in-sync set")
+    topics_version: int = Field(description="the master's topic table version: a slave that has another copies it")
 
 
 class SlaveState(BaseModel):

@@ -216,7 +216,9 @@ async def _replication(
 ) -> tuple[Replication, list[asyncio.Task[None]]]:
     """This broker's part in replication; a slave's follower of its master, started (none for a master)."""
     in_sync = InSyncReplicas(settings.broker_name, settings.sync_replication_timeout_ms / 1000, events)
-    replication = Replication(settings.role, settings.broker_name, settings.broker_id, store, in_sync)
+    replication = Replication(
+        settings.role, settings.broker_name, settings.broker_id, store, in_sync, lambda: topics.data_version
+    )
     if settings.role is not BrokerRole.SLAVE or settings.master_address is None:
         return replication, []
     replication.follower = FollowerState(settings.master_address)

@@ -76,7 +76,8 @@ class InSyncReplicas:
                 return False
             self._joined.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._joined.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._joined.wait()
         return True
 
     def _is_in_sync(self, slave_id: int) -> bool:
@@ -96,7 +97,8 @@ class InSyncReplicas:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((offset, future))
         try:
-            await asyncio.wait_for(asyncio.shield(future), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                await future
         except TimeoutError:
             self._drop_behind(offset)
         finally:

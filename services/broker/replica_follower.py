@@ -20,13 +20,20 @@ import logging
 
 import httpx
 
-from libs.broker_api.replication import COMMITLOG_STREAM_PATH, HEARTBEAT_SECONDS, SLAVE_ACK_PATH, FrameReader
+from libs.broker_api.replication import (
+    COMMITLOG_STREAM_PATH,
+    HEARTBEAT_SECONDS,
+    SLAVE_ACK_PATH,
+    FrameReader,
+    SlaveAckAnswer,
+)
 from libs.broker_api.schemas import BrokerTopicList
 from libs.errors import PetrelError, UpstreamError
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.names import is_system_topic
 from libs.store.config import FlushMode
 from libs.store.message_store import MessageStore
+from libs.topic import TopicConfig
 from services.broker.replication_state import FollowerState
 from services.broker.topics import TopicTable
 
@@ -53,6 +60,13 @@ class ReplicaFollower:
         self.address = address
         self._to_ack = 0
         self._ack_due = asyncio.Event()
+        self._topics_due = asyncio.Event()
+        self._topics_version: int | None = None
+        """The master's topic table version this slave's copy is of (None: none yet)."""
+        self._master_version: int | None = None
+        self._unknown: dict[str, int] = {}
+        """Topics the slave has messages of and no configuration for: the highest queue id seen."""
+        store.listeners.append(self._dispatched)
         self.store = store
         self.topics = topics
         self.headers = {INTERNAL_TOKEN_HEADER: token} if token else {}
@@ -111,6 +125,11 @@ class ReplicaFollower:
                     self.state.master_end = end
                 await self._written()
 
+    def _dispatched(self, topic: str, queue_id: int, queue_offset: int, code: int) -> None:
+        if self.topics.find(topic) is None and self._unknown.get(topic, -1) < queue_id:
+            self._unknown[topic] = queue_id
+            self._topics_due.set()
+
     async def _written(self) -> None:
         """What arrived is written: say so to the master (a SYNC_FLUSH slave once it is on its disk)."""
         end = self.store.commitlog.write_offset
@@ -128,18 +147,38 @@ class ReplicaFollower:
             try:
                 answer = await client.put(path, json={"offset": self._to_ack, "address": self.address})
                 answer.raise_for_status()
+                self._master_version = SlaveAckAnswer.model_validate_json(answer.content).topics_version
+                if self._master_version != self._topics_version:
+                    self._topics_due.set()
             except httpx.HTTPError as exc:
                 log.warning("the master did not take this slave's ack (%s); will say it again", exc)
                 self._ack_due.set()
                 await asyncio.sleep(RETRY_SECONDS)
 
     async def _sync_topics_forever(self, client: httpx.AsyncClient) -> None:
+        """Copy the master's topics every TOPIC_SYNC_SECONDS, and at once when its acks say they changed or a
+        message of an unknown topic arrives; a topic the master cannot be asked about is adopted."""
         while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(TOPIC_SYNC_SECONDS):  # not wait_for: on 3.11 it can swallow a cancel
+                    await self._topics_due.wait()
+            self._topics_due.clear()
+            version = self._master_version
             try:
                 await self.sync_topics(client)
+                self._topics_version = version
             except (httpx.HTTPError, PetrelError, ValueError) as exc:
                 log.warning("the master's topics were not copied (%s); will try again", exc)
-            await asyncio.sleep(TOPIC_SYNC_SECONDS)
+            await self._adopt_unknown()
+
+    async def _adopt_unknown(self) -> None:
+        """Give each topic this slave has messages of, and no configuration for, one of its own (readable)."""
+        unknown, self._unknown = self._unknown, {}
+        for topic, highest in unknown.items():
+            if self.topics.find(topic) is None:
+                queues = highest + 1
+                log.warning("topic %s is not known here (master unreachable?): adopted with %d queues", topic, queues)
+                await self.topics.put(TopicConfig(topic, queues, queues))
 
     async def sync_topics(self, client: httpx.AsyncClient) -> None:
         """Make this slave's topics the master's: new and changed ones put, deleted ones deleted."""

@@ -38,7 +38,11 @@ async def stream_commitlog(
     if ctx.replication.source is None:
         raise NotMaster(f"this broker is a slave of {ctx.settings.broker_name}", master=ctx.settings.master_address)
     ctx.replication.source.check_start(start)
-    return StreamingResponse(ctx.replication.source.stream(start), media_type="application/octet-stream")
+    return StreamingResponse(
+        ctx.replication.source.stream(start),
+        media_type="application/octet-stream",
+        headers={"connection": "close"},  # a stream that ends (the master stops) takes its connection with it
+    )
 
 
 @router.get("/internal/replication", operation_id="getReplicationStatus", response_model=ReplicationStatus)

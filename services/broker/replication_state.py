@@ -6,7 +6,7 @@ writes (SlaveWriteCheck). The routes are in services.broker.replication.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.types import Scope
 
@@ -77,7 +77,8 @@ class ReplicationSource:
                     continue
                 self._appended.clear()
                 try:
-                    await asyncio.wait_for(self._appended.wait(), HEARTBEAT_SECONDS)
+                    async with asyncio.timeout(HEARTBEAT_SECONDS):
+                        await self._appended.wait()
                 except TimeoutError:
                     yield frame(self.store.commitlog.write_offset, b"")
         finally:
@@ -114,6 +115,7 @@ class Replication:
         broker_id: int,
         store: MessageStore,
         in_sync: InSyncReplicas | None = None,
+        topics_version: Callable[[], int] = lambda: 0,
     ) -> None:
         self.role = role
         self.broker_name = broker_name
@@ -122,6 +124,7 @@ class Replication:
         self.source = ReplicationSource(store) if role is not BrokerRole.SLAVE else None
         self.in_sync = in_sync if role is not BrokerRole.SLAVE else None
         self.follower: FollowerState | None = None
+        self.topics_version = topics_version
         if role is BrokerRole.SYNC_MASTER and in_sync is not None:
             store.replication_wait = in_sync.wait
 
@@ -131,7 +134,9 @@ class Replication:
             raise NotMaster(f"this broker is a slave of {self.broker_name}")
         end = self.store.commitlog.write_offset
         self.in_sync.acked(slave_id, ack.address, ack.offset, end)
-        return SlaveAckAnswer(master_end=end, in_sync=self.in_sync.slaves[slave_id].in_sync)
+        return SlaveAckAnswer(
+            master_end=end, in_sync=self.in_sync.slaves[slave_id].in_sync, topics_version=self.topics_version()
+        )
 
     def close(self) -> None:
         """The server is stopping: end the streams to the slaves."""

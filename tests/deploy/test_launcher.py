@@ -301,3 +301,28 @@ def test_a_child_without_a_port_is_up_once_started_and_its_death_is_reported_not
     assert said[1:] == ["[petrel] every process has exited; stopping"]
     assert len(supervisor.children) == 1
     supervisor.stop_all()
+
+
+def test_plan_with_replicas_gives_each_master_its_slaves_on_the_ports_after_the_masters() -> None:
+    specs = [s for s in plan_cluster(UpOptions(brokers=2, replicas=2), "redis://x") if s.module == "services.broker"]
+
+    assert [(s.name, s.port, s.env["PETREL_BROKER_ROLE"]) for s in specs] == [
+        ("broker-a", 10911, "SYNC_MASTER"),
+        ("broker-a@1", 10913, "SLAVE"),
+        ("broker-a@2", 10914, "SLAVE"),
+        ("broker-b", 10912, "SYNC_MASTER"),
+        ("broker-b@1", 10915, "SLAVE"),
+        ("broker-b@2", 10916, "SLAVE"),
+    ]
+    slave = specs[1].env
+    assert (slave["PETREL_BROKER_BROKER_NAME"], slave["PETREL_BROKER_BROKER_ID"]) == ("broker-a", "1")
+    assert slave["PETREL_BROKER_MASTER_ADDRESS"] == "127.0.0.1:10911"
+
+
+def test_async_replication_and_no_replicas_plan_async_masters_and_too_many_brokers_are_refused() -> None:
+    async_specs = plan_cluster(UpOptions(replicas=1, async_replication=True), "redis://x")
+    assert {s.env["PETREL_BROKER_ROLE"] for s in async_specs if s.name == "broker-a"} == {"ASYNC_MASTER"}
+    alone = plan_cluster(UpOptions(), "redis://x")
+    assert [s.env["PETREL_BROKER_ROLE"] for s in alone if s.module == "services.broker"] == ["ASYNC_MASTER"]
+    with pytest.raises(ValueError, match="reach the timer's port 10931"):
+        plan_cluster(UpOptions(brokers=7, replicas=2), "redis://x")

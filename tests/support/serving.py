@@ -144,6 +144,7 @@ def start_app(app: ASGIApp, port: int = 0, tls: tuple[Path, Path] | None = None)
         log_level="warning",
         lifespan="on",
         loop="asyncio",
+        timeout_graceful_shutdown=5,  # as libs.http.serve bounds it: a connection a test left half-open
         ssl_certfile=certificate,
         ssl_keyfile=key,
     )

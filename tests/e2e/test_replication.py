@@ -1,0 +1,122 @@
+"""Kill -9 of a SYNC_MASTER under a send load: every send it answered is on its slave, same queue, same offset."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from deploy.plan import ProcessSpec
+from deploy.supervisor import Supervisor
+from libs.codec import iter_records
+from tests.e2e.test_broker_crash import send_until_failure
+from tests.support.serving import free_port
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.e2e
+
+QUEUES = 4
+SENDERS = 16
+
+
+def specs(data_dir: Path) -> list[ProcessSpec]:
+    nameserver_port, master_port, slave_port, gateway_port = free_port(), free_port(), free_port(), free_port()
+    shared = {
+        "PETREL_DATA_DIR": str(data_dir),
+        "PETREL_NAMESERVERS": f"127.0.0.1:{nameserver_port}",
+        "PETREL_EVENTS_ENABLED": "false",
+    }
+    broker = shared | {
+        "PETREL_BROKER_BROKER_NAME": "broker-a",
+        "PETREL_BROKER_SEGMENT_SIZE": str(8 * 1024 * 1024),
+        "PETREL_BROKER_INDEX_SLOT_COUNT": "65536",
+        "PETREL_BROKER_INDEX_MAX_ENTRIES": "400000",
+        "PETREL_BROKER_CQ_UNITS_PER_FILE": "500",
+        "PETREL_BROKER_REGISTER_INTERVAL_SECONDS": "0.5",
+    }
+    return [
+        ProcessSpec(
+            "nameserver", "services.nameserver", nameserver_port, shared | _port("NAMESERVER", nameserver_port)
+        ),
+        ProcessSpec("broker-a", "services.broker", master_port, broker | _port("BROKER", master_port) | _master()),
+        ProcessSpec(
+            "broker-a@1", "services.broker", slave_port, broker | _port("BROKER", slave_port) | _slave(master_port)
+        ),
+        ProcessSpec("gateway", "gateway", gateway_port, shared | _port("GATEWAY", gateway_port)),
+    ]
+
+
+def _port(service: str, port: int) -> dict[str, str]:
+    return {f"PETREL_{service}_PORT": str(port)}
+
+
+def _master() -> dict[str, str]:
+    return {"PETREL_BROKER_ROLE": "SYNC_MASTER", "PETREL_BROKER_SYNC_REPLICATION_TIMEOUT_MS": "10000"}
+
+
+def _slave(master_port: int) -> dict[str, str]:
+    return {
+        "PETREL_BROKER_ROLE": "SLAVE",
+        "PETREL_BROKER_BROKER_ID": "1",
+        "PETREL_BROKER_MASTER_ADDRESS": f"127.0.0.1:{master_port}",
+    }
+
+
+async def read_slave(slave: httpx.AsyncClient) -> dict[str, tuple[int, int, str]]:
+    """Every message of topic `crash` on the slave: message id -> (queue, offset, body)."""
+    found: dict[str, tuple[int, int, str]] = {}
+    for queue in range(QUEUES):
+        offset = 0
+        while True:
+            answer = await slave.get(f"/internal/topics/crash/queues/{queue}/messages", params={"offset": offset})
+            assert answer.status_code in (200, 416), answer.text
+            records = list(iter_records(answer.content)) if answer.status_code == 200 else []
+            if not records:
+                break
+            for record in records:
+                found[record.message_id or ""] = (queue, record.queue_offset, record.body.decode())
+            offset = records[-1].queue_offset + 1
+    return found
+
+
+async def test_every_send_a_sync_master_answered_is_on_its_slave_after_kill_9(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    nameserver, master, slave, gateway = specs(data_dir)
+    supervisor = Supervisor(data_dir)
+    try:
+        for spec in (nameserver, master, slave, gateway):
+            await asyncio.to_thread(supervisor.start, spec)
+        async with (
+            httpx.AsyncClient(base_url=gateway.url, timeout=15) as client,
+            httpx.AsyncClient(base_url=master.url, timeout=15) as to_master,
+            httpx.AsyncClient(base_url=slave.url, timeout=15) as to_slave,
+        ):
+            assert (await client.put("/v1/topics/crash", json={"queues": QUEUES})).status_code == 201
+            joined = await to_master.get("/internal/replication", params={"in_sync": 1, "wait_ms": 20_000})
+            assert joined.json()["in_sync"] == [1], joined.text
+
+            acked: dict[str, tuple[int, int, str]] = {}
+            enough = asyncio.Event()
+            senders = [asyncio.create_task(send_until_failure(client, i, acked, enough)) for i in range(SENDERS)]
+            await asyncio.wait_for(enough.wait(), 60)
+            master_process = next(c.process for c in supervisor.children if c.spec.name == "broker-a")
+            os.kill(master_process.pid, signal.SIGKILL)
+            await asyncio.gather(*senders)
+            master_process.wait()
+
+            async def topic_copied() -> bool:
+                return (await to_slave.get("/internal/topics/crash")).status_code == 200
+
+            await eventually(topic_copied, "the slave has the master's topic")
+            on_slave = await read_slave(to_slave)
+
+        lost = [mid for mid in acked if mid not in on_slave]
+        assert not lost, f"{len(lost)} of {len(acked)} answered sends are not on the slave after kill -9 of the master"
+        for message_id, stored in acked.items():
+            assert on_slave[message_id] == stored
+    finally:
+        supervisor.stop_all()
