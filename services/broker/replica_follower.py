@@ -87,24 +87,32 @@ class ReplicaFollower:
                 log.warning("the master's topics were not copied at start (%s); the follower will try again", exc)
 
     async def run(self) -> None:
-        """Follow the master until cancelled."""
-        async with self._client() as client:
-            topics = asyncio.create_task(self._sync_topics_forever(client), name="replica-topics")
-            acks = asyncio.create_task(self._send_acks_forever(client), name="replica-acks")
+        """Follow the master until cancelled: a stream at a time, each on fresh connections (a stream that broke
+        takes the client with it, and whatever it pooled of the old master)."""
+        while True:
             try:
-                while True:
-                    try:
-                        await self._follow(client)
-                    except (httpx.HTTPError, PetrelError) as exc:
-                        log.warning("replication from %s stopped (%s); asking again", self.state.master, exc)
-                    finally:
-                        self.state.connected = False
-                    await asyncio.sleep(RETRY_SECONDS)
+                async with self._client() as client:
+                    await self._follow_with(client)
+            except (httpx.HTTPError, PetrelError) as exc:
+                log.warning("replication from %s stopped (%s); asking again", self.state.master, exc)
             finally:
-                for task in (topics, acks):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                self.state.connected = False
+            await self._adopt_unknown()  # the master may be gone: what this slave holds stays readable
+            await asyncio.sleep(RETRY_SECONDS)
+
+    async def _follow_with(self, client: httpx.AsyncClient) -> None:
+        """One stream, with the topic copier and the acks beside it on the same client."""
+        helpers = [
+            asyncio.create_task(self._sync_topics_forever(client), name="replica-topics"),
+            asyncio.create_task(self._send_acks_forever(client), name="replica-acks"),
+        ]
+        try:
+            await self._follow(client)
+        finally:
+            for task in helpers:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def _follow(self, client: httpx.AsyncClient) -> None:
         log_ = self.store.commitlog
