@@ -14,6 +14,7 @@ import pytest
 
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
+from tests.support.crash_sends import send_until_failure
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
 
@@ -50,26 +51,6 @@ def specs(data_dir: Path) -> tuple[ProcessSpec, ProcessSpec, ProcessSpec]:
         ProcessSpec("broker-a", "services.broker", broker_port, broker_env),
         ProcessSpec("gateway", "gateway", gateway_port, shared | {"PETREL_GATEWAY_PORT": str(gateway_port)}),
     )
-
-
-KILL_AFTER = 300
-
-
-async def send_until_failure(
-    client: httpx.AsyncClient, sender: int, acked: dict[str, tuple[int, int, str]], enough: asyncio.Event
-) -> None:
-    for n in range(100_000):
-        body = f"sender {sender} message {n} " + "x" * (n % 300)
-        try:
-            answer = await client.post("/v1/topics/crash/messages", json={"body": body})
-        except httpx.HTTPError:
-            return
-        if answer.status_code != 201:
-            return
-        result = answer.json()
-        acked[result["message_id"]] = (result["queue_id"], result["queue_offset"], body)
-        if len(acked) >= KILL_AFTER:
-            enough.set()
 
 
 async def read_everything(client: httpx.AsyncClient) -> dict[int, list[dict[str, object]]]:

@@ -13,7 +13,7 @@ import pytest
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
 from libs.codec import iter_records
-from tests.e2e.test_broker_crash import send_until_failure
+from tests.support.crash_sends import send_until_failure
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
 

@@ -8,17 +8,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from libs.broker_api.replication import BrokerRole
-from libs.codec import encode_record, iter_records
-from libs.message import MessageRecord, Prop
+from libs.codec import iter_records
 from services.broker.app import create_app
 from services.broker.settings import BrokerSettings
 from tests.support.apps import broker_settings, in_process
+from tests.support.replication import BINARY, copied_to, pulled, put, slave_settings
 from tests.support.serving import ServedApp, serving
-
-BINARY = {"content-type": "application/octet-stream"}
-WAIT_MS = 10_000
-"""How long a pull on the slave may wait for what the master stored: a bound, not a pace."""
 
 
 @pytest.fixture
@@ -30,46 +25,6 @@ def master_settings(nameserver: ServedApp) -> BrokerSettings:
 def master(master_settings: BrokerSettings) -> Iterator[ServedApp]:
     with serving(create_app(master_settings), master_settings.port) as served:
         yield served
-
-
-def slave_settings(nameserver: ServedApp, master: ServedApp) -> BrokerSettings:
-    return broker_settings(nameserver, broker_id=1, role=BrokerRole.SLAVE, master_address=master.address)
-
-
-async def put(broker: httpx.AsyncClient, first: int, count: int, queue_id: int = 0) -> None:
-    records = [
-        encode_record(
-            MessageRecord(
-                topic="orders",
-                body=f"m{n}".encode(),
-                queue_id=queue_id,
-                properties={Prop.UNIQ_KEY: f"ID-{n}", Prop.KEYS: f"k{n}"},
-            )
-        )
-        for n in range(first, first + count)
-    ]
-    answer = await broker.post("/internal/messages", headers=BINARY, content=b"".join(records))
-    assert answer.status_code == 200, answer.text
-
-
-async def pulled(broker: httpx.AsyncClient, offset: int, wait_ms: int = WAIT_MS, max_count: int = 32) -> list[str]:
-    """Bodies from `offset` on, waiting up to `wait_ms` for the first to be there."""
-    answer = await broker.get(
-        "/internal/topics/orders/queues/0/messages", params={"offset": offset, "max": max_count, "wait_ms": wait_ms}
-    )
-    assert answer.status_code == 200, answer.text
-    return [r.body.decode() for r in iter_records(answer.content)]
-
-
-async def copied_to(slave: httpx.AsyncClient, count: int) -> list[str]:
-    """Every body of orders/0 on the slave once its `count`-th message is there (each pull at the queue's end
-    waits for the next message the slave copies)."""
-    bodies: list[str] = []
-    while len(bodies) < count:
-        arrived = await pulled(slave, len(bodies))
-        assert arrived, f"the slave has {len(bodies)} of {count} messages and nothing came in {WAIT_MS} ms"
-        bodies += arrived
-    return bodies
 
 
 @pytest.fixture

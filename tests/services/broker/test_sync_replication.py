@@ -10,8 +10,8 @@ import pytest
 from libs.broker_api.replication import BrokerRole
 from services.broker.app import create_app
 from services.broker.settings import BrokerSettings
-from tests.services.broker.test_replication import copied_to, pulled, put, slave_settings
 from tests.support.apps import broker_settings, in_process
+from tests.support.replication import copied_to, pulled, put, slave_settings
 from tests.support.serving import ServedApp, serving
 
 JOIN_WAIT_MS = 10_000
