@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +12,7 @@ import pytest
 
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
-from tests.support.crash_sends import send_until_failure
+from tests.support.crash_sends import kill_9_under_sends
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
 
@@ -78,14 +76,7 @@ async def test_every_answered_send_survives_kill_9(tmp_path: Path) -> None:
             await asyncio.to_thread(supervisor.start, spec)
         async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as client:
             assert (await client.put("/v1/topics/crash", json={"queues": QUEUES})).status_code == 201
-            acked: dict[str, tuple[int, int, str]] = {}
-            enough = asyncio.Event()
-            senders = [asyncio.create_task(send_until_failure(client, i, acked, enough)) for i in range(SENDERS)]
-            await asyncio.wait_for(enough.wait(), 60)
-            broker_process = next(c.process for c in supervisor.children if c.spec.name == "broker-a")
-            os.kill(broker_process.pid, signal.SIGKILL)
-            await asyncio.gather(*senders)
-            broker_process.wait()
+            acked = await kill_9_under_sends(client, supervisor, "broker-a", SENDERS)
 
             supervisor.children = [c for c in supervisor.children if c.spec.name != "broker-a"]
             await asyncio.to_thread(supervisor.start, broker)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 from pathlib import Path
 
 import httpx
@@ -13,7 +11,7 @@ import pytest
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
 from libs.codec import iter_records
-from tests.support.crash_sends import send_until_failure
+from tests.support.crash_sends import kill_9_under_sends
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
 
@@ -99,14 +97,7 @@ async def test_every_send_a_sync_master_answered_is_on_its_slave_after_kill_9(tm
             joined = await to_master.get("/internal/replication", params={"in_sync": 1, "wait_ms": 20_000})
             assert joined.json()["in_sync"] == [1], joined.text
 
-            acked: dict[str, tuple[int, int, str]] = {}
-            enough = asyncio.Event()
-            senders = [asyncio.create_task(send_until_failure(client, i, acked, enough)) for i in range(SENDERS)]
-            await asyncio.wait_for(enough.wait(), 60)
-            master_process = next(c.process for c in supervisor.children if c.spec.name == "broker-a")
-            os.kill(master_process.pid, signal.SIGKILL)
-            await asyncio.gather(*senders)
-            master_process.wait()
+            acked = await kill_9_under_sends(client, supervisor, "broker-a", SENDERS)
 
             async def topic_copied() -> bool:
                 return (await to_slave.get("/internal/topics/crash")).status_code == 200

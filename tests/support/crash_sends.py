@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 import httpx
+
+from deploy.supervisor import Supervisor
 
 KILL_AFTER = 300
 
@@ -24,3 +28,19 @@ async def send_until_failure(
         acked[result["message_id"]] = (result["queue_id"], result["queue_offset"], body)
         if len(acked) >= KILL_AFTER:
             enough.set()
+
+
+async def kill_9_under_sends(
+    client: httpx.AsyncClient, supervisor: Supervisor, name: str, senders: int
+) -> dict[str, tuple[int, int, str]]:
+    """`senders` senders on topic `crash` until KILL_AFTER sends were answered, then kill -9 of process `name`;
+    once every sender has stopped at its first failure: what was answered (message id -> queue, offset, body)."""
+    acked: dict[str, tuple[int, int, str]] = {}
+    enough = asyncio.Event()
+    sending = [asyncio.create_task(send_until_failure(client, i, acked, enough)) for i in range(senders)]
+    await asyncio.wait_for(enough.wait(), 60)
+    process = next(c.process for c in supervisor.children if c.spec.name == name)
+    os.kill(process.pid, signal.SIGKILL)
+    await asyncio.gather(*sending)
+    process.wait()
+    return acked
