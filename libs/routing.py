@@ -135,6 +135,11 @@ class BrokerData(BaseModel):
     def master(self) -> str | None:
         return self.addresses.get(MASTER_ID)
 
+    @property
+    def reader(self) -> str | None:
+        """Where reads go: the master, else (the master gone) its slave of the lowest id, which has its log."""
+        return self.master or (self.addresses[min(self.addresses)] if self.addresses else None)
+
 
 class TopicRoute(BaseModel):
     topic: str

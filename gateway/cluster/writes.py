@@ -1,4 +1,4 @@
-"""Where brokers are: master addresses from routes and cluster listings; writes to every master."""
+"""Where brokers are: master (and, for reads, slave) addresses from routes and listings; writes to every master."""
 
 from __future__ import annotations
 
@@ -23,6 +23,15 @@ def master_address(route: TopicRoute, broker_name: str) -> str:
     address = broker.master if broker else None
     if address is None:
         raise BrokerUnavailable(f"broker {broker_name} has no live master", broker=broker_name)
+    return address
+
+
+def read_address(route: TopicRoute, broker_name: str) -> str:
+    """Where a read of `broker_name` goes: its master, else (the master gone) a slave, which has its log."""
+    broker = route.broker(broker_name)
+    address = broker.reader if broker else None
+    if address is None:
+        raise BrokerUnavailable(f"broker {broker_name} has no live master or slave", broker=broker_name)
     return address
 
 

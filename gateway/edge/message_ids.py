@@ -18,7 +18,8 @@ def id_time(message_id: str) -> int:
 
 
 async def ask_every_broker(ctx: GatewayContext, call: Any) -> list[tuple[str, str, bytes]]:
-    """(broker, address, answer) of every master that answered `call(name, address)` with bytes."""
-    targets = await ctx.nameservers.masters()
+    """(broker, address, answer) of every broker name that answered `call(name, address)` with bytes: its master,
+    or, the master gone, its slave."""
+    targets = await ctx.nameservers.readers()
     answers = await asyncio.gather(*(call(n, a) for n, a in targets), return_exceptions=True)
     return [(n, a, r) for (n, a), r in zip(targets, answers, strict=True) if isinstance(r, bytes)]

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from gateway.auth.needs import SUB
 from gateway.auth.principal import authorize
 from gateway.auth.route import AuthorizedRoute
-from gateway.cluster.writes import ensure_topic, master_address
+from gateway.cluster.writes import ensure_topic, read_address
 from gateway.context import Context, GatewayContext, gateway_context
 from gateway.edge.entries import entry_error
 from gateway.edge.message_ids import ask_every_broker, id_time
@@ -257,7 +257,7 @@ async def query_by_key(
     route = await ctx.routes.get(topic)
     params: dict[str, str | int] = {"topic": topic, "key": key, "begin": begin_ms, "end": end_ms, "max": max}
     answers = await asyncio.gather(
-        *(ctx.brokers.query_key(q.broker_name, master_address(route, q.broker_name), params) for q in route.queues)
+        *(ctx.brokers.query_key(q.broker_name, read_address(route, q.broker_name), params) for q in route.queues)
     )
     messages = [
         to_message(r, q.broker_name)
@@ -343,4 +343,4 @@ def _pick_broker(route: TopicRoute, broker: str | None) -> tuple[str, str]:
         broker = names[0]
     if broker not in names:
         raise TopicNotFound(f"broker {broker!r} holds no queue of {route.topic!r} (brokers: {', '.join(names)})")
-    return broker, master_address(route, broker)
+    return broker, read_address(route, broker)

@@ -49,6 +49,10 @@ class NameserverClient:
     async def clusters(self) -> ClusterListing:
         return ClusterListing.model_validate(await self._get("/internal/clusters"))
 
+    async def readers(self, cluster: str | None = None) -> list[tuple[str, str]]:
+        """(broker name, address) of every live broker name: its master, else its slave of the lowest id."""
+        return readers(await self.clusters(), cluster)
+
     async def masters(self, cluster: str | None = None) -> list[tuple[str, str]]:
         """(broker name, master address) of every live broker, or of one cluster's."""
         return masters(await self.clusters(), cluster)
@@ -63,4 +67,15 @@ def masters(listing: ClusterListing, cluster: str | None = None) -> list[tuple[s
         for b in c.brokers
         for i in b.instances
         if i.broker_id == MASTER_ID
+    ]
+
+
+def readers(listing: ClusterListing, cluster: str | None = None) -> list[tuple[str, str]]:
+    """(broker name, address to read from) of every broker name of the listing: the master, else the lowest slave."""
+    return [
+        (b.broker_name, min(b.instances, key=lambda i: i.broker_id).address)
+        for c in listing.clusters
+        if cluster is None or c.name == cluster
+        for b in c.brokers
+        if b.instances
     ]

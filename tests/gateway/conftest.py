@@ -32,7 +32,14 @@ from tests.support.in_process import InProcessApp
 from tests.support.serving import ServedApp, start_app
 
 SERVED_MODULES = frozenset(
-    {"test_cluster_view", "test_flush_timeout", "test_long_polls", "test_route_cache", "test_transactions"}
+    {
+        "test_cluster_view",
+        "test_flush_timeout",
+        "test_long_polls",
+        "test_route_cache",
+        "test_slave_reads",
+        "test_transactions",
+    }
 )
 BOTH_PATHS_MODULES = frozenset({"test_messages", "test_consume", "test_auth"})
 """Their tests run twice: on the hot path (libs.http.hot_routes) and with every route through FastAPI."""
