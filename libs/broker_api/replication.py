@@ -74,6 +74,9 @@ class SlaveState(BaseModel):
     address: str
     acked_offset: int
     lag_bytes: int
+    lag_ms: int | None = Field(
+        default=None, description="how long ago the oldest message the slave does not have was stored (0: none)"
+    )
     in_sync: bool
     heard_seconds_ago: float
 

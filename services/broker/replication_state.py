@@ -19,7 +19,8 @@ from libs.broker_api.replication import (
     SlaveState,
     frame,
 )
-from libs.errors import NotMaster, OffsetOutOfRange, ReplicaDiverged
+from libs.codec import record_size
+from libs.errors import NotMaster, OffsetOutOfRange, PetrelError, ReplicaDiverged
 from libs.http.guards import HTTP_ONLY, Refusal
 from libs.store.message_store import MessageStore
 from libs.store.replica import read_chunk
@@ -143,6 +144,20 @@ class Replication:
         if self.source is not None:
             self.source.close()
 
+    def _lag_ms(self, acked: int, end: int) -> int | None:
+        """Since when the first record a slave does not have (at `acked`) waits for it, in ms; None: unknown."""
+        if acked >= end:
+            return 0
+        log = self.store.commitlog
+        try:
+            segment = log.segment_at(acked)
+            if record_size(segment.map, acked - segment.start_offset)[1]:  # a blank filler: the next segment's first
+                acked = segment.end_offset
+            stored = log.stored_at(acked) if acked < end else None
+        except PetrelError:
+            return None
+        return None if stored is None else max(0, int(self.store.clock() * 1000) - stored)
+
     def status(self) -> ReplicationStatus:
         end = self.store.commitlog.write_offset
         status = ReplicationStatus(
@@ -159,6 +174,7 @@ class Replication:
                     address=s.address,
                     acked_offset=s.acked,
                     lag_bytes=max(0, end - s.acked),
+                    lag_ms=self._lag_ms(s.acked, end),
                     in_sync=s.in_sync,
                     heard_seconds_ago=round(now - s.heard_at, 3),
                 )

@@ -37,6 +37,9 @@ async def test_the_cluster_lists_each_masters_slaves_with_their_roles_and_lag(
         (1, True, "SLAVE"),
     ]
     assert a["instances"][0]["replication"]["in_sync"] == [1]
+    assert [(s["slave_id"], s["lag_bytes"], s["lag_ms"]) for s in a["instances"][0]["replication"]["slaves"]] == [
+        (1, 0, 0)
+    ]
     assert a["instances"][1]["replication"]["lag_bytes"] == 0
     assert [i["replication"]["slaves"] for i in view["broker-b"]["instances"]] == [[]]
 

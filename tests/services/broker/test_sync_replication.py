@@ -67,6 +67,7 @@ async def test_a_slave_that_stops_confirming_leaves_the_set_and_rejoins_once_cau
     status = (await to_master.get("/internal/replication")).json()
     assert status["in_sync"] == []
     assert [(s["slave_id"], s["in_sync"], s["lag_bytes"] > 0) for s in status["slaves"]] == [(1, False, True)]
+    assert status["slaves"][0]["lag_ms"] >= 500  # m5 waited the 500 ms before it was answered
 
     async for slave in in_process(create_app(settings)):
         assert (await in_sync(to_master))["in_sync"] == [1]
