@@ -18,21 +18,19 @@ if TYPE_CHECKING:  # the context holds the Receiver, which uses this module
 T = TypeVar("T")
 
 
-def master_address(route: TopicRoute, broker_name: str) -> str:
+def master_address(route: TopicRoute, broker_name: str, *, or_slave: bool = False) -> str:
+    """Where a write of `broker_name` goes: its master; `or_slave` (a read), else a slave, which has its log."""
     broker = route.broker(broker_name)
-    address = broker.master if broker else None
+    address = (broker.reader if or_slave else broker.master) if broker else None
     if address is None:
-        raise BrokerUnavailable(f"broker {broker_name} has no live master", broker=broker_name)
+        gone = "no live master or slave" if or_slave else "no live master"
+        raise BrokerUnavailable(f"broker {broker_name} has {gone}", broker=broker_name)
     return address
 
 
 def read_address(route: TopicRoute, broker_name: str) -> str:
-    """Where a read of `broker_name` goes: its master, else (the master gone) a slave, which has its log."""
-    broker = route.broker(broker_name)
-    address = broker.reader if broker else None
-    if address is None:
-        raise BrokerUnavailable(f"broker {broker_name} has no live master or slave", broker=broker_name)
-    return address
+    """Where a read of `broker_name` goes: its master, else (the master gone) a slave."""
+    return master_address(route, broker_name, or_slave=True)
 
 
 async def cluster_masters(ctx: GatewayContext) -> list[tuple[str, str]]:

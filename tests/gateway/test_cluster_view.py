@@ -7,10 +7,7 @@ from typing import Any
 import httpx
 from starlette.types import ASGIApp
 
-from libs.broker_api.replication import BrokerRole
-from libs.http.asgi import running
-from services.broker.app import create_app as broker_app
-from tests.support.apps import broker_settings
+from tests.support.replication import in_sync_slave
 from tests.support.serving import ServedApp, free_port
 
 
@@ -18,13 +15,7 @@ async def test_the_cluster_lists_each_masters_slaves_with_their_roles_and_lag(
     gateway: httpx.AsyncClient, nameserver: ServedApp, brokers: dict[str, Any], in_process_apps: dict[str, ASGIApp]
 ) -> None:
     master = brokers["broker-a"]
-    settings = broker_settings(nameserver, broker_id=1, role=BrokerRole.SLAVE, master_address=master.address)
-    async with running(broker_app(settings)) as slave:
-        in_process_apps[settings.address] = slave
-        async with httpx.AsyncClient(base_url=master.url) as to_master:
-            joined = await to_master.get("/internal/replication", params={"in_sync": 1, "wait_ms": 10_000})
-            assert joined.json()["in_sync"] == [1], joined.text
-
+    async with in_sync_slave(nameserver, master, in_process_apps):
         answer = await gateway.get("/v1/cluster")
 
     assert answer.status_code == 200, answer.text

@@ -10,9 +10,7 @@ import pytest
 from starlette.types import ASGIApp
 
 from libs.broker_api.replication import BrokerRole
-from libs.http.asgi import running
-from services.broker.app import create_app as broker_app
-from tests.support.apps import broker_settings
+from tests.support.replication import in_sync_slave
 from tests.support.serving import ServedApp
 
 
@@ -30,13 +28,8 @@ async def test_reads_of_a_broker_whose_master_is_gone_are_answered_by_its_slave(
     gateway: httpx.AsyncClient, nameserver: ServedApp, brokers: dict[str, Any], in_process_apps: dict[str, ASGIApp]
 ) -> None:
     master = brokers["broker-a"]
-    settings = broker_settings(nameserver, broker_id=1, role=BrokerRole.SLAVE, master_address=master.address)
-    async with running(broker_app(settings)) as slave:
-        in_process_apps[settings.address] = slave
+    async with in_sync_slave(nameserver, master, in_process_apps):
         assert (await gateway.put("/v1/topics/orders", json={"queues": 1})).status_code == 201
-        async with httpx.AsyncClient(base_url=master.url) as to_master:
-            joined = await to_master.get("/internal/replication", params={"in_sync": 1, "wait_ms": 10_000})
-            assert joined.json()["in_sync"] == [1], joined.text
         sent = []
         for n in range(3):
             answer = await gateway.post(

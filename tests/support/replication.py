@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
 import httpx
+from starlette.types import ASGIApp
 
 from libs.broker_api.replication import BrokerRole
 from libs.codec import encode_record, iter_records
+from libs.http.asgi import running
 from libs.message import MessageRecord, Prop
+from services.broker.app import create_app
 from services.broker.settings import BrokerSettings
 from tests.support.apps import broker_settings
 from tests.support.serving import ServedApp
@@ -54,3 +61,18 @@ async def copied_to(slave: httpx.AsyncClient, count: int) -> list[str]:
         assert arrived, f"the slave has {len(bodies)} of {count} messages and nothing came in {WAIT_MS} ms"
         bodies += arrived
     return bodies
+
+
+@contextlib.asynccontextmanager
+async def in_sync_slave(
+    nameserver: ServedApp, master: Any, in_process_apps: dict[str, ASGIApp]
+) -> AsyncIterator[ASGIApp]:
+    """A slave (broker id 1) of `master` (a served broker), run in-process where the gateway's transport finds it,
+    once it is in its master's in-sync set."""
+    settings = slave_settings(nameserver, master)
+    async with running(create_app(settings)) as slave:
+        in_process_apps[settings.address] = slave
+        async with httpx.AsyncClient(base_url=master.url) as to_master:
+            joined = await to_master.get("/internal/replication", params={"in_sync": 1, "wait_ms": WAIT_MS})
+            assert joined.json()["in_sync"] == [1], joined.text
+        yield slave
