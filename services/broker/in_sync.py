@@ -57,7 +57,8 @@ class InSyncReplicas:
         slave = self.slaves.get(slave_id)
         if slave is None:
             slave = self.slaves[slave_id] = SlaveProgress(slave_id, address)
-        slave.address, slave.acked, slave.heard_at = address, max(slave.acked, offset), self.clock()
+        # Its word, not the most it ever said: a slave restarted on a log that lost its unflushed tail says less.
+        slave.address, slave.acked, slave.heard_at = address, offset, self.clock()
         behind_then, slave.master_end_before = slave.master_end_before, master_end
         caught_up = slave.acked >= master_end or (behind_then is not None and slave.acked >= behind_then)
         if not slave.in_sync and caught_up:
