@@ -39,15 +39,13 @@ class ReplicationSource:
         self._appended = asyncio.Event()
         self.closed = False
         """The server is stopping: every stream ends (the slaves ask again, of this master or its successor)."""
-        store.listeners.append(self._on_dispatch)
 
     def close(self) -> None:
         self.closed = True
         self._appended.set()
 
     def _on_dispatch(self, topic: str, queue_id: int, queue_offset: int, code: int) -> None:
-        if self.streaming:
-            self._appended.set()
+        self._appended.set()
 
     def check_start(self, start: int) -> None:
         """Refuse, before the stream opens, a start this log cannot serve."""
@@ -68,6 +66,8 @@ class ReplicationSource:
     async def stream(self, start: int) -> AsyncIterator[bytes]:
         """Frames from `start` on, for as long as the slave listens; a heartbeat when there is nothing new."""
         offset = start
+        if not self.streaming:  # listened to only while a slave streams: without one, a record costs nothing here
+            self.store.listeners.append(self._on_dispatch)
         self.streaming += 1
         try:
             while not self.closed:
@@ -84,6 +84,8 @@ class ReplicationSource:
                     yield frame(self.store.commitlog.write_offset, b"")
         finally:
             self.streaming -= 1
+            if not self.streaming:
+                self.store.listeners.remove(self._on_dispatch)
 
 
 class SlaveWriteCheck:
