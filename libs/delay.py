@@ -68,13 +68,13 @@ def to_schedule(record: MessageRecord, levels: tuple[int, ...], now_ms: int) -> 
     properties[Prop.REAL_QUEUE_ID] = str(record.queue_id)
     level_text = properties.get(Prop.DELAY_LEVEL)
     if level_text is not None:
-        if not level_text.isdigit() or not 1 <= int(level_text) <= len(levels):
+        if not (level_text.isascii() and level_text.isdigit()) or not 1 <= int(level_text) <= len(levels):
             raise InvalidMessage(f"delay level {level_text!r} is not between 1 and {len(levels)}")
         level = int(level_text)
         properties[Prop.TIMER_DELIVER_MS] = str(now_ms + levels[level - 1])
         return replace(record, topic=SCHEDULE_TOPIC, queue_id=level - 1, properties=properties)
     due = properties.get(Prop.TIMER_DELIVER_MS, "")
-    if not due.isdigit():
+    if not (due.isascii() and due.isdigit()):
         raise InvalidMessage(f"{Prop.TIMER_DELIVER_MS} {due!r} is not a time in epoch milliseconds")
     return replace(record, topic=TIMER_TOPIC, queue_id=0, properties=properties)
 
@@ -83,7 +83,7 @@ def from_schedule(record: MessageRecord) -> MessageRecord:
     """The record as delivered: back in its real topic and queue, the scheduling properties gone."""
     real_topic = record.properties.get(Prop.REAL_TOPIC)
     real_queue = record.properties.get(Prop.REAL_QUEUE_ID, "")
-    if real_topic is None or not real_queue.isdigit():
+    if real_topic is None or not (real_queue.isascii() and real_queue.isdigit()):
         raise InvalidMessage(f"the record at {record.physical_offset} carries no real topic and queue")
     properties = {k: v for k, v in record.properties.items() if k not in SCHEDULING_PROPERTIES}
     return replace(

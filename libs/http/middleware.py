@@ -170,7 +170,7 @@ def host_name(host: str) -> str:
     if _is_ip_address(value):  # an IPv6 address sent without brackets
         return value
     name, colon, port = value.rpartition(":")
-    return name if colon and port.isdigit() else value
+    return name if colon and port.isascii() and port.isdigit() else value
 
 
 def _is_ip_address(value: str) -> bool:
@@ -219,7 +219,7 @@ class BodyLimitMiddleware:
 def declared_length(scope: Scope) -> int | None:
     """The Content-Length the request declares, when it is a number."""
     declared = header(scope, b"content-length")
-    return int(declared) if declared is not None and declared.isdigit() else None
+    return int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
 
 
 def body_too_large(size: int, max_bytes: int, at_least: bool = False) -> PayloadTooLarge:

@@ -142,6 +142,6 @@ def _refuse(buf: Readable, offset: int) -> NoReturn:
 def _due_code(properties: dict[str, str]) -> int:
     """A delay topic's record's code, as message_store.unit_code computes it: its due time, else its tag's code."""
     due = properties.get(Prop.TIMER_DELIVER_MS)
-    if due is not None and due.isdigit():
+    if due is not None and due.isascii() and due.isdigit():
         return int(due)
     return tags_code(properties.get(Prop.TAGS))

@@ -302,6 +302,6 @@ def unit_code(head: RecordHead) -> int:
     """The third field of a message's ConsumeQueue unit: its tag's hash code, or its due time."""
     if head.topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
         due = head.properties.get(Prop.TIMER_DELIVER_MS)
-        if due is not None and due.isdigit():
+        if due is not None and due.isascii() and due.isdigit():
             return int(due)
     return tags_code(head.properties.get(Prop.TAGS))
