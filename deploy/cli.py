@@ -1,4 +1,4 @@
-"""The `petrel` command: `up`, `keys`, `openapi`, `settings-reference`, `bench`, `store check|dump|repair`,
+"""The `petrel` command: `up`, `serve`, `keys`, `openapi`, `settings-reference`, `bench`, `store check|dump|repair`,
 `checkback-receiver`, `webhook-receiver`, `etl daily`, `etl report`."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 
 from deploy import keys
 from deploy.plan import UpOptions
+from deploy.serve import SERVICES
 
 
 def _receiver_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -149,6 +150,20 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
 
 
+def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run one service in the foreground, settings from the environment (a host or systemd unit of its own)",
+    )
+    p.add_argument("service", metavar="SERVICE", choices=SERVICES, help=f"one of: {', '.join(SERVICES)}")
+    p.add_argument(
+        "--env-file",
+        type=Path,
+        metavar="PATH",
+        help="KEY=VALUE lines put in the environment first (a variable already set wins)",
+    )
+
+
 def _store_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("store", help="check, dump (read-only) or repair a broker's store directory")
     tools = s.add_subparsers(dest="tool", required=True)
@@ -230,6 +245,19 @@ def _repair(directory: Path) -> int:
     return 0
 
 
+def _openapi(directory: Path, check: bool) -> None:
+    from deploy.openapi import stale_specs, write_specs
+
+    if check:
+        stale = stale_specs(directory)
+        if stale:
+            sys.exit(f"stale OpenAPI specs in {directory}: {', '.join(stale)}; run `make openapi`")
+        print("OpenAPI specs are up to date")
+        return
+    written = write_specs(directory)
+    print(f"wrote {', '.join(written)}" if written else "OpenAPI specs are up to date")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # the harness parses its own arguments (and answers its own --help)
@@ -240,6 +268,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="petrel", description="Petrel: a message queue over plain HTTP.")
     sub = parser.add_subparsers(dest="command", required=True)
     _up_parser(sub)
+    _serve_parser(sub)
     _store_parser(sub)
     _etl_parser(sub)
     keys.add_arguments(sub)
@@ -274,17 +303,12 @@ def main(argv: list[str] | None = None) -> None:
             insecure_no_auth=args.insecure_no_auth,
         )
         sys.exit(up(options, args.redis_url))
-    if args.command == "openapi":
-        from deploy.openapi import stale_specs, write_specs
+    if args.command == "serve":
+        from deploy.serve import serve
 
-        if args.check:
-            stale = stale_specs(args.dir)
-            if stale:
-                sys.exit(f"stale OpenAPI specs in {args.dir}: {', '.join(stale)}; run `make openapi`")
-            print("OpenAPI specs are up to date")
-            return
-        written = write_specs(args.dir)
-        print(f"wrote {', '.join(written)}" if written else "OpenAPI specs are up to date")
+        sys.exit(serve(args.service, args.env_file))
+    if args.command == "openapi":
+        _openapi(args.dir, args.check)
         return
     if args.command == "settings-reference":
         from deploy import settings_reference

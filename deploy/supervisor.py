@@ -49,7 +49,7 @@ class Child:
     reported: bool = False
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -115,7 +115,7 @@ class Supervisor:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - the supervisor starts children from one thread
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - the supervisor starts children from one thread
         )
         log_file.close()
         child = Child(spec, process, log_path)

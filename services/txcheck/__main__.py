@@ -19,6 +19,9 @@ from services.txcheck.app import create_app
 from services.txcheck.celery_app import QUEUES, create_celery
 from services.txcheck.settings import TxcheckSettings
 
+ROLES = ("serve", "worker", "beat")
+"""txcheck's processes, in the order `petrel up` and `petrel serve txcheck` start them."""
+
 
 def main(argv: list[str]) -> int:
     role = argv[0] if argv else "serve"
