@@ -106,11 +106,15 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
             f"nameserver-{i}" if options.nameservers > 1 else "nameserver",
             "services.nameserver",
             options.nameserver_port + i,
-            shared | {"PETREL_NAMESERVER_PORT": str(options.nameserver_port + i)},
+            shared
+            | {"PETREL_NAMESERVER_PORT": str(options.nameserver_port + i)}
+            | ({"PETREL_NAMESERVER_CONTROLLER": "true"} if i == 0 and options.replicas else {}),
         )
         for i in range(options.nameservers)
     ]
-    specs += _brokers(options, shared)
+    specs += _brokers(
+        options, shared | ({"PETREL_BROKER_CONTROLLER_ADDRESS": nameservers[0]} if options.replicas else {})
+    )
     specs.append(
         ProcessSpec("timer", "services.timer", options.timer_port, shared | _port("TIMER", options.timer_port))
     )
@@ -132,7 +136,8 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
 
 def _brokers(options: UpOptions, shared: dict[str, str]) -> list[ProcessSpec]:
     """Each broker name's master (the first keeps `broker_port`), then its `replicas` slaves on the ports after
-    every master's. With slaves, a master is SYNC_MASTER unless `async_replication`."""
+    every master's. With slaves, the first nameserver's controller decides which is master (broker id 0 at
+    first; the most caught-up in-sync slave when the master fails), SYNC_MASTER unless `async_replication`."""
     if options.replicas < 0:
         raise ValueError("--replicas must be 0 or more")
     count = options.brokers * (1 + options.replicas)
@@ -149,8 +154,7 @@ def _brokers(options: UpOptions, shared: dict[str, str]) -> list[ProcessSpec]:
             slave = {
                 "PETREL_BROKER_PORT": str(slave_port),
                 "PETREL_BROKER_BROKER_ID": str(j),
-                "PETREL_BROKER_ROLE": "SLAVE",
-                "PETREL_BROKER_MASTER_ADDRESS": f"127.0.0.1:{port}",
+                "PETREL_BROKER_ROLE": role,
             }
             specs.append(ProcessSpec(f"{broker_name(i)}@{j}", "services.broker", slave_port, env | slave))
     return specs

@@ -399,3 +399,21 @@ class PutQueueFull(BrokerUnavailable):
 
     slug = "put-queue-full"
     title = "Put queue full"
+
+
+class StaleEpoch(PetrelError):
+    """A broker spoke for an epoch of its broker name that the controller has moved past: it is no longer
+    the master it thinks it is (libs.controller_api)."""
+
+    status = 409
+    slug = "stale-epoch"
+    title = "Stale epoch"
+
+
+class ReplicationTimeout(ServiceUnavailable):
+    """SYNC_MASTER under a controller: stored here, but an in-sync slave did not confirm it in time and the
+    controller could not be told that the slave left the in-sync set. Not acknowledged: it may or may not
+    survive a failover (a send with an idempotency key can be sent again safely)."""
+
+    slug = "replication-timeout"
+    title = "Replication timed out"

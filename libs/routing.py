@@ -80,6 +80,13 @@ class BrokerRegistration(BaseModel):
     address: str
     data_version: int = Field(ge=0, description="increases on every topic change")
     topics: list[TopicConfigBody] = Field(max_length=MAX_TOPICS_PER_REQUEST)
+    master: bool | None = Field(
+        default=None,
+        description="it takes its broker name's writes (default: broker id 0 does, as without a controller)",
+    )
+    epoch: int = Field(
+        default=0, ge=0, description="the controller's epoch it is master at: of two masters the higher epoch wins"
+    )
 
     _address = field_validator("address")(check_address)
 
@@ -129,16 +136,23 @@ class QueueData(BaseModel):
 class BrokerData(BaseModel):
     cluster: str
     broker_name: str
-    addresses: dict[int, str] = Field(description="broker id -> host:port; id 0 is the master")
+    addresses: dict[int, str] = Field(description="broker id -> host:port of each live instance")
+    master_id: int | None = Field(
+        default=MASTER_ID, description="which of them is the master (id 0 unless a controller promoted another)"
+    )
+    epoch: int = Field(default=0, description="the controller's epoch of that master (0: no controller)")
 
     @property
     def master(self) -> str | None:
-        return self.addresses.get(MASTER_ID)
+        return None if self.master_id is None else self.addresses.get(self.master_id)
 
     @property
     def reader(self) -> str | None:
         """Where reads go: the master, else (the master gone) its slave of the lowest id, which has its log."""
-        return self.master or (self.addresses[min(self.addresses)] if self.addresses else None)
+        if self.master is not None:
+            return self.master
+        slaves = [i for i in self.addresses if i != self.master_id]
+        return self.addresses[min(slaves)] if slaves else None
 
 
 class TopicRoute(BaseModel):
@@ -157,6 +171,8 @@ class TopicRouteList(BaseModel):
 class BrokerLiveness(BaseModel):
     broker_id: int
     address: str
+    master: bool = Field(default=False, description="the one instance that takes its broker name's writes")
+    epoch: int = 0
     data_version: int
     last_update_ms: int
 
@@ -164,6 +180,15 @@ class BrokerLiveness(BaseModel):
 class ClusterBroker(BaseModel):
     broker_name: str
     instances: list[BrokerLiveness]
+
+    @property
+    def master(self) -> BrokerLiveness | None:
+        return next((i for i in self.instances if i.master), None)
+
+    @property
+    def reader(self) -> BrokerLiveness | None:
+        """The master, else its slave of the lowest id (which has its log)."""
+        return self.master or (min(self.instances, key=lambda i: i.broker_id) if self.instances else None)
 
 
 class ClusterInfo(BaseModel):

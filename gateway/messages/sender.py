@@ -39,6 +39,7 @@ from libs.errors import (
     BrokerUnavailable,
     FlushTimeout,
     InvalidMessage,
+    NotMaster,
     PayloadTooLarge,
     PetrelError,
     TopicNotFound,
@@ -257,6 +258,7 @@ class Sender:
                 return exc
         targets = [t for t in writable_queues(route) if t.broker == pinned]
         if not targets:
+            self.routes.invalidate(topic)  # the next repeat asks the nameservers whether it is back
             return BrokerUnavailable(
                 f"message {prepared.message_id} may be stored on broker {pinned}, which has no writable queue "
                 f"of {topic!r} now; it is sent there again (and nowhere else) once it is back",
@@ -343,6 +345,10 @@ class Sender:
     def _failed(self, route: TopicRoute, target: QueueTarget, error: PetrelError) -> PetrelError:
         if isinstance(error, BrokerUnavailable):
             self.avoidance.failed(target.broker)
+            self.routes.invalidate(route.topic)  # its master may have been replaced (a failover): ask again
+        elif isinstance(error, NotMaster):  # a fenced or demoted master refused it before storing anything
+            self.routes.invalidate(route.topic)
+            return BrokerUnavailable(f"broker {target.broker}'s master has changed; send again: {error.detail}")
         elif isinstance(error, TopicNotFound):
             self.routes.invalidate(route.topic)  # the route was stale
             return BrokerUnavailable(f"broker {target.broker} no longer holds the topic: {error.detail}")

@@ -11,7 +11,7 @@ import random
 
 from libs.errors import NameserverUnavailable, ServiceUnavailable
 from libs.http.client import InternalClient
-from libs.routing import MASTER_ID, ClusterListing, TopicRoute, TopicRouteList
+from libs.routing import ClusterListing, TopicRoute, TopicRouteList
 
 log = logging.getLogger(__name__)
 
@@ -61,21 +61,20 @@ class NameserverClient:
 def masters(listing: ClusterListing, cluster: str | None = None) -> list[tuple[str, str]]:
     """(broker name, master address) of every broker of the listing, or of one cluster's."""
     return [
-        (b.broker_name, i.address)
+        (b.broker_name, master.address)
         for c in listing.clusters
         if cluster is None or c.name == cluster
         for b in c.brokers
-        for i in b.instances
-        if i.broker_id == MASTER_ID
+        if (master := b.master) is not None
     ]
 
 
 def readers(listing: ClusterListing, cluster: str | None = None) -> list[tuple[str, str]]:
     """(broker name, address to read from) of every broker name of the listing: the master, else the lowest slave."""
     return [
-        (b.broker_name, min(b.instances, key=lambda i: i.broker_id).address)
+        (b.broker_name, reader.address)
         for c in listing.clusters
         if cluster is None or c.name == cluster
         for b in c.brokers
-        if b.instances
+        if (reader := b.reader) is not None
     ]

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 COMMITLOG_STREAM_PATH = "/internal/replication/commitlog"
 SLAVE_ACK_PATH = "/internal/replication/slaves/{slave_id}"
+EPOCHS_PATH = "/internal/replication/epochs"
 FRAME_HEAD = struct.Struct(">QI")
 HEARTBEAT_SECONDS = 1.0
 
@@ -81,6 +82,13 @@ class SlaveState(BaseModel):
     heard_seconds_ago: float
 
 
+class EpochHistory(BaseModel):
+    """At which CommitLog offset each epoch began, on this broker (libs.store.epochs), and where its log ends."""
+
+    epochs: list[tuple[int, int]] = Field(description="(epoch, start offset), oldest first")
+    log_end: int
+
+
 class ReplicationStatus(BaseModel):
     """Where a broker stands in its broker name's replication."""
 
@@ -88,6 +96,10 @@ class ReplicationStatus(BaseModel):
     broker_name: str
     broker_id: int
     commitlog_end: int = Field(description="where this broker's CommitLog ends (its next byte's offset)")
+    epoch: int = Field(default=0, description="under a controller: the last epoch this broker holds data of")
+    fenced: bool = Field(
+        default=False, description="a master under a controller whose lease ran out: it takes no write"
+    )
     master: str | None = Field(default=None, description="a slave's master (host:port)")
     connected: bool = Field(default=False, description="a slave: its stream from the master is open")
     master_end: int | None = Field(default=None, description="a slave: where the master's log ended, last heard")

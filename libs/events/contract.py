@@ -95,6 +95,18 @@ EVENTS: dict[str, EventSpec] = {
             "broker slave_id slave acked_offset master_offset",
         ),
         _spec(
+            "master_elected",
+            "the controller made a broker its broker name's master, at a new epoch (a first master or a failover)",
+            "broker broker_id address epoch log_end",
+            "previous_master_id",
+        ),
+        _spec(
+            "replica_truncated",
+            "a broker returning as a slave dropped the end of its log that its new master never had (an old "
+            "master's unreplicated writes)",
+            "broker master from_offset to_offset",
+        ),
+        _spec(
             "audit",
             "a security-relevant call: action key_created, key_revoked, admin_call, unauthorized (401), forbidden "
             "(403) or rate_limited (429); key_id null when no valid key was given",

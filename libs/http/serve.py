@@ -39,7 +39,7 @@ from starlette.types import Lifespan
 
 from libs.http.connection_limits import ConnectionLimits, Refused, limited_protocol
 from libs.http.shared_port import shared_port_sockets
-from libs.http.stopping import announce_stopping
+from libs.http.stopping import STOP_SERVER, announce_stopping
 from libs.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -55,9 +55,11 @@ STARTUP_FAILURE = 3
 def serve(app: FastAPI, settings: ServiceSettings, *, reuse_port: bool = False) -> None:
     """Serve `app` until a signal stops it; `reuse_port`: on a port other processes may share (SO_REUSEPORT)."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # not a line per call
     app.router.lifespan_context = _frozen_after_start(app.router.lifespan_context)
     _allow_open_files(settings.max_connections + OTHER_OPEN_FILES)
     server = StoppingServer(server_config(app, settings))
+    setattr(app.state, STOP_SERVER, lambda: setattr(server, "should_exit", True))
     if not reuse_port:
         server.run()
         return

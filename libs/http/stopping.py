@@ -27,3 +27,20 @@ def announce_stopping(app: Any) -> None:
     state = getattr(app, "state", None)
     for callback in list(getattr(state, CALLBACKS, None) or []):
         callback()
+
+
+STOP_SERVER = "stop_server"
+RESTART_REASON = "restart_reason"
+
+
+def request_restart(app: Any, reason: str) -> None:
+    """The app asks to be built and served again (a broker's new role): the server stops, and the service's
+    `__main__` serves a new app when `restart_reason(app)` says so."""
+    setattr(app.state, RESTART_REASON, reason)
+    stop: Callable[[], None] | None = getattr(app.state, STOP_SERVER, None)
+    if stop is not None:
+        stop()
+
+
+def restart_reason(app: Any) -> str | None:
+    return getattr(getattr(app, "state", None), RESTART_REASON, None)

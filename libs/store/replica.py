@@ -15,11 +15,17 @@ as for any store, and replication resumes from it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from libs.codec import peek_frame
 from libs.errors import CorruptRecord, OffsetOutOfRange, ReplicaDiverged
+from libs.store.checkpoint import Checkpoint
 from libs.store.commitlog import CommitLog
 from libs.store.mapped_file import MappedFile
 from libs.store.recovery import Redispatch
+
+if TYPE_CHECKING:
+    from libs.store.message_store import MessageStore
 
 MAX_CHUNK_BYTES = 1024 * 1024
 """What a master sends at most in one chunk (a record larger than that goes alone)."""
@@ -92,3 +98,28 @@ class ReplicaWriter:
         if log.segments and offset < log.segments[-1].end_offset:
             return log.segment_at(offset)
         return log.files.create(offset)
+
+
+def truncate_log(store: MessageStore, offset: int) -> int:
+    """Forget the log from `offset` on (a returning master's unreplicated tail); the bytes dropped.
+
+    Called on an opened store before it is started (no flush, no put): the CommitLog is cut and
+    synced, every ConsumeQueue drops its units past the cut, the index its entries, and the
+    checkpoint goes back to the cut, so a crash right after recovers from there.
+    """
+    log_ = store.commitlog
+    if offset >= log_.write_offset:
+        return 0
+    dropped = log_.write_offset - offset
+    log_.truncate(offset)
+    log_.files.sync(offset)
+    store.index.truncate_after(offset)
+    store.queues.write_pending()
+    for topic, queue_id in list(store.queues.on_disk()):
+        store.queues.get(topic, queue_id).load(store._is_ours, log_.min_offset)
+    old = Checkpoint.read(store.config.checkpoint_path)
+    if old is not None and old.commitlog_offset > offset:
+        Checkpoint(min(old.commitlog_offset, offset), min(old.dispatch_offset, offset), old.timestamp).write(
+            store.config.checkpoint_path
+        )
+    return dropped

@@ -25,7 +25,7 @@ from libs.broker_api.transactions import EndBatch, EndRequest
 from libs.events.writer import EventWriter
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
-from libs.http.stopping import on_stopping
+from libs.http.stopping import on_stopping, request_restart
 from libs.http.transport import Transport
 from libs.names import validate_topic_name
 from libs.private_files import ensure_private, write_private
@@ -41,6 +41,7 @@ from services.broker.consume.pop import PopService
 from services.broker.consume.redriven import RedrivenMarks
 from services.broker.consume.settle import Settlement
 from services.broker.context import BrokerContext, Context, broker_context
+from services.broker.epoch_sync import RoleOfRun, decide_role
 from services.broker.in_sync import InSyncReplicas
 from services.broker.long_polling import PullWaiters
 from services.broker.memory import watch_memory
@@ -48,7 +49,7 @@ from services.broker.metadata import OffsetStore, RedrivenStore, TopicStore, ope
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
 from services.broker.replica_follower import ReplicaFollower
-from services.broker.replication_state import FollowerState, Replication, SlaveWriteCheck
+from services.broker.replication_state import FollowerState, Replication, WriteFence
 from services.broker.schedule import ScheduleQueuesAtStart, guard_scheduled
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable, ensure_system_topics
@@ -116,38 +117,26 @@ def create_app(
     # `clock` (seconds) times the leases and transactions; tests pass a fake one.
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
-        engine, topics, offsets, groups = await _open_metadata(settings)
-        redriven = RedrivenMarks(RedrivenStore(engine))
-        await redriven.load()
-        store = await _open_store(settings, offsets, app.state.metrics.registry)
-        schedule_at_start = ScheduleQueuesAtStart.read(store, topics)
-        waiters = PullWaiters()
-        store.listeners.append(waiters.on_dispatch)
-        guard_scheduled(store, topics, app.state.events, app.state.metrics.registry)
-        store.start()
+        engine, topics, offsets, groups, redriven = await _open_metadata(settings)
+        token = settings.cluster_token()
+        store = await _open_store(settings, app.state.metrics.registry)
+        run = await decide_role(settings, store, token, app.state.events)
+        await offsets.clamp(lambda topic, queue_id: store.queue_offsets(topic, queue_id)[1])
+        schedule_at_start, waiters = _start_store(app, store, topics)
         offsets.start()
         retention = asyncio.create_task(_retention(store, settings.retention_scan_seconds), name="store-retention")
         pop, settlement = _consumers(settings, topics, groups, store, offsets, waiters, app.state.events, clock)
-        transactions = Transactions(
-            store,
-            topics,
-            app.state.events,
-            broker=settings.broker_name,
-            check_max=settings.transaction_check_max,
-            reserved_ms=int(settings.file_reserved_hours * 3_600_000),
-            ended_kept=settings.ended_transactions_kept,
-            clock=clock,
-        )
-        log.info("transactions: %d ended ones read from the op queue", await asyncio.to_thread(transactions.load))
+        transactions = await _transactions(settings, store, topics, app.state.events, clock)
         watch_memory(app.state.metrics.registry, pop, transactions)
         leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
-        token = settings.cluster_token()
-        replication, follower = await _replication(settings, store, topics, token, app.state.events)
+        replication, follower = await _replication(settings, run, store, topics, token, app.state.events)
+        follower.extend(_fence(app, fence, run, replication))
         heard = on_stopping(app, replication.close)
         try:
             # transport: how it calls the nameservers, TCP unless given (tests give an in-process one)
             async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1), transport) as client:
                 registrar = NameserverRegistrar(settings, topics, client)
+                registrar.claim(run.role is not BrokerRole.SLAVE, run.epochs.last_epoch if run.link else 0)
                 topics.on_change(registrar.topic_changed)
                 await registrar.register_all()
                 periodic = asyncio.create_task(registrar.run(), name="broker-registration")
@@ -182,18 +171,21 @@ def create_app(
             await offsets.stop()
             await store.close()
             engine.dispose()
+            if run.link is not None:
+                await run.link.close()
 
     async def readiness(request: Request) -> dict[str, str]:
         ctx = broker_context(request)
         known = [ns for ns in ctx.settings.nameservers if ns in ctx.registrar.registered]
         return {"nameservers": "ok" if known else "registered with none of " + ", ".join(ctx.settings.nameservers)}
 
+    fence = WriteFence(settings.broker_name)
     app = service_app(
         "broker",
         settings,
         lifespan=lifespan,
         readiness=readiness,
-        guards=_role_guards(settings),
+        guards=[fence],
         description="Topics, message storage and pulls.",
         hot_routes=messages.HOT_ROUTES | consume_api.HOT_ROUTES | transaction_api.HOT_ROUTES,
     )
@@ -204,35 +196,62 @@ def create_app(
     return app
 
 
-def _role_guards(settings: BrokerSettings) -> list[SlaveWriteCheck]:
-    """A slave refuses writes; a master has no guard of its role."""
-    if settings.role is BrokerRole.SLAVE:
-        return [SlaveWriteCheck(settings.broker_name, settings.master_address)]
-    return []
+def _fence(app: FastAPI, fence: WriteFence, run: RoleOfRun, replication: Replication) -> list[asyncio.Task[None]]:
+    """A slave refuses writes; a master under a controller refuses them once its lease runs out. Under a
+    controller, the task that reports to it (and restarts the app when the role changes)."""
+    if run.role is BrokerRole.SLAVE:
+        fence.slave(run.master_address)
+    link = run.link
+    if link is None:
+        return []
+    in_sync = replication.in_sync
+    if link.is_master:
+        fence.lease_held = link.holds_lease
+        replication.fence(link.holds_lease)
+        if in_sync is not None:
+            in_sync.confirm = link.change_in_sync
+
+    def restart(why: str) -> None:
+        request_restart(app, why)
+
+    return [
+        asyncio.create_task(link.run(None if in_sync is None else in_sync.in_sync, restart), name="controller-link")
+    ]
 
 
 async def _replication(
-    settings: BrokerSettings, store: MessageStore, topics: TopicTable, token: str | None, events: EventWriter
+    settings: BrokerSettings,
+    run: RoleOfRun,
+    store: MessageStore,
+    topics: TopicTable,
+    token: str | None,
+    events: EventWriter,
 ) -> tuple[Replication, list[asyncio.Task[None]]]:
     """This broker's part in replication; a slave's follower of its master, started (none for a master)."""
     in_sync = InSyncReplicas(settings.broker_name, settings.sync_replication_timeout_ms / 1000, events)
     replication = Replication(
-        settings.role, settings.broker_name, settings.broker_id, store, in_sync, lambda: topics.data_version
+        run.role,
+        settings.broker_name,
+        settings.broker_id,
+        store,
+        in_sync,
+        lambda: topics.data_version,
+        run.epochs,
     )
-    if settings.role is not BrokerRole.SLAVE or settings.master_address is None:
+    if run.role is not BrokerRole.SLAVE or run.master_address is None:
         return replication, []
-    replication.follower = FollowerState(settings.master_address)
+    replication.follower = FollowerState(run.master_address)
     follower = ReplicaFollower(replication.follower, store, topics, token, settings.broker_id, settings.address)
     await follower.prepare()
     return replication, [asyncio.create_task(follower.run(), name="replica-follower")]
 
 
-async def _open_store(settings: BrokerSettings, offsets: ConsumerOffsets, registry: CollectorRegistry) -> MessageStore:
-    """Open (recover) the store, then lower consumer offsets past a recovered queue's end before any write."""
+async def _open_store(settings: BrokerSettings, registry: CollectorRegistry) -> MessageStore:
+    """Open (recover) the store. Before any write, the caller truncates it if it is to follow a new master
+    (epoch_sync), then lowers consumer offsets past a queue's end."""
     store = MessageStore(settings.store_config(), store_host=settings.address)
     report = await asyncio.to_thread(store.open)
     log.info("store open at %s: %s", settings.store_dir, report)
-    await offsets.clamp(lambda topic, queue_id: store.queue_offsets(topic, queue_id)[1])
     read_only = Gauge(
         "petrel_store_read_only",
         "1 once a sync of the store failed: it takes no writes until the broker restarts",
@@ -242,7 +261,36 @@ async def _open_store(settings: BrokerSettings, offsets: ConsumerOffsets, regist
     return store
 
 
-async def _open_metadata(settings: BrokerSettings) -> tuple[Engine, TopicTable, ConsumerOffsets, GroupTable]:
+def _start_store(app: FastAPI, store: MessageStore, topics: TopicTable) -> tuple[ScheduleQueuesAtStart, PullWaiters]:
+    """What was scheduled at start is read, long polls wait on dispatches, and the store starts flushing."""
+    schedule_at_start = ScheduleQueuesAtStart.read(store, topics)
+    waiters = PullWaiters()
+    store.listeners.append(waiters.on_dispatch)
+    guard_scheduled(store, topics, app.state.events, app.state.metrics.registry)
+    store.start()
+    return schedule_at_start, waiters
+
+
+async def _transactions(
+    settings: BrokerSettings, store: MessageStore, topics: TopicTable, events: EventWriter, clock: Callable[[], float]
+) -> Transactions:
+    transactions = Transactions(
+        store,
+        topics,
+        events,
+        broker=settings.broker_name,
+        check_max=settings.transaction_check_max,
+        reserved_ms=int(settings.file_reserved_hours * 3_600_000),
+        ended_kept=settings.ended_transactions_kept,
+        clock=clock,
+    )
+    log.info("transactions: %d ended ones read from the op queue", await asyncio.to_thread(transactions.load))
+    return transactions
+
+
+async def _open_metadata(
+    settings: BrokerSettings,
+) -> tuple[Engine, TopicTable, ConsumerOffsets, GroupTable, RedrivenMarks]:
     settings.store_dir.mkdir(parents=True, exist_ok=True)
     engine = open_engine(settings.metadata_url)
     topics = TopicTable(TopicStore(engine))
@@ -252,7 +300,9 @@ async def _open_metadata(settings: BrokerSettings) -> tuple[Engine, TopicTable, 
     await offsets.load()
     groups = GroupTable(GroupStore(engine))
     await groups.load()
-    return engine, topics, offsets, groups
+    redriven = RedrivenMarks(RedrivenStore(engine))
+    await redriven.load()
+    return engine, topics, offsets, groups, redriven
 
 
 def _consumers(

@@ -17,9 +17,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from libs.errors import ReplicationTimeout
 from libs.events.writer import EventWriter
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ class InSyncReplicas:
         self.slaves: dict[int, SlaveProgress] = {}
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._joined = asyncio.Event()
+        self.confirm: Callable[[list[int]], Awaitable[bool]] | None = None
+        """Under a controller: tells it the smaller set (the slave ids kept) before a slave is dropped; False: it
+        did not take it (unreachable, or this master's epoch is over), and the put is not acknowledged."""
 
     def in_sync(self) -> list[int]:
         return sorted(s.slave_id for s in self.slaves.values() if s.in_sync)
@@ -101,15 +105,23 @@ class InSyncReplicas:
             async with asyncio.timeout(self.timeout):
                 await future
         except TimeoutError:
-            self._drop_behind(offset)
+            await self._drop_behind(offset)
         finally:
             if not future.done():
                 future.cancel()
             self._waiters = [w for w in self._waiters if w[1] is not future]
 
-    def _drop_behind(self, offset: int) -> None:
-        for slave in self.slaves.values():
-            if slave.in_sync and slave.acked < offset:
+    async def _drop_behind(self, offset: int) -> None:
+        behind = [s for s in self.slaves.values() if s.in_sync and s.acked < offset]
+        if behind and self.confirm is not None:
+            kept = [s.slave_id for s in self.slaves.values() if s.in_sync and s.acked >= offset]
+            if not await self.confirm(kept):
+                raise ReplicationTimeout(
+                    f"{self.broker}: stored, but slave(s) {[s.slave_id for s in behind]} did not confirm it within "
+                    f"{self.timeout:.1f} s and the controller could not be told they left the in-sync set"
+                )
+        for slave in behind:
+            if slave.in_sync:
                 slave.in_sync = False
                 log.warning(
                     "slave %d (%s) of %s did not confirm offset %d within %.1f s (it has %d): out of the in-sync set",

@@ -38,6 +38,12 @@ class NameserverRegistrar:
         """nameserver address -> data version it holds in full (acknowledged)."""
         self._path = f"/internal/brokers/{settings.broker_name}/{settings.broker_id}"
         self._lock = asyncio.Lock()
+        self._master: bool | None = None
+        self._epoch = 0
+
+    def claim(self, master: bool, epoch: int) -> None:
+        """What this broker registers as for this run: its broker name's master (at a controller's epoch) or not."""
+        self._master, self._epoch = master, epoch
 
     def _snapshot(self) -> tuple[int, list[TopicConfig]]:
         """The table and its version, read together (no await between)."""
@@ -55,6 +61,8 @@ class NameserverRegistrar:
             address=self.settings.address,
             data_version=version,
             topics=[TopicConfigBody.of(t) for t in pages[0]],
+            master=self._master,
+            epoch=self._epoch,
         )
         try:
             await self.client.json("PUT", f"http://{nameserver}{self._path}", body=first.model_dump(mode="json"))

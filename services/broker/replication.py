@@ -13,7 +13,9 @@ from fastapi.responses import StreamingResponse
 
 from libs.broker_api.replication import (
     COMMITLOG_STREAM_PATH,
+    EPOCHS_PATH,
     SLAVE_ACK_PATH,
+    EpochHistory,
     ReplicationStatus,
     SlaveAck,
     SlaveAckAnswer,
@@ -36,7 +38,7 @@ async def stream_commitlog(
 ) -> StreamingResponse:
     """This master's CommitLog from `from` on, as frames, for as long as the caller reads (a slave's copy)."""
     if ctx.replication.source is None:
-        raise NotMaster(f"this broker is a slave of {ctx.settings.broker_name}", master=ctx.settings.master_address)
+        raise NotMaster(f"this broker is a slave of {ctx.settings.broker_name}", master=ctx.replication.master)
     ctx.replication.source.check_start(start)
     return StreamingResponse(
         ctx.replication.source.stream(start),
@@ -49,7 +51,7 @@ async def stream_commitlog(
 async def get_replication_status(
     ctx: Context,
     in_sync: Annotated[
-        int | None, Query(ge=1, description="a master: first wait until this slave id is in its in-sync set")
+        int | None, Query(ge=0, description="a master: first wait until this slave id is in its in-sync set")
     ] = None,
     wait_ms: Annotated[int, Query(ge=0, le=60_000, description="how long to wait for `in_sync`")] = 0,
 ) -> ReplicationStatus:
@@ -61,7 +63,13 @@ async def get_replication_status(
 
 @router.put(SLAVE_ACK_PATH, operation_id="ackReplication", response_model=SlaveAckAnswer)
 async def ack_replication(
-    ctx: Context, slave_id: Annotated[int, Path(ge=1, description="the slave's broker id")], body: SlaveAck
+    ctx: Context, slave_id: Annotated[int, Path(ge=0, description="the slave's broker id")], body: SlaveAck
 ) -> SlaveAckAnswer:
     """A slave says how far it has written this master's log (a SYNC_MASTER's puts wait for its in-sync slaves)."""
     return ctx.replication.acked(slave_id, body)
+
+
+@router.get(EPOCHS_PATH, operation_id="getEpochHistory", response_model=EpochHistory)
+async def get_epochs(ctx: Context) -> EpochHistory:
+    """Where each epoch began in this broker's CommitLog: a returning slave truncates where its history parts."""
+    return EpochHistory(epochs=ctx.replication.epochs.entries, log_end=ctx.store.commitlog.write_offset)

@@ -22,6 +22,7 @@ from libs.broker_api.replication import (
 from libs.codec import record_size
 from libs.errors import NotMaster, OffsetOutOfRange, PetrelError, ReplicaDiverged
 from libs.http.guards import HTTP_ONLY, Refusal
+from libs.store.epochs import EpochFile
 from libs.store.message_store import MessageStore
 from libs.store.replica import read_chunk
 from services.broker.in_sync import InSyncReplicas
@@ -88,24 +89,46 @@ class ReplicationSource:
                 self.store.listeners.remove(self._on_dispatch)
 
 
-class SlaveWriteCheck:
-    """A slave answers reads only: every other call to it is NotMaster (409), naming its master."""
+class WriteFence:
+    """A slave answers reads only: every other call to it is NotMaster (409), naming its master. So does a master
+    under a controller whose lease has run out (it may have been replaced): it is fenced until it hears again.
+
+    Set up in the broker's lifespan, once its role for this run is known (a controller decides it at start)."""
 
     scopes = HTTP_ONLY
 
-    def __init__(self, broker_name: str, master: str | None) -> None:
+    def __init__(self, broker_name: str) -> None:
         self.broker_name = broker_name
-        self.master = master
+        self.slave_of: str | None = None
+        """Set: this broker is a slave, of this master."""
+        self.is_slave = False
+        self.lease_held: Callable[[], bool] | None = None
+
+    def slave(self, master: str | None) -> None:
+        self.is_slave, self.slave_of = True, master
 
     async def refusal(self, scope: Scope) -> Refusal | None:
+        if not self.is_slave and self.lease_held is None:
+            return None
         if scope["method"] in READ_METHODS or not scope["path"].startswith("/internal/"):
             return None
-        return Refusal(
-            NotMaster(
-                f"this broker is a slave of {self.broker_name}: writes go to its master ({self.master})",
-                master=self.master,
+        if self.is_slave:
+            return Refusal(
+                NotMaster(
+                    f"this broker is a slave of {self.broker_name}: writes go to its master ({self.slave_of})",
+                    master=self.slave_of,
+                )
             )
-        )
+        if self.lease_held is not None and not self.lease_held():
+            return Refusal(fenced_master(self.broker_name))
+        return None
+
+
+def fenced_master(broker_name: str) -> NotMaster:
+    return NotMaster(
+        f"this master of {broker_name} has not heard from the controller within its lease: it may have been "
+        "replaced, and takes no write until it hears again"
+    )
 
 
 class Replication:
@@ -119,8 +142,12 @@ class Replication:
         store: MessageStore,
         in_sync: InSyncReplicas | None = None,
         topics_version: Callable[[], int] = lambda: 0,
+        epochs: EpochFile | None = None,
     ) -> None:
         self.role = role
+        self.epochs = epochs or EpochFile(store.config.root)
+        self.lease_held: Callable[[], bool] | None = None
+        """Under a controller, a master's: whether it may still acknowledge writes."""
         self.broker_name = broker_name
         self.broker_id = broker_id
         self.store = store
@@ -130,6 +157,23 @@ class Replication:
         self.topics_version = topics_version
         if role is BrokerRole.SYNC_MASTER and in_sync is not None:
             store.replication_wait = in_sync.wait
+
+    @property
+    def master(self) -> str | None:
+        return None if self.follower is None else self.follower.master
+
+    def fence(self, lease_held: Callable[[], bool]) -> None:
+        """Under a controller: no put is answered once the lease has run out, whatever it waited for."""
+        self.lease_held = lease_held
+        waits = self.store.replication_wait
+
+        async def then_check_lease(offset: int) -> None:
+            if waits is not None:
+                await waits(offset)
+            if not lease_held():
+                raise fenced_master(self.broker_name)
+
+        self.store.replication_wait = then_check_lease
 
     def acked(self, slave_id: int, ack: SlaveAck) -> SlaveAckAnswer:
         """A slave said how far it has written."""
@@ -163,7 +207,12 @@ class Replication:
     def status(self) -> ReplicationStatus:
         end = self.store.commitlog.write_offset
         status = ReplicationStatus(
-            role=self.role, broker_name=self.broker_name, broker_id=self.broker_id, commitlog_end=end
+            role=self.role,
+            broker_name=self.broker_name,
+            broker_id=self.broker_id,
+            commitlog_end=end,
+            epoch=self.epochs.last_epoch,
+            fenced=self.lease_held is not None and not self.lease_held(),
         )
         if self.source is not None:
             status.slaves_streaming = self.source.streaming

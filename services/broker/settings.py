@@ -36,6 +36,18 @@ class BrokerSettings(DelayLevelSettings):
         ge=10,
         description="SYNC_MASTER: an in-sync slave that has not confirmed a put by then leaves the in-sync set",
     )
+    controller_address: str | None = Field(
+        default=None,
+        description="host:port of the nameserver that runs the controller: it decides which broker of this broker "
+        "name is master (role then says SYNC_MASTER or ASYNC_MASTER for when it is) and promotes a slave on failure",
+    )
+    controller_heartbeat_ms: int = Field(default=500, ge=10, description="how often a broker reports to the controller")
+    controller_lease_ms: int = Field(
+        default=2_000,
+        ge=10,
+        description="a master takes no write once this long has passed since its last report the controller answered; "
+        "keep it below the controller's master timeout",
+    )
     advertised_address: str | None = Field(default=None, description="host:port others use; default host:port")
     register_interval_seconds: float = Field(default=30.0, gt=0, description="the heartbeat to every nameserver")
     default_queues: int = Field(
@@ -118,6 +130,12 @@ class BrokerSettings(DelayLevelSettings):
 
     @model_validator(mode="after")
     def _role_fits_id(self) -> BrokerSettings:
+        if self.controller_address is not None:
+            if self.role is BrokerRole.SLAVE:
+                raise ValueError(
+                    "under a controller, role says how to replicate as master: SYNC_MASTER or ASYNC_MASTER"
+                )
+            return self
         if self.role is BrokerRole.SLAVE and (self.broker_id == 0 or not self.master_address):
             raise ValueError("a SLAVE broker needs a broker_id of 1 or more and its master_address")
         if self.role is not BrokerRole.SLAVE and self.broker_id != 0:

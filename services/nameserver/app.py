@@ -26,6 +26,8 @@ from libs.routing import (
     TopicRouteList,
     check_broker_name,
 )
+from services.nameserver import controller_routes
+from services.nameserver.controller import Controller
 from services.nameserver.route_table import RouteTable
 from services.nameserver.settings import NameserverSettings
 
@@ -126,20 +128,42 @@ async def _expiry_scan(table: RouteTable, settings: NameserverSettings, live: Ga
         live.set(table.instance_count)
 
 
+async def _controller_scan(controller: Controller, settings: NameserverSettings) -> None:
+    while True:
+        await asyncio.sleep(settings.controller_scan_ms / 1000)
+        try:
+            controller.scan()
+        except OSError:
+            log.exception("controller: saving its state failed; the election waits for the next scan")
+
+
 def create_app(settings: NameserverSettings, clock: Callable[[], float] = time.time) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         table = RouteTable(clock)
         live = Gauge("petrel_nameserver_live_brokers", "Live broker instances", registry=app.state.metrics.registry)
-        scan = asyncio.create_task(_expiry_scan(table, settings, live), name="nameserver-expiry-scan")
+        tasks = [asyncio.create_task(_expiry_scan(table, settings, live), name="nameserver-expiry-scan")]
+        state: dict[str, object] = {"route_table": table}
+        if settings.controller:
+            controller = Controller(
+                settings.data_dir / "nameserver",
+                settings.controller_master_timeout_seconds,
+                app.state.events,
+                clock,
+            )
+            await asyncio.to_thread(controller.load)
+            state["controller"] = controller
+            tasks.append(asyncio.create_task(_controller_scan(controller, settings), name="controller-scan"))
         try:
-            yield {"route_table": table}
+            yield state
         finally:
-            scan.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await scan
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     app = service_app("nameserver", settings, lifespan=lifespan, description="Broker registry and topic routes.")
     app.state.settings = settings
     app.include_router(router)
+    app.include_router(controller_routes.router)
     return app

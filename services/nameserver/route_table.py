@@ -37,6 +37,8 @@ class BrokerInstance:
     address: str
     data_version: int
     last_update: float
+    claims_master: bool
+    epoch: int
 
 
 class RouteTable:
@@ -47,16 +49,29 @@ class RouteTable:
         """broker name -> topic -> config, as the broker's master registered them."""
 
     def register(self, broker_name: str, broker_id: int, registration: BrokerRegistration) -> None:
-        self._instances[(broker_name, broker_id)] = BrokerInstance(
+        claims = registration.master if registration.master is not None else broker_id == MASTER_ID
+        instance = self._instances[(broker_name, broker_id)] = BrokerInstance(
             registration.cluster,
             broker_name,
             broker_id,
             registration.address,
             registration.data_version,
             self.clock(),
+            claims,
+            registration.epoch,
         )
-        if broker_id == MASTER_ID:
+        if self._speaks_for_topics(instance):
             self._topics[broker_name] = {t.name: t.to_config() for t in registration.topics}
+
+    def _speaks_for_topics(self, instance: BrokerInstance) -> bool:
+        """The master's topics are its broker name's; a slave's (a copy) only while no master is known."""
+        return self.master_of(instance.broker_name) is instance or instance.broker_name not in self._topics
+
+    def master_of(self, broker_name: str) -> BrokerInstance | None:
+        """Of the instances that say they are the master, the one at the highest epoch (a promoted slave's
+        over an old master that has not come back yet)."""
+        claims = [i for (name, _), i in self._instances.items() if name == broker_name and i.claims_master]
+        return max(claims, key=lambda i: (i.epoch, -i.broker_id)) if claims else None
 
     def change(self, broker_name: str, broker_id: int, changes: TopicChanges) -> HeartbeatAck:
         """Apply a broker's topic changes; `in_sync: false` (nothing applied) unless it holds from_version."""
@@ -67,7 +82,7 @@ class RouteTable:
             return HeartbeatAck(known=True, in_sync=False)
         instance.data_version = changes.data_version
         instance.last_update = self.clock()
-        if broker_id == MASTER_ID:
+        if self._speaks_for_topics(instance):
             topics = self._topics.setdefault(broker_name, {})
             for name in changes.removed:
                 topics.pop(name, None)
@@ -120,6 +135,8 @@ class RouteTable:
                 BrokerLiveness(
                     broker_id=instance.broker_id,
                     address=instance.address,
+                    master=self.master_of(instance.broker_name) is instance,
+                    epoch=instance.epoch,
                     data_version=instance.data_version,
                     last_update_ms=int(instance.last_update * 1000),
                 )
@@ -140,8 +157,13 @@ class RouteTable:
     def _broker_data(self, broker_name: str) -> BrokerData:
         instances = [i for (name, _), i in self._instances.items() if name == broker_name]
         cluster = instances[0].cluster if instances else ""
+        master = self.master_of(broker_name)
         return BrokerData(
-            cluster=cluster, broker_name=broker_name, addresses={i.broker_id: i.address for i in instances}
+            cluster=cluster,
+            broker_name=broker_name,
+            addresses={i.broker_id: i.address for i in instances},
+            master_id=None if master is None else master.broker_id,
+            epoch=0 if master is None else master.epoch,
         )
 
 

@@ -16,3 +16,15 @@ class NameserverSettings(ServiceSettings):
     broker_expiry_seconds: float = Field(
         default=120.0, gt=0, description="a broker not heard from this long is dropped from the routes"
     )
+    controller: bool = Field(
+        default=False,
+        description="run the replication controller here: each broker name's master, epoch and in-sync set, and "
+        "automatic failover (run it on one nameserver)",
+    )
+    controller_master_timeout_seconds: float = Field(
+        default=3.0,
+        gt=0,
+        description="a master that has not reported this long is replaced by its most caught-up in-sync slave; "
+        "keep it above the brokers' controller_lease_ms",
+    )
+    controller_scan_ms: int = Field(default=200, ge=10, description="how often the controller looks for silent masters")

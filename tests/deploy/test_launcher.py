@@ -303,20 +303,24 @@ def test_a_child_without_a_port_is_up_once_started_and_its_death_is_reported_not
     supervisor.stop_all()
 
 
-def test_plan_with_replicas_gives_each_master_its_slaves_on_the_ports_after_the_masters() -> None:
-    specs = [s for s in plan_cluster(UpOptions(brokers=2, replicas=2), "redis://x") if s.module == "services.broker"]
+def test_plan_with_replicas_puts_each_broker_name_under_the_controller_slaves_on_the_ports_after_the_masters() -> None:
+    planned = plan_cluster(UpOptions(brokers=2, replicas=2, nameservers=2), "redis://x")
+    specs = [s for s in planned if s.module == "services.broker"]
 
-    assert [(s.name, s.port, s.env["PETREL_BROKER_ROLE"]) for s in specs] == [
-        ("broker-a", 10911, "SYNC_MASTER"),
-        ("broker-a@1", 10913, "SLAVE"),
-        ("broker-a@2", 10914, "SLAVE"),
-        ("broker-b", 10912, "SYNC_MASTER"),
-        ("broker-b@1", 10915, "SLAVE"),
-        ("broker-b@2", 10916, "SLAVE"),
+    assert [(s.name, s.port, s.env["PETREL_BROKER_BROKER_ID"]) for s in specs if "@" in s.name] == [
+        ("broker-a@1", 10913, "1"),
+        ("broker-a@2", 10914, "2"),
+        ("broker-b@1", 10915, "1"),
+        ("broker-b@2", 10916, "2"),
     ]
-    slave = specs[1].env
-    assert (slave["PETREL_BROKER_BROKER_NAME"], slave["PETREL_BROKER_BROKER_ID"]) == ("broker-a", "1")
-    assert slave["PETREL_BROKER_MASTER_ADDRESS"] == "127.0.0.1:10911"
+    assert [(s.name, s.port) for s in specs if "@" not in s.name] == [("broker-a", 10911), ("broker-b", 10912)]
+    assert {s.env["PETREL_BROKER_ROLE"] for s in specs} == {"SYNC_MASTER"}, "the controller says who is master"
+    assert {s.env["PETREL_BROKER_CONTROLLER_ADDRESS"] for s in specs} == {"127.0.0.1:9876"}
+    assert specs[1].env["PETREL_BROKER_BROKER_NAME"] == "broker-a"
+    nameservers = [s for s in planned if s.module == "services.nameserver"]
+    assert [s.env.get("PETREL_NAMESERVER_CONTROLLER") for s in nameservers] == ["true", None]
+    alone = plan_cluster(UpOptions(), "redis://x")
+    assert not any("CONTROLLER" in key for s in alone for key in s.env), "no replicas, no controller"
 
 
 def test_async_replication_and_no_replicas_plan_async_masters_and_too_many_brokers_are_refused() -> None:

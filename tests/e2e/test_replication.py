@@ -10,8 +10,7 @@ import pytest
 
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
-from libs.codec import iter_records
-from tests.support.crash_sends import kill_9_under_sends
+from tests.support.crash_sends import kill_9_under_sends, read_topic
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
 
@@ -64,23 +63,6 @@ def _slave(master_port: int) -> dict[str, str]:
     }
 
 
-async def read_slave(slave: httpx.AsyncClient) -> dict[str, tuple[int, int, str]]:
-    """Every message of topic `crash` on the slave: message id -> (queue, offset, body)."""
-    found: dict[str, tuple[int, int, str]] = {}
-    for queue in range(QUEUES):
-        offset = 0
-        while True:
-            answer = await slave.get(f"/internal/topics/crash/queues/{queue}/messages", params={"offset": offset})
-            assert answer.status_code in (200, 416), answer.text
-            records = list(iter_records(answer.content)) if answer.status_code == 200 else []
-            if not records:
-                break
-            for record in records:
-                found[record.message_id or ""] = (queue, record.queue_offset, record.body.decode())
-            offset = records[-1].queue_offset + 1
-    return found
-
-
 async def test_every_send_a_sync_master_answered_is_on_its_slave_after_kill_9(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     nameserver, master, slave, gateway = specs(data_dir)
@@ -103,7 +85,7 @@ async def test_every_send_a_sync_master_answered_is_on_its_slave_after_kill_9(tm
                 return (await to_slave.get("/internal/topics/crash")).status_code == 200
 
             await eventually(topic_copied, "the slave has the master's topic")
-            on_slave = await read_slave(to_slave)
+            on_slave = await read_topic(to_slave, QUEUES)
 
         lost = [mid for mid in acked if mid not in on_slave]
         assert not lost, f"{len(lost)} of {len(acked)} answered sends are not on the slave after kill -9 of the master"

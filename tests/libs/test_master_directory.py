@@ -28,7 +28,7 @@ class FakeNameservers(NameserverClient):
             ClusterBroker(
                 broker_name=name,
                 instances=[
-                    BrokerLiveness(broker_id=0, address=address, data_version=1, last_update_ms=0),
+                    BrokerLiveness(broker_id=0, address=address, master=True, data_version=1, last_update_ms=0),
                     BrokerLiveness(broker_id=1, address="127.0.0.1:1", data_version=1, last_update_ms=0),
                 ],
             )

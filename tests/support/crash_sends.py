@@ -9,6 +9,7 @@ import signal
 import httpx
 
 from deploy.supervisor import Supervisor
+from libs.codec import iter_records
 
 KILL_AFTER = 300
 
@@ -44,3 +45,20 @@ async def kill_9_under_sends(
     await asyncio.gather(*sending)
     process.wait()
     return acked
+
+
+async def read_topic(broker: httpx.AsyncClient, queues: int) -> dict[str, tuple[int, int, str]]:
+    """Every message of topic `crash` on one broker, by its internal pulls: message id -> (queue, offset, body)."""
+    found: dict[str, tuple[int, int, str]] = {}
+    for queue in range(queues):
+        offset = 0
+        while True:
+            answer = await broker.get(f"/internal/topics/crash/queues/{queue}/messages", params={"offset": offset})
+            assert answer.status_code in (200, 416), answer.text
+            records = list(iter_records(answer.content)) if answer.status_code == 200 else []
+            if not records:
+                break
+            for record in records:
+                found[record.message_id or ""] = (queue, record.queue_offset, record.body.decode())
+            offset = records[-1].queue_offset + 1
+    return found

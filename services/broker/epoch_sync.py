@@ -1,0 +1,99 @@
+"""A broker's role for one run under a controller, and a returning slave's truncation to its new master's log.
+
+`decide_role` reports to the controller at start (services.broker.controller_link). A broker
+named master records where its epoch begins (libs.store.epochs) before any write. A broker
+that is to follow another asks that master for its epoch history first, truncates its own log
+where the two histories part (what it wrote, or copied, that the new master never had: an old
+master's unreplicated tail), and takes the master's history as its own. Without a
+controller the role is the one the settings give.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import httpx
+
+from libs.broker_api.replication import EPOCHS_PATH, BrokerRole, EpochHistory
+from libs.events.writer import EventWriter
+from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.store.epochs import EpochFile, consistent_point
+from libs.store.message_store import MessageStore
+from libs.store.replica import truncate_log
+from services.broker.controller_link import RETRY_SECONDS, ControllerLink
+from services.broker.settings import BrokerSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RoleOfRun:
+    role: BrokerRole
+    master_address: str | None
+    """A slave's master."""
+    epochs: EpochFile
+    link: ControllerLink | None = None
+
+
+async def decide_role(
+    settings: BrokerSettings, store: MessageStore, token: str | None, events: EventWriter
+) -> RoleOfRun:
+    epochs = await asyncio.to_thread(EpochFile(settings.store_dir).load)
+    if settings.controller_address is None:
+        return RoleOfRun(settings.role, settings.master_address, epochs)
+    link = ControllerLink(
+        settings.controller_address,
+        settings.broker_name,
+        settings.broker_id,
+        settings.address,
+        store,
+        epochs,
+        token,
+        heartbeat=settings.controller_heartbeat_ms / 1000,
+        lease=settings.controller_lease_ms / 1000,
+    )
+    while True:
+        assignment = await link.assignment_at_start()
+        if assignment.master_id == settings.broker_id:
+            link.take(assignment)
+            await asyncio.to_thread(epochs.begin, assignment.epoch, store.commitlog.write_offset)
+            log.info("controller: master of %s at epoch %d", settings.broker_name, assignment.epoch)
+            return RoleOfRun(settings.role, None, epochs, link)
+        master = assignment.master_address
+        if master is not None and await _agree_with(master, store, epochs, token, events, settings.broker_name):
+            link.take(assignment)
+            log.info("controller: slave of %s (%s) at epoch %d", settings.broker_name, master, assignment.epoch)
+            return RoleOfRun(BrokerRole.SLAVE, master, epochs, link)
+        await asyncio.sleep(RETRY_SECONDS)
+
+
+async def _agree_with(
+    master: str, store: MessageStore, epochs: EpochFile, token: str | None, events: EventWriter, broker: str
+) -> bool:
+    """Truncate this log to where it agrees with `master`'s and take its history; False: the master did not answer."""
+    headers = {INTERNAL_TOKEN_HEADER: token} if token else {}
+    try:
+        async with httpx.AsyncClient(base_url=f"http://{master}", headers=headers, timeout=3.0) as client:
+            answer = await client.get(EPOCHS_PATH)
+            answer.raise_for_status()
+    except httpx.HTTPError as exc:
+        log.warning("the master %s did not give its epoch history (%s); asking the controller again", master, exc)
+        return False
+    theirs = EpochHistory.model_validate_json(answer.content)
+    end = store.commitlog.write_offset
+    point = consistent_point(epochs.entries, end, [(e, s) for e, s in theirs.epochs], theirs.log_end)
+    if point < end:
+        dropped = await asyncio.to_thread(truncate_log, store, point)
+        log.warning(
+            "%s: truncated this log from %d to %d (%d bytes its new master %s never had)",
+            broker,
+            end,
+            point,
+            dropped,
+            master,
+        )
+        events.emit("replica_truncated", broker=broker, master=master, from_offset=end, to_offset=point)
+    await asyncio.to_thread(epochs.replace, [(e, s) for e, s in theirs.epochs])
+    return True

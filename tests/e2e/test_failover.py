@@ -1,0 +1,127 @@
+"""Automatic failover: kill -9 of a SYNC_MASTER under a send load, its in-sync slave promoted by the controller.
+
+Every send the old master answered is on the new master at the same queue and offset; sends
+resume through the gateway; the old master, started again, learns it is a slave now, truncates
+what it wrote that was never acknowledged, and catches up with its new master.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from deploy.plan import ProcessSpec
+from deploy.supervisor import Supervisor
+from tests.support.crash_sends import kill_9_under_sends, read_topic
+from tests.support.serving import free_port
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.e2e
+
+QUEUES = 4
+SENDERS = 16
+
+
+def specs(data_dir: Path) -> list[ProcessSpec]:
+    nameserver_port, first_port, second_port, gateway_port = free_port(), free_port(), free_port(), free_port()
+    controller = f"127.0.0.1:{nameserver_port}"
+    shared = {
+        "PETREL_DATA_DIR": str(data_dir),
+        "PETREL_NAMESERVERS": controller,
+        "PETREL_EVENTS_ENABLED": "false",
+    }
+    broker = shared | {
+        "PETREL_BROKER_BROKER_NAME": "broker-a",
+        "PETREL_BROKER_ROLE": "SYNC_MASTER",
+        "PETREL_BROKER_CONTROLLER_ADDRESS": controller,
+        "PETREL_BROKER_SYNC_REPLICATION_TIMEOUT_MS": "10000",
+        "PETREL_BROKER_SEGMENT_SIZE": str(8 * 1024 * 1024),
+        "PETREL_BROKER_INDEX_SLOT_COUNT": "65536",
+        "PETREL_BROKER_INDEX_MAX_ENTRIES": "400000",
+        "PETREL_BROKER_CQ_UNITS_PER_FILE": "500",
+        "PETREL_BROKER_REGISTER_INTERVAL_SECONDS": "0.5",
+    }
+    return [
+        ProcessSpec(
+            "nameserver",
+            "services.nameserver",
+            nameserver_port,
+            shared | {"PETREL_NAMESERVER_PORT": str(nameserver_port), "PETREL_NAMESERVER_CONTROLLER": "true"},
+        ),
+        ProcessSpec("broker-a", "services.broker", first_port, broker | {"PETREL_BROKER_PORT": str(first_port)}),
+        ProcessSpec(
+            "broker-a@1",
+            "services.broker",
+            second_port,
+            broker | {"PETREL_BROKER_PORT": str(second_port), "PETREL_BROKER_BROKER_ID": "1"},
+        ),
+        ProcessSpec("gateway", "gateway", gateway_port, shared | {"PETREL_GATEWAY_PORT": str(gateway_port)}),
+    ]
+
+
+async def status(broker: httpx.AsyncClient, **params: int) -> dict[str, object]:
+    answer = await broker.get("/internal/replication", params=params)
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+async def first_answered_send(client: httpx.AsyncClient) -> float:
+    """Send until the gateway answers 201; when it did (time.monotonic)."""
+
+    async def answered() -> bool:
+        try:
+            sent = await client.post("/v1/topics/crash/messages", json={"body": "after the failover"})
+        except httpx.HTTPError:
+            return False
+        return sent.status_code == 201
+
+    await eventually(answered, "a send is answered by the new master", timeout=30)
+    return time.monotonic()
+
+
+async def test_a_killed_master_is_replaced_by_its_in_sync_slave_and_comes_back_as_its_slave(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    nameserver, first, second, gateway = specs(data_dir)
+    supervisor = Supervisor(data_dir)
+    try:
+        for spec in (nameserver, first, second, gateway):
+            await asyncio.to_thread(supervisor.start, spec)
+        async with (
+            httpx.AsyncClient(base_url=gateway.url, timeout=15) as client,
+            httpx.AsyncClient(base_url=first.url, timeout=15) as old_master,
+            httpx.AsyncClient(base_url=second.url, timeout=15) as new_master,
+        ):
+            assert (await client.put("/v1/topics/crash", json={"queues": QUEUES})).status_code == 201
+            joined = await status(old_master, in_sync=1, wait_ms=20_000)
+            assert (joined["in_sync"], joined["epoch"]) == ([1], 1), joined
+
+            acked = await kill_9_under_sends(client, supervisor, "broker-a", SENDERS)
+            killed_at = time.monotonic()
+            resumed_at = await first_answered_send(client)
+            promoted = await status(new_master)
+            assert (promoted["role"], promoted["epoch"]) == ("SYNC_MASTER", 2), promoted
+
+            on_new = await read_topic(new_master, QUEUES)
+            lost = [mid for mid in acked if on_new.get(mid) != acked[mid]]
+            assert not lost, f"{len(lost)} of {len(acked)} answered sends are not on the new master as answered"
+
+            await asyncio.to_thread(supervisor.start, first)  # the old master returns
+            back = await status(old_master)
+            assert (back["role"], back["master"], back["epoch"]) == ("SLAVE", second.url[7:], 2), back
+            rejoined = await status(new_master, in_sync=0, wait_ms=20_000)
+            assert rejoined["in_sync"] == [0], rejoined
+            sent = await client.post("/v1/topics/crash/messages", json={"body": "with the old master in sync"})
+            assert sent.status_code == 201, sent.text
+
+            async def same_log() -> bool:
+                return (await status(old_master))["commitlog_end"] == (await status(new_master))["commitlog_end"]
+
+            await eventually(same_log, "the old master has its new master's log")
+            assert await read_topic(old_master, QUEUES) == await read_topic(new_master, QUEUES)
+        print(f"failover: first send answered {resumed_at - killed_at:.2f} s after kill -9 of the master")
+    finally:
+        supervisor.stop_all()
