@@ -17,9 +17,13 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, Field
 
+from libs.broker_api.groups import GroupConfig
+from libs.filters import FilterType
+
 COMMITLOG_STREAM_PATH = "/internal/replication/commitlog"
 SLAVE_ACK_PATH = "/internal/replication/slaves/{slave_id}"
 EPOCHS_PATH = "/internal/replication/epochs"
+CONSUMERS_PATH = "/internal/replication/consumers"
 FRAME_HEAD = struct.Struct(">QI")
 HEARTBEAT_SECONDS = 1.0
 
@@ -80,6 +84,31 @@ class SlaveState(BaseModel):
     )
     in_sync: bool
     heard_seconds_ago: float
+
+
+class OffsetEntry(BaseModel):
+    owner: str = Field(description="a group, or `group@client` of a broadcast group")
+    topic: str
+    queue_id: int
+    offset: int = Field(description="the lowest offset not yet done: what was in flight is delivered again")
+
+
+class SubscriptionEntry(BaseModel):
+    group: str
+    topic: str
+    filter_type: FilterType
+    expression: str
+    retry_queue_id: int
+
+
+class ConsumerMetadata(BaseModel):
+    """What a master's consumers need kept beside its log, copied by its slaves every second: the groups'
+    offsets, the groups and their subscriptions, and the key receipt handles are signed with."""
+
+    offsets: list[OffsetEntry]
+    groups: list[GroupConfig]
+    subscriptions: list[SubscriptionEntry]
+    receipt_key: str = Field(description="base64")
 
 
 class EpochHistory(BaseModel):

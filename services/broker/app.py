@@ -8,10 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
@@ -28,7 +26,6 @@ from libs.http.client import ClientOptions, InternalClient
 from libs.http.stopping import on_stopping, request_restart
 from libs.http.transport import Transport
 from libs.names import validate_topic_name
-from libs.private_files import ensure_private, write_private
 from libs.problem import PROBLEM_RESPONSES
 from libs.store.message_store import MessageStore
 from libs.topic import TopicConfig
@@ -40,6 +37,7 @@ from services.broker.consume.groups import GroupStore, GroupTable
 from services.broker.consume.pop import PopService
 from services.broker.consume.redriven import RedrivenMarks
 from services.broker.consume.settle import Settlement
+from services.broker.consumer_mirror import ConsumerMirror, receipt_key
 from services.broker.context import BrokerContext, Context, broker_context
 from services.broker.epoch_sync import RoleOfRun, decide_role
 from services.broker.in_sync import InSyncReplicas
@@ -63,8 +61,6 @@ async def _topic_name(topic: str) -> str:
 TopicName = Annotated[str, Depends(_topic_name)]
 
 log = logging.getLogger(__name__)
-
-RECEIPT_KEY_FILE = "receipt.key"
 
 router = APIRouter(prefix="/internal", tags=["broker"], responses=PROBLEM_RESPONSES)
 
@@ -129,7 +125,9 @@ def create_app(
         transactions = await _transactions(settings, store, topics, app.state.events, clock)
         watch_memory(app.state.metrics.registry, pop, transactions)
         leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
-        replication, follower = await _replication(settings, run, store, topics, token, app.state.events)
+        replication, follower = await _replication(
+            settings, run, store, topics, token, app.state.events, ConsumerMirror(offsets, groups, settings.store_dir)
+        )
         follower.extend(_fence(app, fence, run, replication))
         heard = on_stopping(app, replication.close)
         try:
@@ -226,6 +224,7 @@ async def _replication(
     topics: TopicTable,
     token: str | None,
     events: EventWriter,
+    consumers: ConsumerMirror,
 ) -> tuple[Replication, list[asyncio.Task[None]]]:
     """This broker's part in replication; a slave's follower of its master, started (none for a master)."""
     in_sync = InSyncReplicas(settings.broker_name, settings.sync_replication_timeout_ms / 1000, events)
@@ -241,7 +240,9 @@ async def _replication(
     if run.role is not BrokerRole.SLAVE or run.master_address is None:
         return replication, []
     replication.follower = FollowerState(run.master_address)
-    follower = ReplicaFollower(replication.follower, store, topics, token, settings.broker_id, settings.address)
+    follower = ReplicaFollower(
+        replication.follower, store, topics, token, settings.broker_id, settings.address, consumers
+    )
     await follower.prepare()
     return replication, [asyncio.create_task(follower.run(), name="replica-follower")]
 
@@ -330,19 +331,6 @@ def _consumers(
         scan_budget=settings.filter_scan_budget(),
     )
     return pop, Settlement(pop)
-
-
-def receipt_key(store_dir: Path) -> bytes:
-    """The key this broker signs receipt handles with: made once, kept in its store dir."""
-    path = store_dir / RECEIPT_KEY_FILE
-    if path.exists():
-        ensure_private(path, create=False)  # made readable to all by an older Petrel: narrowed, with a warning
-    else:
-        write_private(path, secrets.token_bytes(32))
-    key = path.read_bytes()
-    if len(key) < 16:
-        raise RuntimeError(f"{path} holds {len(key)} bytes, not a receipt-signing key: delete it to make a new one")
-    return key
 
 
 async def _retention(store: MessageStore, interval: float) -> None:

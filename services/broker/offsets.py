@@ -44,6 +44,9 @@ class ConsumerOffsets:
     def of_group(self, group: str) -> dict[tuple[str, int], int]:
         return {(t, q): o for (g, t, q), o in self._offsets.items() if g == group}
 
+    def all(self) -> dict[OffsetKey, int]:
+        return dict(self._offsets)
+
     def owners(self) -> set[str]:
         """Every group (or broadcast `group@client`) that has an offset here."""
         return {g for g, _, _ in self._offsets}

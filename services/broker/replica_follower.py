@@ -9,7 +9,8 @@ after `RETRY_SECONDS`; nothing is written twice. A slave with an empty log whose
 retention has deleted the log's start begins at the master's oldest segment.
 
 The master's topics are copied too (`GET /internal/topics`, every `TOPIC_SYNC_SECONDS`), so
-a pull or query on the slave finds the topics its messages belong to.
+a pull or query on the slave finds the topics its messages belong to; and its consumers'
+offsets, groups and receipt key (services.broker.consumer_mirror), every second.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import httpx
 
 from libs.broker_api.replication import (
     COMMITLOG_STREAM_PATH,
+    CONSUMERS_PATH,
     HEARTBEAT_SECONDS,
     SLAVE_ACK_PATH,
+    ConsumerMetadata,
     FrameReader,
     SlaveAckAnswer,
 )
@@ -34,6 +37,7 @@ from libs.names import is_system_topic
 from libs.store.config import FlushMode
 from libs.store.message_store import MessageStore
 from libs.topic import TopicConfig
+from services.broker.consumer_mirror import CONSUMERS_SYNC_SECONDS, ConsumerMirror
 from services.broker.replication_state import FollowerState
 from services.broker.topics import TopicTable
 
@@ -54,8 +58,10 @@ class ReplicaFollower:
         token: str | None,
         slave_id: int,
         address: str,
+        consumers: ConsumerMirror | None = None,
     ) -> None:
         self.state = state
+        self.consumers = consumers
         self.slave_id = slave_id
         self.address = address
         self._to_ack = 0
@@ -105,6 +111,7 @@ class ReplicaFollower:
         helpers = [
             asyncio.create_task(self._sync_topics_forever(client), name="replica-topics"),
             asyncio.create_task(self._send_acks_forever(client), name="replica-acks"),
+            asyncio.create_task(self._sync_consumers_forever(client), name="replica-consumers"),
         ]
         try:
             await self._follow(client)
@@ -178,6 +185,19 @@ class ReplicaFollower:
             except (httpx.HTTPError, PetrelError, ValueError) as exc:
                 log.warning("the master's topics were not copied (%s); will try again", exc)
             await self._adopt_unknown()
+
+    async def _sync_consumers_forever(self, client: httpx.AsyncClient) -> None:
+        """Copy the master's consumer offsets, groups and receipt key every CONSUMERS_SYNC_SECONDS."""
+        if self.consumers is None:
+            return
+        while True:
+            try:
+                answer = await client.get(CONSUMERS_PATH)
+                answer.raise_for_status()
+                await self.consumers.apply(ConsumerMetadata.model_validate_json(answer.content))
+            except (httpx.HTTPError, PetrelError, ValueError, OSError) as exc:
+                log.warning("the master's consumer offsets were not copied (%s); will try again", exc)
+            await asyncio.sleep(CONSUMERS_SYNC_SECONDS)
 
     async def _adopt_unknown(self) -> None:
         """Give each topic this slave has messages of, and no configuration for, one of its own (readable)."""

@@ -13,8 +13,10 @@ from fastapi.responses import StreamingResponse
 
 from libs.broker_api.replication import (
     COMMITLOG_STREAM_PATH,
+    CONSUMERS_PATH,
     EPOCHS_PATH,
     SLAVE_ACK_PATH,
+    ConsumerMetadata,
     EpochHistory,
     ReplicationStatus,
     SlaveAck,
@@ -22,6 +24,7 @@ from libs.broker_api.replication import (
 )
 from libs.errors import NotMaster
 from libs.problem import PROBLEM_RESPONSES
+from services.broker.consumer_mirror import snapshot
 from services.broker.context import Context
 
 router = APIRouter(tags=["broker"], responses=PROBLEM_RESPONSES)
@@ -73,3 +76,9 @@ async def ack_replication(
 async def get_epochs(ctx: Context) -> EpochHistory:
     """Where each epoch began in this broker's CommitLog: a returning slave truncates where its history parts."""
     return EpochHistory(epochs=ctx.replication.epochs.entries, log_end=ctx.store.commitlog.write_offset)
+
+
+@router.get(CONSUMERS_PATH, operation_id="getConsumerMetadata", response_model=ConsumerMetadata)
+async def get_consumers(ctx: Context) -> ConsumerMetadata:
+    """The consumers' offsets, groups, subscriptions and receipt key: what a slave copies every second."""
+    return snapshot(ctx.offsets, ctx.pop.groups, ctx.pop.receipt_key)

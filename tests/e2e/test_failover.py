@@ -8,6 +8,8 @@ what it wrote that was never acknowledged, and catches up with its new master.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
 from tests.support.crash_sends import kill_9_under_sends, read_topic
+from tests.support.gateway_calls import received
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
 
@@ -69,12 +72,12 @@ async def status(broker: httpx.AsyncClient, **params: int) -> dict[str, object]:
     return dict(answer.json())
 
 
-async def first_answered_send(client: httpx.AsyncClient) -> float:
+async def first_answered_send(client: httpx.AsyncClient, topic: str = "crash") -> float:
     """Send until the gateway answers 201; when it did (time.monotonic)."""
 
     async def answered() -> bool:
         try:
-            sent = await client.post("/v1/topics/crash/messages", json={"body": "after the failover"})
+            sent = await client.post(f"/v1/topics/{topic}/messages", json={"body": "after the failover"})
         except httpx.HTTPError:
             return False
         return sent.status_code == 201
@@ -125,3 +128,60 @@ async def test_a_killed_master_is_replaced_by_its_in_sync_slave_and_comes_back_a
         print(f"failover: first send answered {resumed_at - killed_at:.2f} s after kill -9 of the master")
     finally:
         supervisor.stop_all()
+
+
+async def test_leases_in_flight_at_a_failover_are_delivered_again_by_the_new_master(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    nameserver, first, second, gateway = specs(data_dir)
+    supervisor = Supervisor(data_dir)
+    try:
+        for spec in (nameserver, first, second, gateway):
+            await asyncio.to_thread(supervisor.start, spec)
+        async with (
+            httpx.AsyncClient(base_url=gateway.url, timeout=15) as client,
+            httpx.AsyncClient(base_url=first.url, timeout=15) as old_master,
+            httpx.AsyncClient(base_url=second.url, timeout=15) as new_master,
+        ):
+            assert (await client.put("/v1/topics/orders", json={"queues": 2})).status_code == 201
+            assert (await client.put("/v1/groups/billing", json={})).status_code == 201
+            assert (await status(old_master, in_sync=1, wait_ms=20_000))["in_sync"] == [1]
+            for n in range(20):
+                sent = await client.post("/v1/topics/orders/messages", json={"body": f"order {n}"})
+                assert sent.status_code == 201, sent.text
+            done = await received(client, "billing", "orders", max_messages=10)
+            acked = await client.post(
+                "/v1/groups/billing/ack", json={"receipt_handles": [m["receipt_handle"] for m in done]}
+            )
+            assert all(r["ok"] for r in acked.json()["results"]), acked.text
+            in_flight = await received(client, "billing", "orders", max_messages=5, invisible_seconds=600)
+            assert len(done) == 10
+            assert len(in_flight) == 5
+
+            async def offsets_copied() -> bool:
+                theirs = (await old_master.get("/internal/replication/consumers")).json()
+                ours = (await new_master.get("/internal/replication/consumers")).json()
+                return bool(theirs["offsets"]) and ours["offsets"] == theirs["offsets"]
+
+            await eventually(offsets_copied, "the slave has its master's consumer offsets")
+            _kill_9(supervisor, "broker-a")
+            await first_answered_send(client, "orders")
+
+            late = await client.post(
+                "/v1/groups/billing/ack", json={"receipt_handles": [m["receipt_handle"] for m in in_flight]}
+            )
+            assert late.status_code == 200, late.text
+            assert not any(r["ok"] for r in late.json()["results"]), "the new master knows no lease of the old one"
+            again = await received(client, "billing", "orders", max_messages=32)
+            bodies = sorted(m["body"] for m in again)
+        never = {f"order {n}" for n in range(20)} - {m["body"] for m in done} - {m["body"] for m in in_flight}
+        assert set(bodies) == {m["body"] for m in in_flight} | never | {"after the failover"}
+        assert len(bodies) == len(set(bodies)), "each delivered once"
+        assert {m["body"] for m in done}.isdisjoint(bodies), "what was acked before the failover stays done"
+    finally:
+        supervisor.stop_all()
+
+
+def _kill_9(supervisor: Supervisor, name: str) -> None:
+    process = next(c.process for c in supervisor.children if c.spec.name == name)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()

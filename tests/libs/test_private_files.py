@@ -15,7 +15,7 @@ from libs.metadata_db import SQLITE_SIBLINGS
 from libs.private_files import ensure_private, write_private
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 from libs.webhooks import new_secret
-from services.broker.app import RECEIPT_KEY_FILE, receipt_key
+from services.broker.consumer_mirror import RECEIPT_KEY_FILE, receipt_key
 
 
 def mode(path: Path) -> int:

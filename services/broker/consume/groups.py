@@ -155,6 +155,19 @@ class GroupTable:
         del self._groups[name]
         self._subscriptions.pop(name, None)
 
+    async def mirror(self, groups: list[GroupConfig], subscriptions: list[Subscription]) -> None:
+        """A slave's groups and subscriptions made its master's (each subscription with its retry queue)."""
+        for config in groups:
+            await self.put(config)
+        wanted = {config.name for config in groups}
+        for name in [g for g in self._groups if g not in wanted]:
+            await self.delete(name)
+        async with self._writing:
+            for sub in subscriptions:
+                if sub.group in self._groups and self.subscription(sub.group, sub.topic) != sub:
+                    await asyncio.to_thread(self.store.save_subscription, sub)
+                    self._subscriptions.setdefault(sub.group, {})[sub.topic] = sub
+
     def subscriptions(self, group: str) -> list[Subscription]:
         return sorted(self._subscriptions.get(group, {}).values(), key=lambda s: s.retry_queue_id)
 
