@@ -1,4 +1,8 @@
-"""The chaos test (issue 10): a mixed load under SYNC_FLUSH while broker, timer, txcheck worker and gateway die.
+"""The chaos test (issues 10, 16): a mixed load under SYNC_FLUSH while broker, timer, txcheck worker and gateway die.
+
+The broker is replicated (SYNC_MASTER with one slave, under the nameserver's controller):
+killing "the broker" kills whichever is the master now, and its slave takes over before the
+killed one starts again (as the new master's slave).
 
 Real processes on the real Redis: single, batch, delayed and transactional sends
 (committed, rolled back, left to the check-back), two consumer groups acking and
@@ -29,9 +33,9 @@ async def test_every_answered_send_is_accounted_for_under_kill_9_of_every_proces
     data_dir = tmp_path / "data"
     print(f"chaos seed {config.seed}")
     with checkback_receiver(secret) as checkback_url:
-        async with local_cluster_with_txcheck(data_dir, **CLUSTER_ENV) as (cluster, client):
+        async with local_cluster_with_txcheck(data_dir, replicated=True, **CLUSTER_ENV) as (cluster, client):
             result = await run_chaos(cluster, client, config, checkback_url, secret)
-    result.store_check = store_check(data_dir / "brokers" / "broker-a")
+    result.store_check = max(store_check(data_dir / "brokers" / name) for name in ("broker-a", "broker-a@1"))
     print(result.report())
 
     assert result.ok, result.report()

@@ -33,6 +33,11 @@ SMALL_BROKER = {
     "PETREL_BROKER_INDEX_MAX_ENTRIES": "100000",
     "PETREL_BROKER_REGISTER_INTERVAL_SECONDS": "0.5",
 }
+REPLICATED_BROKER = {"PETREL_BROKER_ROLE": "SYNC_MASTER", "PETREL_BROKER_CONTROLLER_LEASE_MS": "1200"}
+REPLICATED_NAMESERVER = {
+    "PETREL_NAMESERVER_CONTROLLER": "true",
+    "PETREL_NAMESERVER_CONTROLLER_MASTER_TIMEOUT_SECONDS": "2",
+}
 FAST_TXCHECK = {
     "PETREL_REDIS_URL": "redis://127.0.0.1:6379/0",
     "PETREL_TXCHECK_SCAN_INTERVAL_SECONDS": "1",
@@ -51,14 +56,24 @@ SMALL_TIMER = {
 
 class LocalCluster:
     def __init__(
-        self, data_dir: Path, env: dict[str, str], *, txcheck: bool = False, push: bool = False, token: bool = False
+        self,
+        data_dir: Path,
+        env: dict[str, str],
+        *,
+        txcheck: bool = False,
+        push: bool = False,
+        token: bool = False,
+        replicated: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.txcheck = txcheck
+        self.replicated = replicated
+        """broker-a has a slave, broker-a@1, and the nameserver's controller fails over between them"""
+        self._killed_master: str | None = None
         self.supervisor = Supervisor(data_dir)
         self.token_file = ensure_token_file(token_file_of(data_dir)) if token else None
         token_env = {TOKEN_FILE_SETTING: str(self.token_file)} if self.token_file else {}
-        ports = {name: free_port() for name in ("nameserver", "broker", "timer", "push", "gateway")}
+        ports = {name: free_port() for name in ("nameserver", "broker", "slave", "timer", "push", "gateway")}
         self.redis_prefix = f"petrel-e2e:{uuid.uuid4().hex[:12]}:"
         shared = (
             {
@@ -84,10 +99,19 @@ class LocalCluster:
             "PETREL_GATEWAY_PUSH_ADDRESS": f"127.0.0.1:{ports['push']}",
         }
         self.specs = {
-            "nameserver": spec("nameserver", "services.nameserver", "nameserver"),
-            "broker-a": spec("broker-a", "services.broker", "broker"),
-            "timer": spec("timer", "services.timer", "timer"),
+            "nameserver": spec(
+                "nameserver", "services.nameserver", "nameserver", REPLICATED_NAMESERVER if replicated else None
+            ),
+            "broker-a": spec("broker-a", "services.broker", "broker", self._replicated_broker(ports, 0)),
         }
+        if replicated:
+            self.specs["broker-a@1"] = ProcessSpec(
+                "broker-a@1",
+                "services.broker",
+                ports["slave"],
+                shared | {"PETREL_BROKER_PORT": str(ports["slave"])} | self._replicated_broker(ports, 1),
+            )
+        self.specs["timer"] = spec("timer", "services.timer", "timer")
         if push:
             self.specs["push"] = spec("push", "services.push", "push")
         self.specs["gateway"] = spec("gateway", "gateway", "gateway", addresses)
@@ -100,6 +124,32 @@ class LocalCluster:
     @property
     def url(self) -> str:
         return self.specs["gateway"].url
+
+    def _replicated_broker(self, ports: dict[str, int], broker_id: int) -> dict[str, str]:
+        if not self.replicated:
+            return {}
+        return REPLICATED_BROKER | {
+            "PETREL_BROKER_CONTROLLER_ADDRESS": f"127.0.0.1:{ports['nameserver']}",
+            "PETREL_BROKER_BROKER_ID": str(broker_id),
+        }
+
+    async def master(self) -> str:
+        """The process that is broker-a's master now, as the controller says."""
+        if not self.replicated:
+            return "broker-a"
+        nameserver = self.specs["nameserver"].url
+        async with httpx.AsyncClient(base_url=nameserver, headers=self.internal_headers(), timeout=5) as client:
+            view = (await client.get("/internal/controller")).json()
+        master_id = view["broker_names"][0]["assignment"]["master_id"]
+        return "broker-a" if master_id == 0 else f"broker-a@{master_id}"
+
+    async def promoted_after(self, killed: str) -> None:
+        """Until the controller has made another broker the master (the killed one's lease and timeout passed)."""
+
+        async def other_master() -> bool:
+            return await self.master() != killed
+
+        await eventually(other_master, f"a slave of {killed} is promoted", timeout=30)
 
     def internal_headers(self) -> dict[str, str]:
         """What a test's call to an internal service carries: the cluster token, if the cluster has one."""
@@ -123,13 +173,20 @@ class LocalCluster:
         await eventually(routed, f"{name} is routed again after its restart")
 
     async def kill(self, name: str) -> None:
-        """kill -9 of one process (a Celery worker's pool processes die with it)."""
+        """kill -9 of one process (a Celery worker's pool processes die with it). Replicated, "broker-a" is
+        whichever broker is the master now: killing it is a failover."""
+        if self.replicated and name == "broker-a":
+            name = self._killed_master = await self.master()
         child = next(c for c in self.supervisor.children if c.spec.name == name)
         os.kill(child.process.pid, signal.SIGKILL)
         await asyncio.to_thread(child.process.wait)
         self.supervisor.children.remove(child)
 
     async def restart(self, name: str) -> None:
+        """Start a killed process again; a killed master once its slave has taken over (it returns as a slave)."""
+        if self.replicated and name == "broker-a" and self._killed_master is not None:
+            name, self._killed_master = self._killed_master, None
+            await self.promoted_after(name)
         await asyncio.to_thread(self.supervisor.start, self.specs[name])
 
     def log(self, name: str) -> str:
@@ -151,10 +208,10 @@ async def local_cluster_with_push(data_dir: Path, **env: str) -> AsyncIterator[t
 
 @asynccontextmanager
 async def local_cluster_with_txcheck(
-    data_dir: Path, **env: str
+    data_dir: Path, *, replicated: bool = False, **env: str
 ) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
-    """The cluster and txcheck's Celery worker and beat."""
-    async with started(LocalCluster(data_dir, env, txcheck=True)) as running:
+    """The cluster and txcheck's Celery worker and beat; `replicated`: broker-a with a slave, under a controller."""
+    async with started(LocalCluster(data_dir, env, txcheck=True, replicated=replicated)) as running:
         yield running
 
 

@@ -37,13 +37,20 @@ def pages_with_blocks(pages: list[str]) -> list[str]:
     return [p for p in pages if shell_blocks(ROOT / p, p)]
 
 
+REPLICATED_MARK = "<!-- replicated cluster -->"
+"""A page that holds it runs on a cluster whose broker-a has a slave under the controller (on port 10912)."""
+
+
 async def run_page_as_written(page: str, tmp_path: Path) -> None:
     """Run the page's blocks in order on a fresh cluster; fail naming the block and its output."""
     blocks = shell_blocks(ROOT / page, page)
     with_txcheck = any("checkback-receiver" in b.text for b in blocks)
     with_push = any("webhook-receiver" in b.text for b in blocks)
     settings = dict(CLUSTER_SETTINGS.findall((ROOT / page).read_text()))
-    cluster = LocalCluster(tmp_path / "data", settings, txcheck=with_txcheck, push=with_push, token=True)
+    replicated = REPLICATED_MARK in (ROOT / page).read_text()
+    cluster = LocalCluster(
+        tmp_path / "data", settings, txcheck=with_txcheck, push=with_push, token=True, replicated=replicated
+    )
     async with started(cluster):
         ports = {
             8080: cluster.specs["gateway"].port,
@@ -51,7 +58,7 @@ async def run_page_as_written(page: str, tmp_path: Path) -> None:
             10911: cluster.specs["broker-a"].port,
             10931: cluster.specs["timer"].port,
             9000: free_port(),
-        }
+        } | ({10912: cluster.specs["broker-a@1"].port} if replicated else {})
         result = run_page(blocks, ports, tmp_path, shell_env(), PAGE_TIMEOUT_SECONDS)
     failure = result.failure()
     assert failure is None, failure
