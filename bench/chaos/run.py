@@ -218,3 +218,14 @@ def store_check(store_dir: Path) -> tuple[int, str]:
         check=False,
     )
     return done.returncode, done.stdout + done.stderr
+
+
+REPLICATED_BROKERS = ("broker-a", "broker-a@1")
+"""The chaos cluster's broker-a and its slave (tests.support.cluster.LocalCluster, replicated)."""
+
+
+def store_checks(data_dir: Path) -> tuple[int, str]:
+    """`store_check` of both brokers of the replicated chaos cluster: the worse exit code, both outputs."""
+    checks = [store_check(data_dir / "brokers" / name) for name in REPLICATED_BROKERS]
+    outputs = "\n".join(f"{name}: {out}" for name, (_, out) in zip(REPLICATED_BROKERS, checks, strict=True))
+    return max(code for code, _ in checks), outputs

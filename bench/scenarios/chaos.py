@@ -32,7 +32,7 @@ from bench.chaos.run import (
     checkback_receiver,
     run_chaos,
     seed_from_env,
-    store_check,
+    store_checks,
 )
 from bench.harness import BenchOptions, Figure, scenario
 from libs import webhooks
@@ -65,9 +65,9 @@ async def _run(data_dir: Path, config: ChaosConfig) -> ChaosResult:
 
     secret = webhooks.new_secret()
     with checkback_receiver(secret) as checkback_url:
-        async with local_cluster_with_txcheck(data_dir, **CLUSTER_ENV) as (cluster, client):
+        async with local_cluster_with_txcheck(data_dir, replicated=True, **CLUSTER_ENV) as (cluster, client):
             result = await run_chaos(cluster, client, config, checkback_url, secret)
-    result.store_check = await asyncio.to_thread(store_check, data_dir / "brokers" / "broker-a")
+    result.store_check = await asyncio.to_thread(store_checks, data_dir)
     return result
 
 
