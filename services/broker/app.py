@@ -47,7 +47,7 @@ from services.broker.metadata import OffsetStore, RedrivenStore, TopicStore, ope
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
 from services.broker.replica_follower import ReplicaFollower
-from services.broker.replication_state import FollowerState, Replication, WriteFence
+from services.broker.replication_state import FollowerState, Replication, WriteFence, watch_replication
 from services.broker.schedule import ScheduleQueuesAtStart, guard_scheduled
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable, ensure_system_topics
@@ -197,6 +197,7 @@ def create_app(
 def _fence(app: FastAPI, fence: WriteFence, run: RoleOfRun, replication: Replication) -> list[asyncio.Task[None]]:
     """A slave refuses writes; a master under a controller refuses them once its lease runs out. Under a
     controller, the task that reports to it (and restarts the app when the role changes)."""
+    watch_replication(app.state.metrics.registry, replication)
     if run.role is BrokerRole.SLAVE:
         fence.slave(run.master_address)
     link = run.link

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
+from prometheus_client import CollectorRegistry, Gauge
 from starlette.types import Scope
 
 from libs.broker_api.replication import (
@@ -249,3 +250,27 @@ class FollowerState:
         self.master = master
         self.connected = False
         self.master_end: int | None = None
+
+
+def watch_replication(registry: CollectorRegistry, replication: Replication) -> None:
+    """Gauges of a broker's replication, read from its status at each scrape."""
+
+    def gauge(name: str, description: str, value: Callable[[ReplicationStatus], float]) -> None:
+        Gauge(name, description, registry=registry).set_function(lambda: value(replication.status()))
+
+    gauge("petrel_replication_epoch", "Under a controller: the last epoch this broker holds data of", lambda s: s.epoch)
+    gauge(
+        "petrel_replication_in_sync_slaves",
+        "A master: slaves in its in-sync set (a SYNC_MASTER's writes wait for each)",
+        lambda s: len(s.in_sync),
+    )
+    gauge(
+        "petrel_replication_lag_bytes",
+        "A master: the most any of its slaves lacks; a slave: what it lacks of its master's log",
+        lambda s: max((slave.lag_bytes for slave in s.slaves), default=s.lag_bytes or 0),
+    )
+    gauge(
+        "petrel_replication_fenced",
+        "1: a master under a controller whose lease ran out (it takes no writes)",
+        lambda s: float(s.fenced),
+    )

@@ -52,6 +52,9 @@ async def test_a_put_is_answered_once_the_in_sync_slave_has_it(
         for n in range(20):
             await put(to_master, n, 1)
             assert await pulled(slave, n, wait_ms=0) == [f"m{n}"]  # there already when the put was answered
+        metrics = (await to_master.get("/metrics")).text
+        assert "petrel_replication_in_sync_slaves 1.0" in metrics
+        assert "petrel_replication_fenced 0.0" in metrics
 
 
 async def test_a_slave_that_stops_confirming_leaves_the_set_and_rejoins_once_caught_up(
