@@ -213,9 +213,7 @@ def _fence(app: FastAPI, fence: WriteFence, run: RoleOfRun, replication: Replica
     def restart(why: str) -> None:
         request_restart(app, why)
 
-    return [
-        asyncio.create_task(link.run(None if in_sync is None else in_sync.in_sync, restart), name="controller-link")
-    ]
+    return [asyncio.create_task(link.run(in_sync, restart), name="controller-link")]
 
 
 async def _replication(

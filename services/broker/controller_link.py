@@ -26,6 +26,7 @@ from libs.controller_api import IN_SYNC_PATH, REPORT_PATH, Assignment, BrokerRep
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.store.epochs import EpochFile
 from libs.store.message_store import MessageStore
+from services.broker.in_sync import InSyncReplicas
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +136,9 @@ class ControllerLink:
         self.last = Assignment.model_validate_json(answer.content)
         return True
 
-    async def run(self, in_sync: Callable[[], list[int]] | None, restart: Callable[[str], None]) -> None:
-        """Report every `heartbeat` until cancelled; a master also tells the controller of slaves that joined."""
+    async def run(self, in_sync: InSyncReplicas | None, restart: Callable[[str], None]) -> None:
+        """Report every `heartbeat` until cancelled; a master also tells the controller of slaves that joined,
+        and drops those gone silent."""
         while True:
             await asyncio.sleep(self.heartbeat)
             try:
@@ -150,7 +152,8 @@ class ControllerLink:
                 restart(why)
                 return
             if in_sync is not None and self.is_master:
-                ours = sorted({self.broker_id, *in_sync()})
+                await in_sync.drop_silent(self.store.commitlog.write_offset)
+                ours = sorted({self.broker_id, *in_sync.in_sync()})
                 if ours != assignment.in_sync:
                     await self.change_in_sync([i for i in ours if i != self.broker_id])
 

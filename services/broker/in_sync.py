@@ -113,13 +113,28 @@ class InSyncReplicas:
 
     async def _drop_behind(self, offset: int) -> None:
         behind = [s for s in self.slaves.values() if s.in_sync and s.acked < offset]
-        if behind and self.confirm is not None:
-            kept = [s.slave_id for s in self.slaves.values() if s.in_sync and s.acked >= offset]
-            if not await self.confirm(kept):
-                raise ReplicationTimeout(
-                    f"{self.broker}: stored, but slave(s) {[s.slave_id for s in behind]} did not confirm it within "
-                    f"{self.timeout:.1f} s and the controller could not be told they left the in-sync set"
-                )
+        if behind and not await self._confirm_without(behind):
+            raise ReplicationTimeout(
+                f"{self.broker}: stored, but slave(s) {[s.slave_id for s in behind]} did not confirm it within "
+                f"{self.timeout:.1f} s and the controller could not be told they left the in-sync set"
+            )
+        self._drop(behind, offset)
+
+    async def drop_silent(self, master_end: int) -> None:
+        """Under a controller: in-sync slaves not heard from for `timeout` leave the set (the controller told
+        first), so that it never promotes a slave long gone, under ASYNC_MASTER too, where no write waits."""
+        now = self.clock()
+        silent = [s for s in self.slaves.values() if s.in_sync and now - s.heard_at > self.timeout]
+        if silent and await self._confirm_without(silent):
+            self._drop(silent, master_end)
+
+    async def _confirm_without(self, leaving: list[SlaveProgress]) -> bool:
+        if self.confirm is None:
+            return True
+        gone = {s.slave_id for s in leaving}
+        return await self.confirm([s.slave_id for s in self.slaves.values() if s.in_sync and s.slave_id not in gone])
+
+    def _drop(self, behind: list[SlaveProgress], offset: int) -> None:
         for slave in behind:
             if slave.in_sync:
                 slave.in_sync = False

@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
+from libs.errors import ReplicationTimeout
 from libs.events.writer import EventWriter
 from services.broker.in_sync import InSyncReplicas
+from tests.support.clock import FakeClock
 
 
 def replicas(tmp_path: Path, timeout: float = 0.05) -> InSyncReplicas:
@@ -47,3 +51,43 @@ async def test_a_slave_that_says_it_has_less_than_before_is_taken_at_its_word(tm
     assert not waiting.done()
     in_sync.acked(1, "s1", 300, master_end=300)
     await asyncio.wait_for(waiting, 1)
+
+
+async def test_under_a_controller_a_slave_leaves_only_once_the_controller_took_the_smaller_set(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    in_sync = InSyncReplicas("broker-a", 3.0, EventWriter(tmp_path / "export", "broker", enabled=False), clock)
+    told: list[list[int]] = []
+    answers = [False, True]
+
+    async def controller(kept: list[int]) -> bool:
+        told.append(kept)
+        return answers.pop(0)
+
+    in_sync.confirm = controller
+    in_sync.acked(1, "s1", 100, master_end=100)
+    in_sync.acked(2, "s2", 100, master_end=100)
+    clock.advance(2.0)
+    in_sync.acked(1, "s1", 100, master_end=100)
+    clock.advance(2.0)  # slave 2 silent for 4 s
+    await in_sync.drop_silent(100)
+    assert in_sync.in_sync() == [1, 2], "the controller did not take it: slave 2 stays (it may be promoted)"
+    await in_sync.drop_silent(100)
+    assert in_sync.in_sync() == [1]
+    assert told == [[1], [1]]
+
+
+async def test_a_write_that_a_slave_missed_is_not_acknowledged_when_the_controller_cannot_be_told(
+    tmp_path: Path,
+) -> None:
+    in_sync = replicas(tmp_path)
+
+    async def unreachable(kept: list[int]) -> bool:
+        return False
+
+    in_sync.confirm = unreachable
+    in_sync.acked(1, "s1", 100, master_end=100)
+    with pytest.raises(ReplicationTimeout):
+        await in_sync.wait(200)
+    assert in_sync.in_sync() == [1]
