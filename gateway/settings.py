@@ -31,9 +31,10 @@ class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings
     )
     cluster: str = Field(default="DefaultCluster", description="where new topics are created")
     route_refresh_seconds: float = Field(
-        default=30.0,
+        default=3.0,
         gt=0,
-        description="how long a topic's route is cached (refetched at once when a broker contradicts it)",
+        description="how long a topic's route is cached (refetched at once when a broker fails or contradicts it); "
+        "after a failover, sends reach the new master within this even while the old one is silent, not refusing",
     )
     default_queues: int = Field(
         default=DEFAULT_QUEUES, ge=1, description="queues per broker of a topic created without a count"

@@ -98,7 +98,7 @@ class ControllerLink:
                     return assignment
                 log.info("controller: %s has no master yet; asking again", self.broker_name)
             except (httpx.HTTPError, ValueError) as exc:
-                log.warning("controller %s did not answer (%s); asking again", self.client.base_url, exc)
+                log.warning("controller %s did not answer (%r); asking again", self.client.base_url, exc)
             await asyncio.sleep(RETRY_SECONDS)
 
     def take(self, assignment: Assignment) -> None:
@@ -144,7 +144,7 @@ class ControllerLink:
             try:
                 assignment = await self.report()
             except (httpx.HTTPError, ValueError) as exc:
-                log.warning("controller %s did not answer (%s)", self.client.base_url, exc)
+                log.warning("controller %s did not answer (%r)", self.client.base_url, exc)
                 continue
             why = self.role_changed(assignment)
             if why is not None:
