@@ -3,7 +3,9 @@
 Every port is a free one and the data directory a temporary one, deleted after;
 `PETREL_*` settings given here reach the services through the launcher's
 environment. The launcher's own output goes to a log whose tail is shown when
-the cluster does not come up. With `PETREL_AUTH=required`, `api_key` makes a
+the cluster does not come up. With `replicas`, each broker name has that many
+slaves (`petrel up --replicas`, SYNC_MASTER unless `async_replication`), on the
+ports after the master's. With `PETREL_AUTH=required`, `api_key` makes a
 key in the cluster's metadata database with `petrel keys create`, as an
 operator would, and waits until the gateway lets it in. `clusters_up()` names
 the clusters up at the moment (what `petrel bench --profile` records).
@@ -28,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.loadgen import JSON_BODY, auth_headers
-from bench.loopback import free_port
+from bench.loopback import free_port, free_port_run
+from libs.cluster_token import read_token_file, token_file_of
+from libs.http.middleware import INTERNAL_TOKEN_HEADER
 
 SHARED_REDIS = "redis://127.0.0.1:6379/0"
 _UP: list[Cluster] = []
@@ -50,6 +54,17 @@ class Cluster:
         """Every running process of the cluster, by name: its pid."""
         return {p["name"]: int(p["pid"]) for p in self.processes() if p["running"]}
 
+    def url_of(self, name: str) -> str:
+        """The base URL of the process `name` (`broker-a`, its slave `broker-a@1`, ...)."""
+        for entry in self.processes():
+            if entry["name"] == name:
+                return str(entry["url"])
+        raise LookupError(f"no process {name!r} in {self.data_dir / 'run' / 'cluster.json'}")
+
+    def internal_headers(self) -> dict[str, str]:
+        """What a call to an internal service carries: the cluster token `petrel up` made."""
+        return {INTERNAL_TOKEN_HEADER: read_token_file(token_file_of(self.data_dir))}
+
 
 def clusters_up() -> tuple[Cluster, ...]:
     """The clusters `petrel_cluster` has up now, oldest first."""
@@ -57,13 +72,19 @@ def clusters_up() -> tuple[Cluster, ...]:
 
 
 @contextlib.contextmanager
-def petrel_cluster(env: dict[str, str] | None = None, timeout: float = 90.0) -> Iterator[Cluster]:
+def petrel_cluster(
+    env: dict[str, str] | None = None, timeout: float = 90.0, replicas: int = 0, async_replication: bool = False
+) -> Iterator[Cluster]:
     data_dir = Path(tempfile.mkdtemp(prefix="petrel-bench-cluster-"))
-    gateway_port = free_port()
+    broker_port = free_port_run(1 + replicas)
+    ports = _other_ports(range(broker_port, broker_port + 1 + replicas))
+    gateway_port = ports["--gateway-port"]
     command = [sys.executable, "-m", "deploy", "up", "--data-dir", str(data_dir), "--redis-url", SHARED_REDIS]
-    command += ["--gateway-port", str(gateway_port)]
-    for option in ("--nameserver-port", "--broker-port", "--timer-port", "--txcheck-port", "--push-port"):
-        command += [option, str(free_port())]
+    command += ["--broker-port", str(broker_port)]
+    for option, port in ports.items():
+        command += [option, str(port)]
+    if replicas:
+        command += ["--replicas", str(replicas)] + (["--async-replication"] if async_replication else [])
     log_path = data_dir / "launcher.log"
     with log_path.open("wb") as log:
         launcher = subprocess.Popen(
@@ -81,6 +102,18 @@ def petrel_cluster(env: dict[str, str] | None = None, timeout: float = 90.0) -> 
     finally:
         _stop(launcher)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _other_ports(brokers: range) -> dict[str, int]:
+    """A free port for each of `petrel up`'s other services, none among the brokers' (the launcher refuses a
+    timer port among them)."""
+    ports: dict[str, int] = {}
+    for option in ("--gateway-port", "--nameserver-port", "--timer-port", "--txcheck-port", "--push-port"):
+        port = free_port()
+        while port in brokers or port in ports.values():
+            port = free_port()
+        ports[option] = port
+    return ports
 
 
 def _wait_ready(url: str, launcher: subprocess.Popen[bytes], log_path: Path, timeout: float) -> None:

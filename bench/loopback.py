@@ -16,6 +16,25 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_port_run(count: int) -> int:
+    """The first of `count` consecutive ports free now (a broker name's master and its slaves: `petrel up` puts
+    the slaves on the ports after the masters')."""
+    for _ in range(100):
+        first = free_port()
+        if first + count <= 65_535 and all(_free(first + n) for n in range(1, count)):
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def wait_for_port(port: int, timeout: float = 20.0, alive: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
