@@ -12,9 +12,11 @@ batches of 32 x 1 KiB, ASYNC_FLUSH) through the gateway.
 | SYNC_MASTER batches | SYNC_MASTER + 1 slave | no replica, the same load | 0.5x |
 | slave lag p99, ms and bytes | master's status every 50 ms under the load | - | - |
 | first read on the slave, p50, p99 | from a send's answer to a pull returning it | same read on the master | - |
+| failover | kill -9 of the master to the first send the gateway answers | the issue's aim, 10 s | 1.0x |
 
 The first reads (bench.slave_reads) are made in each replicated cluster after
-its load, once the slave has caught up, one send at a time.
+its load, once the slave has caught up, one send at a time; then its master is
+killed (bench.failover).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 from dataclasses import dataclass
 
 from bench.cluster import Cluster, petrel_cluster, request_json
+from bench.failover import failover_seconds
 from bench.harness import BenchOptions, Figure, scenario
 from bench.progress import measuring
 from bench.replication_lag import LagSampler, LagSummary, Replicas
@@ -33,6 +36,7 @@ from bench.slave_reads import FirstReads, first_reads, wait_for_topic
 
 ASYNC_AIM = 0.8
 SYNC_AIM = 0.5
+FAILOVER_AIM_S = 10.0
 READS = 200
 QUICK_READS = 20
 READS_TOPIC = "replication-reads"
@@ -47,6 +51,8 @@ class Replicated:
     """messages/s"""
     lag: LagSummary
     reads: FirstReads
+    failover_s: float
+    """kill -9 of the master to the first send answered"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +85,19 @@ def figures(measured: Measured) -> list[Figure]:
         throughput
         + [f for mode, one, _ in both for f in lag_figures(mode, one.lag)]
         + [f for mode, one, _ in both for f in first_read_figures(mode, one.reads)]
+        + [failover_figure(mode, one.failover_s) for mode, one, _ in both]
+    )
+
+
+def failover_figure(mode: str, seconds: float) -> Figure:
+    return Figure(
+        f"replication {mode}: failover, kill -9 to first send",
+        seconds,
+        "the issue's aim",
+        FAILOVER_AIM_S,
+        "s",
+        target_ratio=1.0,
+        higher_is_better=False,
     )
 
 
@@ -136,7 +155,9 @@ def replicated(timing: Timing, reads: int, async_replication: bool) -> Replicate
         with measuring(f"{reads} first reads from the slave, {role}"):
             found = first_reads(cluster.url, READS_TOPIC, replicas, reads)
         _note_reads(role, found)
-    return Replicated(batches, lag, found)
+        failover = failover_seconds(cluster, MASTER, READS_TOPIC)
+        print(f"  {role} failover: first send answered {failover:.2f} s after kill -9 of the master", flush=True)
+    return Replicated(batches, lag, found, failover)
 
 
 def replicas_of(cluster: Cluster) -> Replicas:
