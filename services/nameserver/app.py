@@ -9,10 +9,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, cast
 
-from fastapi import APIRouter, Depends, FastAPI, Path, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from prometheus_client import Gauge
 
-from libs.errors import BrokerNotFound, InvalidRequest, TopicNotFound
+from libs.errors import BrokerNotFound, TopicNotFound
 from libs.http.app import service_app
 from libs.problem import PROBLEM_RESPONSES
 from libs.routing import (
@@ -24,10 +24,10 @@ from libs.routing import (
     TopicChanges,
     TopicRoute,
     TopicRouteList,
-    check_broker_name,
 )
 from services.nameserver import controller_routes
 from services.nameserver.controller import Controller
+from services.nameserver.params import BrokerId, BrokerName
 from services.nameserver.route_table import RouteTable
 from services.nameserver.settings import NameserverSettings
 
@@ -38,16 +38,7 @@ async def _route_table(request: Request) -> RouteTable:
     return cast(RouteTable, request.state.route_table)
 
 
-async def _broker_name(broker_name: Annotated[str, Path(description="the broker's name")]) -> str:
-    try:
-        return check_broker_name(broker_name)
-    except ValueError as exc:
-        raise InvalidRequest(str(exc)) from exc
-
-
 Table = Annotated[RouteTable, Depends(_route_table)]
-BrokerName = Annotated[str, Depends(_broker_name)]
-BrokerId = Annotated[int, Path(ge=0, le=1024, description="0 is the master")]
 
 router = APIRouter(prefix="/internal", tags=["routing"], responses=PROBLEM_RESPONSES)
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, cast
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Request
 
 from libs.controller_api import Assignment, BrokerReport, ControllerView, InSyncChange
-from libs.errors import InvalidRequest, NotFound
+from libs.errors import NotFound
 from libs.problem import PROBLEM_RESPONSES
-from libs.routing import check_broker_name
 from services.nameserver.controller import Controller
+from services.nameserver.params import BrokerId, BrokerName
 
 
 async def _controller(request: Request) -> Controller:
@@ -20,15 +20,7 @@ async def _controller(request: Request) -> Controller:
     return cast(Controller, controller)
 
 
-async def _broker_name(broker_name: Annotated[str, Path(description="the broker's name")]) -> str:
-    try:
-        return check_broker_name(broker_name)
-    except ValueError as exc:
-        raise InvalidRequest(str(exc)) from exc
-
-
 ControllerDep = Annotated[Controller, Depends(_controller)]
-BrokerName = Annotated[str, Depends(_broker_name)]
 
 router = APIRouter(prefix="/internal/controller", tags=["controller"], responses=PROBLEM_RESPONSES)
 
@@ -43,7 +35,7 @@ async def change_in_sync(controller: ControllerDep, broker_name: BrokerName, bod
 async def report(
     controller: ControllerDep,
     broker_name: BrokerName,
-    broker_id: Annotated[int, Path(ge=0, le=1024)],
+    broker_id: BrokerId,
     body: BrokerReport,
 ) -> Assignment:
     """A broker's heartbeat to the controller; answered with its broker name's master, epoch and in-sync set."""

@@ -20,6 +20,7 @@ from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
 from tests.support.crash_sends import kill_9_under_sends, read_topic
 from tests.support.gateway_calls import received
+from tests.support.processes import running
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
 
@@ -88,97 +89,77 @@ async def first_answered_send(client: httpx.AsyncClient, topic: str = "crash") -
 
 async def test_a_killed_master_is_replaced_by_its_in_sync_slave_and_comes_back_as_its_slave(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    nameserver, first, second, gateway = specs(data_dir)
-    supervisor = Supervisor(data_dir)
-    try:
-        for spec in (nameserver, first, second, gateway):
-            await asyncio.to_thread(supervisor.start, spec)
-        async with (
-            httpx.AsyncClient(base_url=gateway.url, timeout=15) as client,
-            httpx.AsyncClient(base_url=first.url, timeout=15) as old_master,
-            httpx.AsyncClient(base_url=second.url, timeout=15) as new_master,
-        ):
-            assert (await client.put("/v1/topics/crash", json={"queues": QUEUES})).status_code == 201
-            joined = await status(old_master, in_sync=1, wait_ms=20_000)
-            assert (joined["in_sync"], joined["epoch"]) == ([1], 1), joined
+    cluster = specs(data_dir)
+    first, second = cluster[1], cluster[2]
+    async with running(data_dir, cluster) as (supervisor, (_, old_master, new_master, client)):
+        assert (await client.put("/v1/topics/crash", json={"queues": QUEUES})).status_code == 201
+        joined = await status(old_master, in_sync=1, wait_ms=20_000)
+        assert (joined["in_sync"], joined["epoch"]) == ([1], 1), joined
 
-            acked = await kill_9_under_sends(client, supervisor, "broker-a", SENDERS)
-            killed_at = time.monotonic()
-            resumed_at = await first_answered_send(client)
-            promoted = await status(new_master)
-            assert (promoted["role"], promoted["epoch"]) == ("SYNC_MASTER", 2), promoted
+        acked = await kill_9_under_sends(client, supervisor, "broker-a", SENDERS)
+        killed_at = time.monotonic()
+        resumed_at = await first_answered_send(client)
+        promoted = await status(new_master)
+        assert (promoted["role"], promoted["epoch"]) == ("SYNC_MASTER", 2), promoted
 
-            on_new = await read_topic(new_master, QUEUES)
-            lost = [mid for mid in acked if on_new.get(mid) != acked[mid]]
-            assert not lost, f"{len(lost)} of {len(acked)} answered sends are not on the new master as answered"
+        on_new = await read_topic(new_master, QUEUES)
+        lost = [mid for mid in acked if on_new.get(mid) != acked[mid]]
+        assert not lost, f"{len(lost)} of {len(acked)} answered sends are not on the new master as answered"
 
-            await asyncio.to_thread(supervisor.start, first)  # the old master returns
-            back = await status(old_master)
-            assert (back["role"], back["master"], back["epoch"]) == ("SLAVE", second.url[7:], 2), back
-            rejoined = await status(new_master, in_sync=0, wait_ms=20_000)
-            assert rejoined["in_sync"] == [0], rejoined
-            sent = await client.post("/v1/topics/crash/messages", json={"body": "with the old master in sync"})
-            assert sent.status_code == 201, sent.text
+        await asyncio.to_thread(supervisor.start, first)  # the old master returns
+        back = await status(old_master)
+        assert (back["role"], back["master"], back["epoch"]) == ("SLAVE", second.url[7:], 2), back
+        rejoined = await status(new_master, in_sync=0, wait_ms=20_000)
+        assert rejoined["in_sync"] == [0], rejoined
+        sent = await client.post("/v1/topics/crash/messages", json={"body": "with the old master in sync"})
+        assert sent.status_code == 201, sent.text
 
-            async def same_log() -> bool:
-                return (await status(old_master))["commitlog_end"] == (await status(new_master))["commitlog_end"]
+        async def same_log() -> bool:
+            return (await status(old_master))["commitlog_end"] == (await status(new_master))["commitlog_end"]
 
-            await eventually(same_log, "the old master has its new master's log")
-            assert await read_topic(old_master, QUEUES) == await read_topic(new_master, QUEUES)
+        await eventually(same_log, "the old master has its new master's log")
+        assert await read_topic(old_master, QUEUES) == await read_topic(new_master, QUEUES)
         print(f"failover: first send answered {resumed_at - killed_at:.2f} s after kill -9 of the master")
-    finally:
-        supervisor.stop_all()
 
 
 async def test_leases_in_flight_at_a_failover_are_delivered_again_by_the_new_master(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    nameserver, first, second, gateway = specs(data_dir)
-    supervisor = Supervisor(data_dir)
-    try:
-        for spec in (nameserver, first, second, gateway):
-            await asyncio.to_thread(supervisor.start, spec)
-        async with (
-            httpx.AsyncClient(base_url=gateway.url, timeout=15) as client,
-            httpx.AsyncClient(base_url=first.url, timeout=15) as old_master,
-            httpx.AsyncClient(base_url=second.url, timeout=15) as new_master,
-        ):
-            assert (await client.put("/v1/topics/orders", json={"queues": 2})).status_code == 201
-            assert (await client.put("/v1/groups/billing", json={})).status_code == 201
-            assert (await status(old_master, in_sync=1, wait_ms=20_000))["in_sync"] == [1]
-            for n in range(20):
-                sent = await client.post("/v1/topics/orders/messages", json={"body": f"order {n}"})
-                assert sent.status_code == 201, sent.text
-            done = await received(client, "billing", "orders", max_messages=10)
-            acked = await client.post(
-                "/v1/groups/billing/ack", json={"receipt_handles": [m["receipt_handle"] for m in done]}
-            )
-            assert all(r["ok"] for r in acked.json()["results"]), acked.text
-            in_flight = await received(client, "billing", "orders", max_messages=5, invisible_seconds=600)
-            assert len(done) == 10
-            assert len(in_flight) == 5
+    async with running(data_dir, specs(data_dir)) as (supervisor, (_, old_master, new_master, client)):
+        assert (await client.put("/v1/topics/orders", json={"queues": 2})).status_code == 201
+        assert (await client.put("/v1/groups/billing", json={})).status_code == 201
+        assert (await status(old_master, in_sync=1, wait_ms=20_000))["in_sync"] == [1]
+        for n in range(20):
+            sent = await client.post("/v1/topics/orders/messages", json={"body": f"order {n}"})
+            assert sent.status_code == 201, sent.text
+        done = await received(client, "billing", "orders", max_messages=10)
+        acked = await client.post(
+            "/v1/groups/billing/ack", json={"receipt_handles": [m["receipt_handle"] for m in done]}
+        )
+        assert all(r["ok"] for r in acked.json()["results"]), acked.text
+        in_flight = await received(client, "billing", "orders", max_messages=5, invisible_seconds=600)
+        assert len(done) == 10
+        assert len(in_flight) == 5
 
-            async def offsets_copied() -> bool:
-                theirs = (await old_master.get("/internal/replication/consumers")).json()
-                ours = (await new_master.get("/internal/replication/consumers")).json()
-                return bool(theirs["offsets"]) and ours["offsets"] == theirs["offsets"]
+        async def offsets_copied() -> bool:
+            theirs = (await old_master.get("/internal/replication/consumers")).json()
+            ours = (await new_master.get("/internal/replication/consumers")).json()
+            return bool(theirs["offsets"]) and ours["offsets"] == theirs["offsets"]
 
-            await eventually(offsets_copied, "the slave has its master's consumer offsets")
-            _kill_9(supervisor, "broker-a")
-            await first_answered_send(client, "orders")
+        await eventually(offsets_copied, "the slave has its master's consumer offsets")
+        _kill_9(supervisor, "broker-a")
+        await first_answered_send(client, "orders")
 
-            late = await client.post(
-                "/v1/groups/billing/ack", json={"receipt_handles": [m["receipt_handle"] for m in in_flight]}
-            )
-            assert late.status_code == 200, late.text
-            assert not any(r["ok"] for r in late.json()["results"]), "the new master knows no lease of the old one"
-            again = await received(client, "billing", "orders", max_messages=32)
-            bodies = sorted(m["body"] for m in again)
+        late = await client.post(
+            "/v1/groups/billing/ack", json={"receipt_handles": [m["receipt_handle"] for m in in_flight]}
+        )
+        assert late.status_code == 200, late.text
+        assert not any(r["ok"] for r in late.json()["results"]), "the new master knows no lease of the old one"
+        again = await received(client, "billing", "orders", max_messages=32)
+        bodies = sorted(m["body"] for m in again)
         never = {f"order {n}" for n in range(20)} - {m["body"] for m in done} - {m["body"] for m in in_flight}
         assert set(bodies) == {m["body"] for m in in_flight} | never | {"after the failover"}
         assert len(bodies) == len(set(bodies)), "each delivered once"
         assert {m["body"] for m in done}.isdisjoint(bodies), "what was acked before the failover stays done"
-    finally:
-        supervisor.stop_all()
 
 
 def _kill_9(supervisor: Supervisor, name: str) -> None:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-import httpx
 import pytest
 
 from deploy.plan import ProcessSpec
-from deploy.supervisor import Supervisor
 from tests.support.crash_sends import kill_9_under_sends, read_topic
+from tests.support.processes import running
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
 
@@ -65,31 +63,20 @@ def _slave(master_port: int) -> dict[str, str]:
 
 async def test_every_send_a_sync_master_answered_is_on_its_slave_after_kill_9(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    nameserver, master, slave, gateway = specs(data_dir)
-    supervisor = Supervisor(data_dir)
-    try:
-        for spec in (nameserver, master, slave, gateway):
-            await asyncio.to_thread(supervisor.start, spec)
-        async with (
-            httpx.AsyncClient(base_url=gateway.url, timeout=15) as client,
-            httpx.AsyncClient(base_url=master.url, timeout=15) as to_master,
-            httpx.AsyncClient(base_url=slave.url, timeout=15) as to_slave,
-        ):
-            assert (await client.put("/v1/topics/crash", json={"queues": QUEUES})).status_code == 201
-            joined = await to_master.get("/internal/replication", params={"in_sync": 1, "wait_ms": 20_000})
-            assert joined.json()["in_sync"] == [1], joined.text
+    async with running(data_dir, specs(data_dir)) as (supervisor, (_, to_master, to_slave, client)):
+        assert (await client.put("/v1/topics/crash", json={"queues": QUEUES})).status_code == 201
+        joined = await to_master.get("/internal/replication", params={"in_sync": 1, "wait_ms": 20_000})
+        assert joined.json()["in_sync"] == [1], joined.text
 
-            acked = await kill_9_under_sends(client, supervisor, "broker-a", SENDERS)
+        acked = await kill_9_under_sends(client, supervisor, "broker-a", SENDERS)
 
-            async def topic_copied() -> bool:
-                return (await to_slave.get("/internal/topics/crash")).status_code == 200
+        async def topic_copied() -> bool:
+            return (await to_slave.get("/internal/topics/crash")).status_code == 200
 
-            await eventually(topic_copied, "the slave has the master's topic")
-            on_slave = await read_topic(to_slave, QUEUES)
+        await eventually(topic_copied, "the slave has the master's topic")
+        on_slave = await read_topic(to_slave, QUEUES)
 
-        lost = [mid for mid in acked if mid not in on_slave]
-        assert not lost, f"{len(lost)} of {len(acked)} answered sends are not on the slave after kill -9 of the master"
-        for message_id, stored in acked.items():
-            assert on_slave[message_id] == stored
-    finally:
-        supervisor.stop_all()
+    lost = [mid for mid in acked if mid not in on_slave]
+    assert not lost, f"{len(lost)} of {len(acked)} answered sends are not on the slave after kill -9 of the master"
+    for message_id, stored in acked.items():
+        assert on_slave[message_id] == stored

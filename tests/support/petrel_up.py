@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.loopback import free_port_run
 from libs.cluster_token import read_token_file, token_file_of
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from tests.support.serving import free_port
@@ -92,7 +92,7 @@ def petrel_up(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> 
     """`petrel up <args>` on free ports (two consecutive ones for brokers) and `tmp_path/data`; stopped after."""
     data_dir = tmp_path / "data"
     ports = {flag: free_port() for flag in PORT_FLAGS}
-    ports["--broker-port"] = free_port_pair()
+    ports["--broker-port"] = free_port_run(2)
     argv = [sys.executable, "-m", "deploy", "up", *args, "--data-dir", str(data_dir)]
     for flag, port in ports.items():
         argv += [flag, str(port)]
@@ -109,20 +109,3 @@ def petrel_up(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> 
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             process.wait(30)
-
-
-def free_port_pair() -> int:
-    for _ in range(50):
-        port = free_port()
-        if port < 65000 and _free(port + 1):
-            return port
-    raise RuntimeError("no two consecutive free ports")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
