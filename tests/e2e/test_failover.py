@@ -18,7 +18,7 @@ import pytest
 
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
-from tests.support.crash_sends import kill_9_under_sends, read_topic
+from tests.support.crash_sends import CRASH_BROKER, kill_9_under_sends, read_topic
 from tests.support.gateway_calls import received
 from tests.support.processes import running
 from tests.support.serving import free_port
@@ -38,17 +38,16 @@ def specs(data_dir: Path) -> list[ProcessSpec]:
         "PETREL_NAMESERVERS": controller,
         "PETREL_EVENTS_ENABLED": "false",
     }
-    broker = shared | {
-        "PETREL_BROKER_BROKER_NAME": "broker-a",
-        "PETREL_BROKER_ROLE": "SYNC_MASTER",
-        "PETREL_BROKER_CONTROLLER_ADDRESS": controller,
-        "PETREL_BROKER_SYNC_REPLICATION_TIMEOUT_MS": "10000",
-        "PETREL_BROKER_SEGMENT_SIZE": str(8 * 1024 * 1024),
-        "PETREL_BROKER_INDEX_SLOT_COUNT": "65536",
-        "PETREL_BROKER_INDEX_MAX_ENTRIES": "400000",
-        "PETREL_BROKER_CQ_UNITS_PER_FILE": "500",
-        "PETREL_BROKER_REGISTER_INTERVAL_SECONDS": "0.5",
-    }
+    broker = (
+        shared
+        | {
+            "PETREL_BROKER_BROKER_NAME": "broker-a",
+            "PETREL_BROKER_ROLE": "SYNC_MASTER",
+            "PETREL_BROKER_CONTROLLER_ADDRESS": controller,
+            "PETREL_BROKER_SYNC_REPLICATION_TIMEOUT_MS": "10000",
+        }
+        | CRASH_BROKER
+    )
     return [
         ProcessSpec(
             "nameserver",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from deploy.plan import ProcessSpec
-from tests.support.crash_sends import kill_9_under_sends, read_topic
+from tests.support.crash_sends import CRASH_BROKER, kill_9_under_sends, read_topic
 from tests.support.processes import running
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
@@ -25,14 +25,13 @@ def specs(data_dir: Path) -> list[ProcessSpec]:
         "PETREL_NAMESERVERS": f"127.0.0.1:{nameserver_port}",
         "PETREL_EVENTS_ENABLED": "false",
     }
-    broker = shared | {
-        "PETREL_BROKER_BROKER_NAME": "broker-a",
-        "PETREL_BROKER_SEGMENT_SIZE": str(8 * 1024 * 1024),
-        "PETREL_BROKER_INDEX_SLOT_COUNT": "65536",
-        "PETREL_BROKER_INDEX_MAX_ENTRIES": "400000",
-        "PETREL_BROKER_CQ_UNITS_PER_FILE": "500",
-        "PETREL_BROKER_REGISTER_INTERVAL_SECONDS": "0.5",
-    }
+    broker = (
+        shared
+        | {
+            "PETREL_BROKER_BROKER_NAME": "broker-a",
+        }
+        | CRASH_BROKER
+    )
     return [
         ProcessSpec(
             "nameserver", "services.nameserver", nameserver_port, shared | _port("NAMESERVER", nameserver_port)

@@ -12,6 +12,14 @@ from deploy.supervisor import Supervisor
 from libs.codec import iter_records
 
 KILL_AFTER = 300
+CRASH_BROKER = {
+    "PETREL_BROKER_SEGMENT_SIZE": str(8 * 1024 * 1024),
+    "PETREL_BROKER_INDEX_SLOT_COUNT": "65536",
+    "PETREL_BROKER_INDEX_MAX_ENTRIES": "400000",
+    "PETREL_BROKER_CQ_UNITS_PER_FILE": "500",
+    "PETREL_BROKER_REGISTER_INTERVAL_SECONDS": "0.5",
+}
+"""A broker's settings in the kill -9 tests: small files, so that the load spans several, and quick registration."""
 
 
 async def send_until_failure(
