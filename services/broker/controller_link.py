@@ -47,6 +47,7 @@ class ControllerLink:
         heartbeat: float,
         lease: float,
         clock: Callable[[], float] = time.monotonic,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.broker_name = broker_name
         self.broker_id = broker_id
@@ -60,6 +61,7 @@ class ControllerLink:
             base_url=f"http://{controller}",
             headers={INTERNAL_TOKEN_HEADER: token} if token else {},
             timeout=httpx.Timeout(min(lease / 2, 3.0)),
+            transport=transport,  # tests give an in-process one
         )
         self.run_as: Assignment | None = None
         """The assignment this run of the broker took its role from."""
