@@ -148,7 +148,8 @@ class Controller:
 
     def _elect(self, name: str, group: ReplicaGroup, broker_id: int, why: str) -> None:
         old = (group.epoch, group.master_id, group.master_address, group.in_sync)
-        group.epoch += 1
+        # Past any epoch a broker holds data of: an epoch is never given twice, even if controller.json was lost.
+        group.epoch = max([group.epoch, *(b.epoch for b in group.brokers.values())]) + 1
         group.master_id = broker_id
         group.master_address = group.brokers[broker_id].address
         group.in_sync = {broker_id}

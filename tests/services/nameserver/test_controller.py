@@ -150,3 +150,10 @@ async def test_a_nameserver_without_the_controller_says_so(tmp_path: Path) -> No
         )
         assert answer.status_code == 404
         assert "PETREL_NAMESERVER_CONTROLLER" in answer.json()["detail"]
+
+
+def test_a_controller_that_lost_its_file_never_gives_an_epoch_a_broker_already_holds(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    c = controller(tmp_path, clock)
+    assert report(c, 0, 5_000, epoch=7) == (0, 8)
