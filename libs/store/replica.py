@@ -111,15 +111,17 @@ def truncate_log(store: MessageStore, offset: int) -> int:
     if offset >= log_.write_offset:
         return 0
     dropped = log_.write_offset - offset
+    # The checkpoint goes back first: killed at any step after it, recovery scans from below the cut over the
+    # log as it then is, and the next start cuts again. Cut first, a kill would leave recovery starting past
+    # the cut, over zeroed bytes, and the log would go on from there.
+    old = Checkpoint.read(store.config.checkpoint_path)
+    if old is not None and old.commitlog_offset > offset:
+        lowered = Checkpoint(offset, min(old.dispatch_offset, offset), old.timestamp)
+        lowered.write(store.config.checkpoint_path)
     log_.truncate(offset)
     log_.files.sync(offset)
     store.index.truncate_after(offset)
     store.queues.write_pending()
     for topic, queue_id in list(store.queues.on_disk()):
-        store.queues.get(topic, queue_id).load(store._is_ours, log_.min_offset)
-    old = Checkpoint.read(store.config.checkpoint_path)
-    if old is not None and old.commitlog_offset > offset:
-        Checkpoint(min(old.commitlog_offset, offset), min(old.dispatch_offset, offset), old.timestamp).write(
-            store.config.checkpoint_path
-        )
+        store.queues.get(topic, queue_id).load(store.queues.is_ours, log_.min_offset)
     return dropped
