@@ -17,7 +17,9 @@ router = APIRouter(prefix="/v1", tags=["cluster"], route_class=AuthorizedRoute)
 
 
 class BrokerInstance(BaseModel):
-    broker_id: int = Field(description="0: the master of its broker name; 1 or more: a slave")
+    broker_id: int = Field(
+        description="its id in its broker name (0 is the first master; a controller may promote another)"
+    )
     address: str
     reachable: bool = Field(description="it answered the gateway just now")
     replication: ReplicationStatus | None = Field(
@@ -54,10 +56,10 @@ async def get_cluster(ctx: Context) -> ClusterView:
             BrokerName(
                 cluster=cluster,
                 broker_name=name,
-                master=next((i.address for i in instances if i.broker_id == 0), None),
+                master=next((i.address for i in found if i.master), None),
                 instances=list(instances),
             )
-            for (cluster, name, _), instances in zip(names, views, strict=True)
+            for (cluster, name, found), instances in zip(names, views, strict=True)
         ]
     )
 

@@ -100,6 +100,8 @@ async def test_a_killed_master_is_replaced_by_its_in_sync_slave_and_comes_back_a
         resumed_at = await first_answered_send(client)
         promoted = await status(new_master)
         assert (promoted["role"], promoted["epoch"]) == ("SYNC_MASTER", 2), promoted
+        view = (await client.get("/v1/cluster")).json()
+        assert view["brokers"][0]["master"] == second.url.removeprefix("http://"), view
 
         on_new = await read_topic(new_master, QUEUES)
         lost = [mid for mid in acked if on_new.get(mid) != acked[mid]]
