@@ -128,7 +128,7 @@ def create_app(
         replication, follower = await _replication(
             settings, run, store, topics, token, app.state.events, ConsumerMirror(offsets, groups, settings.store_dir)
         )
-        follower.extend(_fence(app, fence, run, replication))
+        follower.extend(_take_role(app, fence, run, replication))
         heard = on_stopping(app, replication.close)
         try:
             # transport: how it calls the nameservers, TCP unless given (tests give an in-process one)
@@ -194,9 +194,9 @@ def create_app(
     return app
 
 
-def _fence(app: FastAPI, fence: WriteFence, run: RoleOfRun, replication: Replication) -> list[asyncio.Task[None]]:
-    """A slave refuses writes; a master under a controller refuses them once its lease runs out. Under a
-    controller, the task that reports to it (and restarts the app when the role changes)."""
+def _take_role(app: FastAPI, fence: WriteFence, run: RoleOfRun, replication: Replication) -> list[asyncio.Task[None]]:
+    """This run's role, taken: its metrics; a slave refuses writes, a master under a controller refuses them once
+    its lease runs out; under a controller, the task that reports to it (and restarts the app on a new role)."""
     watch_replication(app.state.metrics.registry, replication)
     if run.role is BrokerRole.SLAVE:
         fence.slave(run.master_address)

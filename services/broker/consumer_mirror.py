@@ -65,6 +65,8 @@ class ConsumerMirror:
         self.offsets = offsets
         self.groups = groups
         self.store_dir = store_dir
+        self._key: bytes | None = None
+        """The master's receipt key as last written here (the file is written only when it changes)."""
 
     async def apply(self, metadata: ConsumerMetadata) -> None:
         for entry in metadata.offsets:
@@ -75,6 +77,8 @@ class ConsumerMirror:
         ]
         await self.groups.mirror(metadata.groups, subscriptions)
         key = base64.b64decode(metadata.receipt_key)
-        path = self.store_dir / RECEIPT_KEY_FILE
-        if len(key) >= 16 and (not path.exists() or path.read_bytes() != key):
-            write_private(path, key)  # read when this broker next starts: as the master, it if is promoted
+        if len(key) >= 16 and key != self._key:
+            path = self.store_dir / RECEIPT_KEY_FILE
+            if not path.exists() or path.read_bytes() != key:
+                write_private(path, key)  # read when this broker next starts: as the master, if it is promoted
+            self._key = key

@@ -67,6 +67,8 @@ class ControllerLink:
         """The assignment this run of the broker took its role from."""
         self.last: Assignment | None = None
         self._lease_until = 0.0
+        self._last_answered_sent = 0.0
+        """When the report the controller last answered was sent: a lease runs from there, never from later."""
 
     @property
     def is_master(self) -> bool:
@@ -86,6 +88,7 @@ class ControllerLink:
         answer.raise_for_status()
         assignment = Assignment.model_validate_json(answer.content)
         self.last = assignment
+        self._last_answered_sent = sent
         run_as = self.run_as
         if run_as is not None and assignment.master_id == self.broker_id and assignment.epoch == run_as.epoch:
             self._lease_until = sent + self.lease
@@ -104,10 +107,11 @@ class ControllerLink:
             await asyncio.sleep(RETRY_SECONDS)
 
     def take(self, assignment: Assignment) -> None:
-        """This run's role is the one `assignment` gives; a master's lease begins with the report it answered."""
+        """This run's role is the one `assignment` gives; a master's lease runs from when it sent the report that
+        `assignment` answered."""
         self.run_as = assignment
         if self.is_master:
-            self._lease_until = self.clock() + self.lease
+            self._lease_until = self._last_answered_sent + self.lease
 
     def role_changed(self, assignment: Assignment) -> str | None:
         """Why this run's role no longer holds under `assignment` (None: it holds)."""
@@ -151,6 +155,7 @@ class ControllerLink:
             why = self.role_changed(assignment)
             if why is not None:
                 log.warning("controller: %s: restarting as the new role", why)
+                self._lease_until = 0.0  # no write is acknowledged while the app stops
                 restart(why)
                 return
             if in_sync is not None and self.is_master:

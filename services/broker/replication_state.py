@@ -163,6 +163,18 @@ class Replication:
     def master(self) -> str | None:
         return None if self.follower is None else self.follower.master
 
+    @property
+    def fenced(self) -> bool:
+        return self.lease_held is not None and not self.lease_held()
+
+    def most_lag_bytes(self) -> int:
+        """A master: what its slave furthest behind lacks; a slave: what it lacks of its master's log."""
+        end = self.store.commitlog.write_offset
+        if self.in_sync is not None:
+            return max((max(0, end - s.acked) for s in self.in_sync.slaves.values()), default=0)
+        master_end = None if self.follower is None else self.follower.master_end
+        return 0 if master_end is None else max(0, master_end - end)
+
     def fence(self, lease_held: Callable[[], bool]) -> None:
         """Under a controller: no put is answered once the lease has run out, whatever it waited for."""
         self.lease_held = lease_held
@@ -213,7 +225,7 @@ class Replication:
             broker_id=self.broker_id,
             commitlog_end=end,
             epoch=self.epochs.last_epoch,
-            fenced=self.lease_held is not None and not self.lease_held(),
+            fenced=self.fenced,
         )
         if self.source is not None:
             status.slaves_streaming = self.source.streaming
@@ -253,24 +265,28 @@ class FollowerState:
 
 
 def watch_replication(registry: CollectorRegistry, replication: Replication) -> None:
-    """Gauges of a broker's replication, read from its status at each scrape."""
+    """Gauges of a broker's replication, each read at a scrape from what it measures."""
 
-    def gauge(name: str, description: str, value: Callable[[ReplicationStatus], float]) -> None:
-        Gauge(name, description, registry=registry).set_function(lambda: value(replication.status()))
+    def gauge(name: str, description: str, value: Callable[[], float]) -> None:
+        Gauge(name, description, registry=registry).set_function(value)
 
-    gauge("petrel_replication_epoch", "Under a controller: the last epoch this broker holds data of", lambda s: s.epoch)
+    gauge(
+        "petrel_replication_epoch",
+        "Under a controller: the last epoch this broker holds data of",
+        lambda: replication.epochs.last_epoch,
+    )
     gauge(
         "petrel_replication_in_sync_slaves",
         "A master: slaves in its in-sync set (a SYNC_MASTER's writes wait for each)",
-        lambda s: len(s.in_sync),
+        lambda: 0 if replication.in_sync is None else len(replication.in_sync.in_sync()),
     )
     gauge(
         "petrel_replication_lag_bytes",
         "A master: the most any of its slaves lacks; a slave: what it lacks of its master's log",
-        lambda s: max((slave.lag_bytes for slave in s.slaves), default=s.lag_bytes or 0),
+        replication.most_lag_bytes,
     )
     gauge(
         "petrel_replication_fenced",
         "1: a master under a controller whose lease ran out (it takes no writes)",
-        lambda s: float(s.fenced),
+        lambda: float(replication.fenced),
     )
