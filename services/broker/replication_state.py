@@ -1,6 +1,7 @@
 """A broker's part in replication: a master's ReplicationSource streams its CommitLog to its slaves; a
 slave's FollowerState is what services.broker.replica_follower knows of its master; a slave takes no
-writes (WriteFence; nor does a master under a controller whose lease ran out). The routes are in services.broker.replication.
+writes, nor does a master under a controller whose lease ran out (WriteFence). The routes are in
+services.broker.replication.
 """
 
 from __future__ import annotations
