@@ -42,6 +42,7 @@ from libs.errors import (
     NotMaster,
     PayloadTooLarge,
     PetrelError,
+    PutQueueFull,
     TopicNotFound,
 )
 from libs.message import KEY_SEPARATOR, SYSTEM_PROPERTIES, MessageIdFactory, MessageRecord, Prop, SysFlag
@@ -345,7 +346,8 @@ class Sender:
     def _failed(self, route: TopicRoute, target: QueueTarget, error: PetrelError) -> PetrelError:
         if isinstance(error, BrokerUnavailable):
             self.avoidance.failed(target.broker)
-            self.routes.invalidate(route.topic)  # its master may have been replaced (a failover): ask again
+            if not isinstance(error, PutQueueFull):  # (that one is this gateway's own queue: the route is right)
+                self.routes.invalidate(route.topic)  # its master may have been replaced (a failover): ask again
         elif isinstance(error, NotMaster):  # a fenced or demoted master refused it before storing anything
             self.routes.invalidate(route.topic)
             return BrokerUnavailable(f"broker {target.broker}'s master has changed; send again: {error.detail}")
