@@ -11,7 +11,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel
 
 from gateway.auth.needs import SUB
-from gateway.auth.principal import authorize
+from gateway.auth.principal import reveal
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import ensure_topic, read_address
 from gateway.context import Context, GatewayContext, gateway_context
@@ -224,13 +224,14 @@ async def get_message(ctx: Context, message_id: MessageId, request: Request) -> 
     found: list[Message] = []
     for name, _, raw in await ask_every_broker(ctx, lambda n, a: ctx.brokers.query_id(n, a, message_id, params)):
         found.extend(to_message(r, name) for r in iter_records(raw))
+    missing = MessageNotFound(
+        f"no broker holds a message with id {message_id} in its topic"
+        " (a scheduled message is found once it is due, a transaction's once it is committed)"
+    )
     if not found:
-        raise MessageNotFound(
-            f"no broker holds a message with id {message_id} in its topic"
-            " (a scheduled message is found once it is due, a transaction's once it is committed)"
-        )
+        raise missing
     message = min(found, key=lambda m: m.stored_at)
-    authorize(request, (SUB,), "topic", message.topic)
+    reveal(request, (SUB,), "topic", message.topic, missing)  # a topic the key may not read: as if missing
     return message
 
 

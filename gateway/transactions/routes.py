@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
 from gateway.auth.needs import ADMIN, PUB
-from gateway.auth.principal import authorize, principal_of
+from gateway.auth.principal import authorize, principal_of, reveal
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import ensure_topic, on_each
 from gateway.context import Context, GatewayContext, gateway_context
@@ -242,9 +242,7 @@ async def list_transactions(
 async def get_transaction(ctx: Context, transaction_id: TransactionId, request: Request) -> Transaction:
     """The transaction's state: OPEN, ABANDONED (past the check limit), COMMITTED or ROLLED_BACK."""
     broker, address, message_id = await _locate(ctx, transaction_id)
-    transaction = _transaction(await ctx.brokers.get_transaction(broker, address, message_id), broker)
-    authorize(request, (PUB, ADMIN), "topic", transaction.topic)
-    return transaction
+    return _transaction(await _half(ctx, request, transaction_id, broker, address, message_id), broker)
 
 
 def _bind_send(request: Request) -> dict[str, Any]:
@@ -274,10 +272,8 @@ async def _end(ctx: GatewayContext, transaction_id: str, outcome: TransactionOut
     raw = await request.body()
     spec = parse_json(EndTransaction, raw) if raw.strip() else EndTransaction()
     broker, address, message_id = await _locate(ctx, transaction_id)
-    principal = principal_of(request)
-    if not principal.may_all((PUB, ADMIN), "topic"):  # a key limited to some topics: which is this one's?
-        half = await ctx.brokers.get_transaction(broker, address, message_id)
-        principal.require((PUB, ADMIN), "topic", str(half["topic"]))
+    if not principal_of(request).may_all((PUB, ADMIN), "topic"):  # a key limited to some topics: which is this one's?
+        await _half(ctx, request, transaction_id, broker, address, message_id)
     ended = await ctx.transaction_ends.end(broker, address, message_id, outcome.value, spec.by.value)
     answer = {"transaction_id": transaction_id} | {name: ended[name] for name in END_RESULT_FIELDS}
     return Response(jsonutil.dumps(answer), media_type=JSON)  # as EndTransactionResult: the broker's EndAnswer
@@ -292,6 +288,20 @@ async def _locate(ctx: GatewayContext, transaction_id: str) -> tuple[str, str, s
     if address is None:
         raise TransactionNotFound(f"no transaction {transaction_id}: broker {broker!r} is not registered")
     return broker, address, message_id
+
+
+async def _half(
+    ctx: GatewayContext, request: Request, transaction_id: str, broker: str, address: str, message_id: str
+) -> dict[str, Any]:
+    """The broker's view of the transaction, if the key may use its topic; else the 404 of one that is not there
+    (the same answer, so that an id tells nothing of a topic the key may not see)."""
+    missing = TransactionNotFound(f"no transaction {transaction_id} on broker {broker!r} (or it is past retention)")
+    try:
+        half = await ctx.brokers.get_transaction(broker, address, message_id)
+    except TransactionNotFound:
+        raise missing from None
+    reveal(request, (PUB, ADMIN), "topic", str(half["topic"]), missing)
+    return half
 
 
 def _parse_transaction(raw: bytes) -> SendTransaction:
