@@ -74,6 +74,7 @@ NEEDS: Final[dict[str, tuple[Need, ...]]] = {
     "listTransactions": (later("topic", "listed: the transactions of topics the key may see", PUB, ADMIN),),
     "putProducerGroup": (on_group(ADMIN),),
     "getProducerGroup": (on_group(ADMIN),),
+    "rotateProducerGroupSecret": (on_group(ADMIN),),
     "listProducerGroups": (later("group", "listed: the groups the key may administer", ADMIN),),
     # topics
     "putTopic": (on_topic(ADMIN),),

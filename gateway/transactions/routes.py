@@ -62,6 +62,7 @@ from libs.http.hot_routes import Binder
 from libs.message import Prop, is_message_id
 from libs.names import validate_group_name, validate_topic_name
 from libs.problem import problem_responses
+from libs.push_api.schemas import RotateSecretRequest
 
 router = APIRouter(prefix="/v1", tags=["transactions"], route_class=AuthorizedRoute)
 
@@ -90,12 +91,31 @@ async def put_producer_group(
 ) -> ProducerGroupRegistration:
     """Register the group's checkback_url and signing secret, or update them (201 when created).
 
-    The answer is the only place the secret is shown: without one given, a new group gets a generated one.
+    The secret is shown once, in the answer that set it: without one given, a new group gets a generated one and
+    an existing group keeps its own (not shown again; `:rotate-secret` makes a new one).
     """
     spec = parse_json(ProducerGroupUpdate, await request.body())
     stored, created = await ctx.producer_groups.put(group, spec.checkback_url, spec.signing_secret)
     response.status_code = 201 if created else 200
-    return ProducerGroupRegistration(**_producer_group_fields(stored), signing_secret=stored.signing_secret)
+    return _registration(stored, ctx.now_ms(), show_secret=created or spec.signing_secret is not None)
+
+
+@router.post(
+    "/producer-groups/{group}:rotate-secret",
+    operation_id="rotateProducerGroupSecret",
+    response_model=ProducerGroupRegistration,
+    openapi_extra=json_body(RotateSecretRequest, required=False),
+    responses=problem_responses(InvalidRequest, MalformedBody, ProducerGroupNotFound, ValidationFailed),
+)
+async def rotate_producer_group_secret(
+    ctx: Context, group: ProducerGroupName, request: Request
+) -> ProducerGroupRegistration:
+    """A new signing secret, shown in this answer; both sign until `secret_overlap_until` (no body: one day)."""
+    raw = await request.body()
+    rotation = parse_json(RotateSecretRequest, raw) if raw.strip() else RotateSecretRequest()
+    now = ctx.now_ms()
+    rotated = await ctx.producer_groups.rotate_secret(group, rotation.overlap_seconds, now)
+    return _registration(rotated, now, show_secret=True)
 
 
 @router.get("/producer-groups", operation_id="listProducerGroups", response_model=ProducerGroupList)
@@ -321,6 +341,15 @@ def _parse_transaction(raw: bytes) -> SendTransaction:
 
 def _producer_group_fields(group: producer_groups.ProducerGroup) -> dict[str, Any]:
     return {"name": group.name, "checkback_url": group.checkback_url, "created_at": group.created_at}
+
+
+def _registration(group: producer_groups.ProducerGroup, now_ms: int, *, show_secret: bool) -> ProducerGroupRegistration:
+    overlapping = len(group.signing_secrets(now_ms)) > 1
+    return ProducerGroupRegistration(
+        **_producer_group_fields(group),
+        signing_secret=group.signing_secret if show_secret else None,
+        secret_overlap_until=group.previous_secret_until if overlapping else None,
+    )
 
 
 def _transaction(answer: dict[str, Any], broker: str) -> Transaction:
