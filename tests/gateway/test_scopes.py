@@ -3,7 +3,8 @@
 A group's dead letters are of many topics; a message, a schedule and a transaction are
 found by an id. A key answers for the topics it holds: what it may not read is left out
 of listings, refused in a redrive like a missing id, and answered 404 exactly as an id
-that is not there, before anything that tells the resource's state.
+that is not there, before anything that tells the resource's state. An Idempotency-Key
+is the API key's own.
 """
 
 from __future__ import annotations
@@ -183,3 +184,22 @@ async def test_a_transaction_of_a_topic_the_key_may_not_use_is_answered_as_missi
 
     assert (await admin.get(f"/v1/transactions/{transaction_id}")).json()["state"] == "OPEN"
     assert (await end(admin, transaction_id, "commit")).status_code == 200
+
+
+# ---- Idempotency-Keys (finding 9) ---------------------------------------------------------------
+
+
+async def test_another_producers_idempotency_key_is_its_own(admin: httpx.AsyncClient, admin_key: str) -> None:
+    first, second = [await make_key(admin, admin_key, "pub:topic/orders") for _ in range(2)]
+
+    async def send(producer: dict[str, str]) -> str:
+        headers = producer | {"idempotency-key": "checkout-7"}
+        answer = await admin.post("/v1/topics/orders/messages", json={"body": "order 7"}, headers=headers)
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["message_id"])
+
+    mine = await send(first)
+    theirs = await send(second)
+    assert theirs != mine, "another producer's send with the same Idempotency-Key got the first one's answer"
+    assert await send(first) == mine
+    assert await send(second) == theirs
