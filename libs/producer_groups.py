@@ -6,6 +6,12 @@ random bytes, generated when none is given. The gateway writes groups (`PUT
 /v1/producer-groups/{group}`); txcheck reads them. Both open the same database:
 SQLAlchemy over SQLite by default, PostgreSQL in production (DESIGN section 5).
 Calls are synchronous: an async caller runs them in a worker thread.
+
+A rotation (`:rotate-secret`, as push subscriptions have) generates a new secret and
+keeps the previous one signing until `previous_secret_until`: meanwhile every check-back
+carries both signatures, as Standard Webhooks allows. The previous secret has a table of
+its own, so that a database made before rotations existed needs no migration
+(`create_all` adds the table).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from sqlalchemy import BigInteger, Engine, MetaData, String, select
+from sqlalchemy import BigInteger, Engine, MetaData, String, delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -49,6 +55,16 @@ class ProducerGroupRow(Base):
     created_at: Mapped[int] = mapped_column(BigInteger)
 
 
+class PreviousSecretRow(Base):
+    """A rotated group's previous secret, which signs too until `until` (ms since the epoch)."""
+
+    __tablename__ = "producer_group_previous_secrets"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    signing_secret: Mapped[str] = mapped_column(String(128))
+    until: Mapped[int] = mapped_column(BigInteger)
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerGroup:
     name: str
@@ -56,6 +72,15 @@ class ProducerGroup:
     signing_secret: str = field(repr=False)
     created_at: int
     """ms since the epoch"""
+    previous_secret: str | None = field(default=None, repr=False)
+    previous_secret_until: int | None = None
+    """ms since the epoch: until then the previous secret signs too"""
+
+    def signing_secrets(self, now_ms: int) -> list[str]:
+        """The secrets that sign a check-back now: the current one, and the previous one during an overlap."""
+        if self.previous_secret and self.previous_secret_until is not None and now_ms < self.previous_secret_until:
+            return [self.signing_secret, self.previous_secret]
+        return [self.signing_secret]
 
 
 def open_metadata_engine(url: str) -> Engine:
@@ -107,12 +132,12 @@ class ProducerGroupStore:
     def find(self, name: str) -> ProducerGroup | None:
         with Session(self.engine) as session:
             row = session.get(ProducerGroupRow, name)
-            return None if row is None else _group(row)
+            return None if row is None else _group(row, session.get(PreviousSecretRow, name))
 
     def get(self, name: str) -> ProducerGroup:
         group = self.find(name)
         if group is None:
-            raise ProducerGroupNotFound(f"no producer group {name!r}: register it with PUT /v1/producer-groups/{name}")
+            raise _not_found(name)
         return group
 
     def put(
@@ -120,7 +145,8 @@ class ProducerGroupStore:
     ) -> tuple[ProducerGroup, bool]:
         """Create or update the group; answers it and whether it was created.
 
-        Without a secret a new group gets a generated one and an existing group keeps its own.
+        Without a secret a new group gets a generated one and an existing group keeps its own (and a
+        rotation's previous one); a given secret replaces both.
         """
         validate_checkback_url(checkback_url)
         if signing_secret is not None:
@@ -142,16 +168,46 @@ class ProducerGroupStore:
                 session.add(row)
             elif signing_secret is not None:
                 row.signing_secret = signing_secret
+                session.execute(delete(PreviousSecretRow).where(PreviousSecretRow.name == name))
             row.checkback_url = checkback_url
             session.flush()
-            return _group(row), created
+            return _group(row, session.get(PreviousSecretRow, name)), created
+
+    def rotate_secret(self, name: str, overlap_seconds: int, now_ms: int | None = None) -> ProducerGroup:
+        """A new generated secret; the current one keeps signing for `overlap_seconds` (0: it stops at once)."""
+        if overlap_seconds < 0:
+            raise InvalidRequest("overlap_seconds must not be negative")
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        with Session(self.engine) as session, session.begin():
+            row = session.get(ProducerGroupRow, name, with_for_update=True)
+            if row is None:
+                raise _not_found(name)
+            session.execute(delete(PreviousSecretRow).where(PreviousSecretRow.name == name))
+            previous = None
+            if overlap_seconds:
+                previous = PreviousSecretRow(
+                    name=name, signing_secret=row.signing_secret, until=now + overlap_seconds * 1000
+                )
+                session.add(previous)
+            row.signing_secret = new_secret()
+            session.flush()
+            return _group(row, previous)
 
     def list(self) -> list[ProducerGroup]:
         """Every group, by name (code point order, whatever the database's collation)."""
         with Session(self.engine) as session:
-            groups = [_group(r) for r in session.scalars(select(ProducerGroupRow))]
+            previous = {p.name: p for p in session.scalars(select(PreviousSecretRow))}
+            groups = [_group(r, previous.get(r.name)) for r in session.scalars(select(ProducerGroupRow))]
         return sorted(groups, key=lambda g: g.name)
 
 
-def _group(row: ProducerGroupRow) -> ProducerGroup:
-    return ProducerGroup(row.name, row.checkback_url, row.signing_secret, row.created_at)
+def _not_found(name: str) -> ProducerGroupNotFound:
+    return ProducerGroupNotFound(f"no producer group {name!r}: register it with PUT /v1/producer-groups/{name}")
+
+
+def _group(row: ProducerGroupRow, previous: PreviousSecretRow | None) -> ProducerGroup:
+    if previous is None:
+        return ProducerGroup(row.name, row.checkback_url, row.signing_secret, row.created_at)
+    return ProducerGroup(
+        row.name, row.checkback_url, row.signing_secret, row.created_at, previous.signing_secret, previous.until
+    )

@@ -9,7 +9,7 @@ from typing import Final, Literal
 from starlette.requests import Request
 
 from libs.auth.grants import UNRESTRICTED, Action, Policy, ResourceKind, needed_grant
-from libs.errors import Forbidden, Unauthorized
+from libs.errors import Forbidden, NotFound, Unauthorized
 
 SCOPE_KEY: Final = "petrel.principal"
 """Where KeyCheck (gateway.auth.key_check) puts the caller in the request's scope (its own, never shared)."""
@@ -67,5 +67,12 @@ def principal_of(request: Request) -> Principal:
 
 
 def authorize(request: Request, actions: tuple[Action, ...], kind: ResourceKind, name: str) -> None:
-    """For a handler that learns the resource late (a message's topic, a transaction's): 403 unless permitted."""
+    """For a resource the caller names outside the path (the body's producer group): 403 unless permitted."""
     principal_of(request).require(actions, kind, name)
+
+
+def reveal(request: Request, actions: tuple[Action, ...], kind: ResourceKind, name: str, missing: NotFound) -> None:
+    """For a resource found late, by an id (a message's topic, a transaction's): `missing`, the 404 of an id that
+    is not there, unless permitted. Called before any answer that depends on the resource's state."""
+    if not principal_of(request).may(actions, kind, name):
+        raise missing

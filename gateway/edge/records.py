@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from libs.message import MessageRecord
+from libs.message import MessageRecord, Prop
 
 
 def message_fields(record: MessageRecord, broker: str) -> dict[str, Any]:
@@ -27,3 +27,10 @@ def message_fields(record: MessageRecord, broker: str) -> dict[str, Any]:
         "queue_offset": record.queue_offset,
         "reconsume_times": record.reconsume_times,
     }
+
+
+def sent_to(record: MessageRecord) -> str:
+    """The topic the copy's message was sent to: a retry's or dead letter's original topic, a scheduled or half
+    copy's real topic, else its own (what a key must be permitted on to learn of the copy)."""
+    properties = record.properties
+    return properties.get(Prop.RETRY_TOPIC) or properties.get(Prop.REAL_TOPIC) or record.topic

@@ -15,7 +15,6 @@ from gateway.auth.needs import ADMIN, SUB
 from gateway.auth.principal import principal_of
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import (
-    cluster_masters,
     first_master_answer,
     master_address,
     on_each,
@@ -24,9 +23,8 @@ from gateway.cluster.writes import (
 )
 from gateway.context import Context
 from gateway.edge.params import GroupName, UserTopic
-from gateway.edge.records import message_fields
+from gateway.groups import dead_letters
 from gateway.groups.schemas import (
-    DeadLetter,
     DeadLetterList,
     DeadLetterQueue,
     Group,
@@ -40,24 +38,20 @@ from gateway.groups.schemas import (
     RedriveResult,
     ResetQueueOffset,
 )
-from libs.broker_api.consume import RedriveBody
 from libs.broker_api.fanout import failure_of_all
 from libs.broker_api.groups import GroupConfigAnswer
-from libs.codec import iter_records
 from libs.errors import (
     GroupNotFound,
     InvalidRequest,
     InvalidTopicName,
     MalformedBody,
     NotFound,
-    PetrelError,
     ReservedTopicName,
     StoreFull,
     TopicNotFound,
     ValidationFailed,
 )
 from libs.http.app import json_body, parse_json
-from libs.message import MessageRecord, Prop
 from libs.problem import problem_responses
 from libs.timeparse import parse_time_ms
 
@@ -177,19 +171,24 @@ async def reset_offsets(ctx: Context, group: GroupName, topic: UserTopic, reques
 async def peek_dead_letters(
     ctx: Context,
     group: GroupName,
+    request: Request,
     offset: Annotated[
         int, Query(ge=0, description="the first DLQ offset to read, on each broker (what was redriven is passed)")
     ] = 0,
     max: Annotated[int, Query(ge=1, le=256, description="at most this many from each broker")] = 32,
 ) -> DeadLetterList:
-    """The group's dead letters still in the DLQ, with why they are there; a redriven one leaves the list."""
+    """The group's dead letters still in the DLQ, with why they are there; a redriven one leaves the list.
+
+    Only dead letters of topics the key may subscribe to; the queues' offsets are the whole DLQ's, for paging.
+    """
     answers, failed = await on_every_master(
         ctx, lambda name, address: ctx.brokers.dead_letters(name, address, group, offset, max)
     )
     if not answers:
         raise failure_of_all(e for _, e in failed)
+    principal = principal_of(request)
     return DeadLetterList(
-        messages=[dead_letter(r, broker) for broker, batch in answers for r in iter_records(batch.records)],
+        messages=[m for broker, batch in answers for m in dead_letters.readable(principal, batch.records, broker)],
         queues=[
             DeadLetterQueue(broker=broker, next_offset=b.next_offset, min_offset=b.min_offset, max_offset=b.max_offset)
             for broker, b in answers
@@ -206,45 +205,15 @@ async def peek_dead_letters(
     responses=problem_responses(InvalidRequest, MalformedBody, GroupNotFound, ValidationFailed, StoreFull),
 )
 async def redrive(ctx: Context, group: GroupName, request: Request) -> RedriveResult:
-    """Send dead letters back to the group, with their message ids kept (all, or those named), rate-limited."""
+    """Send dead letters back to the group, with their message ids kept (all, or those named), rate-limited.
+
+    Only dead letters of topics the key may subscribe to or administer; the others stay (gateway.groups.dead_letters).
+    """
     raw = await request.body()
     spec = parse_json(RedriveRequest, raw) if raw.strip() else RedriveRequest()
-    targets = await cluster_masters(ctx)
-    result = RedriveResult(redriven=0, message_ids=[], not_found=list(spec.message_ids or []), remaining=0)
-    failed: list[tuple[str, BaseException]] = []
-    # One broker after another, so that max_messages and per_second hold for the whole call.
-    for name, address in targets:
-        budget = spec.max_messages - result.redriven
-        if budget <= 0:
-            break
-        try:
-            body = RedriveBody(message_ids=spec.message_ids, max_messages=budget, per_second=spec.per_second)
-            answer = await ctx.brokers.redrive(name, address, group, body)
-        except PetrelError as exc:
-            if exc.status < 500 and not isinstance(exc, NotFound):
-                raise
-            failed.append((name, exc))
-            continue
-        result.message_ids.extend(answer["redriven"])
-        result.redriven = len(result.message_ids)
-        result.remaining += int(answer["remaining"])
-        missing_here = set(answer["not_found"])
-        result.not_found = [i for i in result.not_found if i in missing_here]
-    if len(failed) == len(targets):
-        raise failure_of_all(e for _, e in failed)
+    result, failed = await dead_letters.redrive(ctx, principal_of(request), group, spec)
     result.unavailable = _unavailable(failed)
     return result
-
-
-def dead_letter(record: MessageRecord, broker: str) -> DeadLetter:
-    properties = record.properties
-    return DeadLetter(
-        **message_fields(record, broker),
-        original_topic=properties.get(Prop.RETRY_TOPIC, record.topic),
-        attempts=record.reconsume_times + 1,
-        reason=properties.get(Prop.DLQ_REASON),
-        dead_lettered_at=record.store_timestamp,
-    )
 
 
 def _unavailable(failed: list[tuple[str, BaseException]]) -> list[str]:

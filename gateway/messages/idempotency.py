@@ -21,6 +21,12 @@ and where each was sent) plus a short lease held by the request working on it:
 So a kill -9 of the gateway at any await leaves one of: no record (nothing sent),
 a record without brokers (nothing sent), a record naming brokers (a repeat goes
 there, and the broker keeps one copy), or the answer.
+
+A key is scoped by the API key that sent it and by its scope (`send:<topic>`,
+`batch:<topic>`): another producer using the same Idempotency-Key on the same topic
+has a record of its own, so it neither gets the first one's answer nor waits on its
+lease. With auth off every caller is the same one, and a key is scoped by topic only
+(`record_key`).
 """
 
 from __future__ import annotations
@@ -55,6 +61,17 @@ if ARGV[2] == '1' then redis.call('DEL', KEYS[1]) end
 redis.call('DEL', KEYS[2])
 return 1
 """
+
+
+def record_key(scope: str, key: str, api_key_id: str | None) -> str:
+    """Where a key's record is in Redis: per API key (ids are 12 hex digits; `key:` is never a scope) and scope.
+
+    With auth off, where every release before API-key scoping kept it (an upgrade keeps those records); with
+    auth on, records kept before are not read (a repeat of a send made before the upgrade is sent anew).
+    """
+    if api_key_id is None:
+        return f"petrel:idempotency:{scope}:{key}"
+    return f"petrel:idempotency:key:{api_key_id}:{scope}:{key}"
 
 
 @dataclass(slots=True)
@@ -95,11 +112,15 @@ class IdempotencyKeys:
         self.client = client
         self.lease_ms = lease_ms
 
-    async def claim(self, scope: str, key: str, payload: bytes, count: int, new_id: Callable[[], str]) -> Claim:
-        """Take the key for a request of `count` messages (ids made by `new_id` when the key is new)."""
+    async def claim(
+        self, scope: str, key: str, payload: bytes, count: int, new_id: Callable[[], str], *, api_key_id: str | None
+    ) -> Claim:
+        """Take the key of API key `api_key_id` (None: auth is off) for a request of `count` messages (ids made by
+        `new_id` when the key is new)."""
         if not key or len(key) > MAX_KEY_LENGTH:
             raise ValidationFailed(f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} characters")
-        claim = Claim(f"petrel:idempotency:{scope}:{key}", hashlib.sha256(payload).hexdigest(), "", None, keys=self)
+        redis_key = record_key(scope, key, api_key_id)
+        claim = Claim(redis_key, hashlib.sha256(payload).hexdigest(), "", None, keys=self)
         claim.owner = secrets.token_hex(8)
         stored = await self._redis(self.client.get(claim.redis_key))
         if stored is not None and self._replayed(claim, key, stored):
@@ -114,7 +135,9 @@ class IdempotencyKeys:
         stored = await self._redis(self.client.get(claim.redis_key))
         if stored is None or self._replayed(claim, key, stored):  # finished (or expired) meanwhile
             await self._redis(self.client.delete(claim.lease_key))
-            return claim if claim.replay is not None else await self.claim(scope, key, payload, count, new_id)
+            if claim.replay is not None:
+                return claim
+            return await self.claim(scope, key, payload, count, new_id, api_key_id=api_key_id)
         record = jsonutil.loads(stored)
         claim.message_ids = list(record["ids"])
         claim.fixed = dict(record.get("sent") or {})

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel
 
 from gateway.auth.needs import SUB
-from gateway.auth.principal import authorize
+from gateway.auth.principal import principal_of, reveal
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import ensure_topic, read_address
 from gateway.context import Context, GatewayContext, gateway_context
@@ -113,7 +113,7 @@ async def send_message(
         _emit_sent(request, topic, [prepared], [result], idempotency_key)
         return result.fields(), True
 
-    answer = await _idempotent(ctx, f"send:{topic}", idempotency_key, message, 1, run)
+    answer = await _idempotent(ctx, request, f"send:{topic}", idempotency_key, message, 1, run)
     return Response(jsonutil.dumps(answer), status_code=201, media_type="application/json")
 
 
@@ -153,7 +153,7 @@ async def send_batch(
             _emit_sent(request, topic, [p for p, _ in sent], [r for _, r in sent], idempotency_key)
         return {"results": entries}, settled
 
-    answer = await _idempotent(ctx, f"batch:{topic}", idempotency_key, batch, len(batch.messages), run)
+    answer = await _idempotent(ctx, request, f"batch:{topic}", idempotency_key, batch, len(batch.messages), run)
     return Response(jsonutil.dumps(answer), media_type="application/json")
 
 
@@ -224,13 +224,14 @@ async def get_message(ctx: Context, message_id: MessageId, request: Request) -> 
     found: list[Message] = []
     for name, _, raw in await ask_every_broker(ctx, lambda n, a: ctx.brokers.query_id(n, a, message_id, params)):
         found.extend(to_message(r, name) for r in iter_records(raw))
+    missing = MessageNotFound(
+        f"no broker holds a message with id {message_id} in its topic"
+        " (a scheduled message is found once it is due, a transaction's once it is committed)"
+    )
     if not found:
-        raise MessageNotFound(
-            f"no broker holds a message with id {message_id} in its topic"
-            " (a scheduled message is found once it is due, a transaction's once it is committed)"
-        )
+        raise missing
     message = min(found, key=lambda m: m.stored_at)
-    authorize(request, (SUB,), "topic", message.topic)
+    reveal(request, (SUB,), "topic", message.topic, missing)  # a topic the key may not read: as if missing
     return message
 
 
@@ -295,12 +296,14 @@ SendRun = Callable[[list[str | None], Pins | None], Awaitable[tuple[dict[str, An
 
 
 async def _idempotent(
-    ctx: GatewayContext, scope: str, key: str | None, payload: BaseModel, count: int, run: SendRun
+    ctx: GatewayContext, request: Request, scope: str, key: str | None, payload: BaseModel, count: int, run: SendRun
 ) -> Any:
-    """Run the send once per Idempotency-Key (gateway.messages.idempotency): replayed, resumed, or released."""
+    """Run the send once per Idempotency-Key of the caller's API key (gateway.messages.idempotency): replayed,
+    resumed, or released."""
     if key is None:
         return (await run([None] * count, None))[0]
-    claim = await ctx.idempotency.claim(scope, key, payload.model_dump_json().encode(), count, ctx.sender.ids.new_id)
+    encoded, api_key_id = payload.model_dump_json().encode(), principal_of(request).key_id
+    claim = await ctx.idempotency.claim(scope, key, encoded, count, ctx.sender.ids.new_id, api_key_id=api_key_id)
     if claim.replay is not None:
         return claim.replay
     ids: list[str | None] = list(claim.message_ids)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from gateway.auth.needs import ADMIN, PUB
-from gateway.auth.principal import authorize
+from gateway.auth.principal import reveal
 from gateway.auth.route import AuthorizedRoute
 from gateway.context import Context
 from gateway.edge.message_ids import ask_every_broker, id_time
 from gateway.edge.params import MessageId
+from gateway.edge.records import sent_to
 from libs.codec import iter_records
 from libs.delay import due_at
 from libs.errors import AlreadyDelivered, MessageNotFound, ServiceUnavailable
@@ -48,13 +49,14 @@ async def cancel_schedule(ctx: Context, message_id: MessageId, request: Request)
         for broker, _, raw in await ask_every_broker(ctx, lambda n, a: ctx.brokers.query_id(n, a, message_id, params))
         for record in iter_records(raw)
     ]
+    missing = MessageNotFound(f"no scheduled message has id {message_id}")
+    if not found:
+        raise missing
+    for _, copy in found:  # before anything that tells the message's state: a topic the key may not use is missing
+        reveal(request, (PUB, ADMIN), "topic", sent_to(copy), missing)
     if any(r.topic not in (SCHEDULE_TOPIC, TIMER_TOPIC) for _, r in found):
         raise AlreadyDelivered(f"message {message_id} has already been delivered")
-    scheduled = [(b, r) for b, r in found if r.topic in (SCHEDULE_TOPIC, TIMER_TOPIC)]
-    if not scheduled:
-        raise MessageNotFound(f"no scheduled message has id {message_id}")
-    broker, record = scheduled[0]
-    authorize(request, (PUB, ADMIN), "topic", record.properties.get(Prop.REAL_TOPIC) or record.topic)
+    broker, record = found[0]
     if due_at(record) <= ctx.now_ms():
         raise AlreadyDelivered(f"message {message_id} was due at {due_at(record)} and is being delivered")
     try:

@@ -34,6 +34,10 @@ class ProducerGroups:
         validate_checkback_url(checkback_url)  # a malformed URL is said so before any resolving
         self.egress.check(checkback_url)
 
+    async def rotate_secret(self, name: str, overlap_seconds: int, now_ms: int) -> ProducerGroup:
+        """The group with a new generated secret; the previous one signs too for `overlap_seconds` from `now_ms`."""
+        return await asyncio.to_thread(self.store.rotate_secret, name, overlap_seconds, now_ms)
+
     async def get(self, name: str) -> ProducerGroup:
         """The group; ProducerGroupNotFound when there is none."""
         return await asyncio.to_thread(self.store.get, name)

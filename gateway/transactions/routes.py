@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
 from gateway.auth.needs import ADMIN, PUB
-from gateway.auth.principal import authorize, principal_of
+from gateway.auth.principal import authorize, principal_of, reveal
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import ensure_topic, on_each
 from gateway.context import Context, GatewayContext, gateway_context
@@ -62,6 +62,7 @@ from libs.http.hot_routes import Binder
 from libs.message import Prop, is_message_id
 from libs.names import validate_group_name, validate_topic_name
 from libs.problem import problem_responses
+from libs.push_api.schemas import RotateSecretRequest
 
 router = APIRouter(prefix="/v1", tags=["transactions"], route_class=AuthorizedRoute)
 
@@ -90,12 +91,31 @@ async def put_producer_group(
 ) -> ProducerGroupRegistration:
     """Register the group's checkback_url and signing secret, or update them (201 when created).
 
-    The answer is the only place the secret is shown: without one given, a new group gets a generated one.
+    The secret is shown once, in the answer that set it: without one given, a new group gets a generated one and
+    an existing group keeps its own (not shown again; `:rotate-secret` makes a new one).
     """
     spec = parse_json(ProducerGroupUpdate, await request.body())
     stored, created = await ctx.producer_groups.put(group, spec.checkback_url, spec.signing_secret)
     response.status_code = 201 if created else 200
-    return ProducerGroupRegistration(**_producer_group_fields(stored), signing_secret=stored.signing_secret)
+    return _registration(stored, ctx.now_ms(), show_secret=created or spec.signing_secret is not None)
+
+
+@router.post(
+    "/producer-groups/{group}:rotate-secret",
+    operation_id="rotateProducerGroupSecret",
+    response_model=ProducerGroupRegistration,
+    openapi_extra=json_body(RotateSecretRequest, required=False),
+    responses=problem_responses(InvalidRequest, MalformedBody, ProducerGroupNotFound, ValidationFailed),
+)
+async def rotate_producer_group_secret(
+    ctx: Context, group: ProducerGroupName, request: Request
+) -> ProducerGroupRegistration:
+    """A new signing secret, shown in this answer; both sign until `secret_overlap_until` (no body: one day)."""
+    raw = await request.body()
+    rotation = parse_json(RotateSecretRequest, raw) if raw.strip() else RotateSecretRequest()
+    now = ctx.now_ms()
+    rotated = await ctx.producer_groups.rotate_secret(group, rotation.overlap_seconds, now)
+    return _registration(rotated, now, show_secret=True)
 
 
 @router.get("/producer-groups", operation_id="listProducerGroups", response_model=ProducerGroupList)
@@ -242,9 +262,7 @@ async def list_transactions(
 async def get_transaction(ctx: Context, transaction_id: TransactionId, request: Request) -> Transaction:
     """The transaction's state: OPEN, ABANDONED (past the check limit), COMMITTED or ROLLED_BACK."""
     broker, address, message_id = await _locate(ctx, transaction_id)
-    transaction = _transaction(await ctx.brokers.get_transaction(broker, address, message_id), broker)
-    authorize(request, (PUB, ADMIN), "topic", transaction.topic)
-    return transaction
+    return _transaction(await _half(ctx, request, transaction_id, broker, address, message_id), broker)
 
 
 def _bind_send(request: Request) -> dict[str, Any]:
@@ -274,10 +292,8 @@ async def _end(ctx: GatewayContext, transaction_id: str, outcome: TransactionOut
     raw = await request.body()
     spec = parse_json(EndTransaction, raw) if raw.strip() else EndTransaction()
     broker, address, message_id = await _locate(ctx, transaction_id)
-    principal = principal_of(request)
-    if not principal.may_all((PUB, ADMIN), "topic"):  # a key limited to some topics: which is this one's?
-        half = await ctx.brokers.get_transaction(broker, address, message_id)
-        principal.require((PUB, ADMIN), "topic", str(half["topic"]))
+    if not principal_of(request).may_all((PUB, ADMIN), "topic"):  # a key limited to some topics: which is this one's?
+        await _half(ctx, request, transaction_id, broker, address, message_id)
     ended = await ctx.transaction_ends.end(broker, address, message_id, outcome.value, spec.by.value)
     answer = {"transaction_id": transaction_id} | {name: ended[name] for name in END_RESULT_FIELDS}
     return Response(jsonutil.dumps(answer), media_type=JSON)  # as EndTransactionResult: the broker's EndAnswer
@@ -292,6 +308,20 @@ async def _locate(ctx: GatewayContext, transaction_id: str) -> tuple[str, str, s
     if address is None:
         raise TransactionNotFound(f"no transaction {transaction_id}: broker {broker!r} is not registered")
     return broker, address, message_id
+
+
+async def _half(
+    ctx: GatewayContext, request: Request, transaction_id: str, broker: str, address: str, message_id: str
+) -> dict[str, Any]:
+    """The broker's view of the transaction, if the key may use its topic; else the 404 of one that is not there
+    (the same answer, so that an id tells nothing of a topic the key may not see)."""
+    missing = TransactionNotFound(f"no transaction {transaction_id} on broker {broker!r} (or it is past retention)")
+    try:
+        half = await ctx.brokers.get_transaction(broker, address, message_id)
+    except TransactionNotFound:
+        raise missing from None
+    reveal(request, (PUB, ADMIN), "topic", str(half["topic"]), missing)
+    return half
 
 
 def _parse_transaction(raw: bytes) -> SendTransaction:
@@ -311,6 +341,15 @@ def _parse_transaction(raw: bytes) -> SendTransaction:
 
 def _producer_group_fields(group: producer_groups.ProducerGroup) -> dict[str, Any]:
     return {"name": group.name, "checkback_url": group.checkback_url, "created_at": group.created_at}
+
+
+def _registration(group: producer_groups.ProducerGroup, now_ms: int, *, show_secret: bool) -> ProducerGroupRegistration:
+    overlapping = len(group.signing_secrets(now_ms)) > 1
+    return ProducerGroupRegistration(
+        **_producer_group_fields(group),
+        signing_secret=group.signing_secret if show_secret else None,
+        secret_overlap_until=group.previous_secret_until if overlapping else None,
+    )
 
 
 def _transaction(answer: dict[str, Any], broker: str) -> Transaction:

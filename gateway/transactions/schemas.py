@@ -46,9 +46,16 @@ class ProducerGroup(BaseModel):
 
 
 class ProducerGroupRegistration(ProducerGroup):
-    """The group as registered, with the secret its check-backs are signed with: shown in this answer only."""
+    """The group as registered or rotated, with the secret its check-backs are signed with when this answer set it."""
 
-    signing_secret: str = Field(description="verify each check-back's webhook-signature with it (Standard Webhooks)")
+    signing_secret: str | None = Field(
+        default=None,
+        description="verify each check-back's webhook-signature with it (Standard Webhooks); shown once: in the "
+        "answer that created the group, set its secret or rotated it",
+    )
+    secret_overlap_until: int | None = Field(
+        default=None, description="ms since the epoch: until then the previous secret signs too (after a rotation)"
+    )
 
 
 class ProducerGroupList(BaseModel):

@@ -194,7 +194,7 @@ class CheckBack:
         headers = {"content-type": "application/json", "user-agent": USER_AGENT}
         started = time.monotonic()
         try:
-            headers |= webhooks.sign(group.signing_secret, body)
+            headers |= webhooks.sign(group.signing_secrets(int(time.time() * 1000)), body)  # both, after a rotation
             request = checked_request(self.http, destination, body, headers, self.timeout)
             response = self.http.send(request, stream=True, follow_redirects=False)
             try:

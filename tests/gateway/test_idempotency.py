@@ -25,39 +25,55 @@ async def keys() -> AsyncIterator[IdempotencyKeys]:
 
 async def test_a_repeat_while_the_first_is_in_flight_is_409(keys: IdempotencyKeys) -> None:
     key = str(uuid.uuid4())
-    await keys.claim("send:t", key, b"payload", 1, ids())
+    await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id=None)
     with pytest.raises(IdempotencyConflict, match="still in progress"):
-        await keys.claim("send:t", key, b"payload", 1, ids())
+        await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id=None)
 
 
 async def test_a_finished_request_is_replayed_and_a_different_body_refused(keys: IdempotencyKeys) -> None:
     key = str(uuid.uuid4())
-    claim = await keys.claim("send:t", key, b"payload", 1, ids())
+    claim = await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id=None)
     await keys.complete(claim, {"message_id": "M1"})
 
-    again = await keys.claim("send:t", key, b"payload", 1, ids())
+    again = await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id=None)
     assert again.replay == {"message_id": "M1"}
     with pytest.raises(ValidationFailed, match="different request body"):
-        await keys.claim("send:t", key, b"other payload", 1, ids())
+        await keys.claim("send:t", key, b"other payload", 1, ids(), api_key_id=None)
 
 
 async def test_a_failed_request_releases_its_key(keys: IdempotencyKeys) -> None:
     key = str(uuid.uuid4())
-    await keys.release(await keys.claim("send:t", key, b"payload", 1, ids()))
-    assert (await keys.claim("send:t", key, b"payload", 1, ids())).replay is None
+    await keys.release(await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id=None))
+    assert (await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id=None)).replay is None
 
 
 async def test_keys_are_scoped_per_topic(keys: IdempotencyKeys) -> None:
     key = str(uuid.uuid4())
-    await keys.claim("send:a", key, b"payload", 1, ids())
-    assert (await keys.claim("send:b", key, b"payload", 1, ids())).replay is None
+    await keys.claim("send:a", key, b"payload", 1, ids(), api_key_id=None)
+    assert (await keys.claim("send:b", key, b"payload", 1, ids(), api_key_id=None)).replay is None
+
+
+async def test_keys_are_scoped_per_api_key(keys: IdempotencyKeys) -> None:
+    """Another producer's same Idempotency-Key on the same topic neither waits on the first nor gets its answer."""
+    key = str(uuid.uuid4())
+    first = await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id="0123456789ab")
+    other = await keys.claim("send:t", key, b"another body", 1, ids(), api_key_id="ba9876543210")
+    assert other.replay is None
+    assert other.message_ids != first.message_ids
+    await keys.complete(first, {"message_id": "M1"})
+    await keys.complete(other, {"message_id": "M2"})
+
+    again = await keys.claim("send:t", key, b"another body", 1, ids(), api_key_id="ba9876543210")
+    assert again.replay == {"message_id": "M2"}
+    anonymous = await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id=None)
+    assert anonymous.replay is None, "with auth off a key is the topic's, apart from every API key's"
 
 
 async def test_redis_down_is_503_not_a_silent_send() -> None:
     client = aioredis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
     try:
         with pytest.raises(ServiceUnavailable, match="idempotency key store"):
-            await IdempotencyKeys(client).claim("send:t", "k", b"payload", 1, ids())
+            await IdempotencyKeys(client).claim("send:t", "k", b"payload", 1, ids(), api_key_id=None)
     finally:
         await client.aclose()
 
@@ -67,11 +83,11 @@ async def test_a_request_resumed_after_its_lease_ended_keeps_its_ids_and_brokers
     keys = IdempotencyKeys(client, lease_ms=50)
     key = str(uuid.uuid4())
     try:
-        first = await keys.claim("send:t", key, b"payload", 2, ids())
+        first = await keys.claim("send:t", key, b"payload", 2, ids(), api_key_id=None)
         await first.record({first.message_ids[0]: "broker-a"})
         # the gateway dies here (kill -9): nothing releases the key; its lease runs out
         await eventually(lambda: _lease_gone(client, first.lease_key), "the dead request's lease ran out")
-        again = await keys.claim("send:t", key, b"payload", 2, ids())
+        again = await keys.claim("send:t", key, b"payload", 2, ids(), api_key_id=None)
         assert again.replay is None
         assert again.message_ids == first.message_ids
         assert again.fixed == {first.message_ids[0]: "broker-a"}
@@ -83,11 +99,11 @@ async def test_a_request_resumed_after_its_lease_ended_keeps_its_ids_and_brokers
 
 async def test_an_unsettled_request_is_resumed_at_once(keys: IdempotencyKeys) -> None:
     key = str(uuid.uuid4())
-    first = await keys.claim("send:t", key, b"payload", 1, ids())
+    first = await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id=None)
     await first.record({first.message_ids[0]: "broker-a"})
     await keys.suspend(first)
 
-    again = await keys.claim("send:t", key, b"payload", 1, ids())
+    again = await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id=None)
     assert (again.message_ids, again.fixed) == (first.message_ids, {first.message_ids[0]: "broker-a"})
 
 

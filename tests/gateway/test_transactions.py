@@ -52,14 +52,43 @@ async def test_put_registers_a_group_with_a_generated_secret_shown_once(gateway:
     }
 
 
-async def test_put_again_updates_the_url_and_keeps_the_secret(gateway: httpx.AsyncClient) -> None:
+async def test_put_again_updates_the_url_and_keeps_the_secret_without_showing_it(gateway: httpx.AsyncClient) -> None:
     first = (await register(gateway)).json()
     updated = await register(gateway, checkback_url="http://127.0.0.1:8000/tx")
     assert updated.status_code == 200, updated.text
-    assert updated.json() == first | {"checkback_url": "http://127.0.0.1:8000/tx"}
+    assert updated.json() == first | {
+        "checkback_url": "http://127.0.0.1:8000/tx",
+        "signing_secret": None,
+        "secret_overlap_until": None,
+    }, "a repeated PUT showed the signing secret again"
 
-    rotated = await register(gateway, signing_secret=SECRET)
-    assert (rotated.status_code, rotated.json()["signing_secret"]) == (200, SECRET)
+    given = await register(gateway, signing_secret=SECRET)
+    assert (given.status_code, given.json()["signing_secret"]) == (200, SECRET), "the secret this PUT set is echoed"
+
+
+async def test_rotate_secret_shows_a_new_secret_once_and_the_old_one_signs_meanwhile(
+    gateway: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    await register(gateway, signing_secret=SECRET)
+    rotated = await gateway.post("/v1/producer-groups/shop:rotate-secret", json={"overlap_seconds": 3600})
+    assert rotated.status_code == 200, rotated.text
+    answer = rotated.json()
+    assert answer["signing_secret"].startswith("whsec_")
+    assert answer["signing_secret"] != SECRET
+    assert answer["secret_overlap_until"] > 0
+    engine = open_metadata_engine(f"sqlite:///{tmp_path / 'data' / 'metadata.db'}")
+    try:
+        stored = ProducerGroupStore(engine).get("shop")  # what txcheck reads
+    finally:
+        engine.dispose()
+    assert stored.signing_secrets(answer["secret_overlap_until"] - 1) == [answer["signing_secret"], SECRET]
+    assert "signing_secret" not in (await gateway.get("/v1/producer-groups/shop")).json()
+
+    at_once = await gateway.post("/v1/producer-groups/shop:rotate-secret", json={"overlap_seconds": 0})
+    assert at_once.json()["secret_overlap_until"] is None
+    assert at_once.json()["signing_secret"] not in (answer["signing_secret"], SECRET)
+    unknown = await gateway.post("/v1/producer-groups/nobody:rotate-secret")
+    assert (unknown.status_code, problem_type(unknown)) == (404, "producer-group-not-found")
 
 
 async def test_list_shows_every_group_by_name_without_secrets(gateway: httpx.AsyncClient) -> None:

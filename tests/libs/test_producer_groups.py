@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine, text
 
 from libs.errors import InvalidRequest, ProducerGroupNotFound
 from libs.producer_groups import (
@@ -72,6 +72,46 @@ def test_a_given_secret_is_kept_and_replaces_the_old_one(store: ProducerGroupSto
     rotated = new_secret(64)
     assert store.put("orders", "http://a.example/", rotated)[0].signing_secret == rotated
     assert store.get("orders").signing_secret == rotated
+
+
+def test_a_rotation_makes_a_new_secret_and_the_old_one_signs_until_the_overlap_ends(store: ProducerGroupStore) -> None:
+    old = store.put("orders", "http://a.example/", SECRET)[0].signing_secret
+    rotated = store.rotate_secret("orders", overlap_seconds=60, now_ms=1_000_000)
+
+    assert rotated.signing_secret not in (old, SECRET)
+    assert (rotated.previous_secret, rotated.previous_secret_until) == (old, 1_060_000)
+    assert store.get("orders") == rotated
+    assert rotated.signing_secrets(1_059_999) == [rotated.signing_secret, old]
+    assert rotated.signing_secrets(1_060_000) == [rotated.signing_secret]
+    assert store.put("orders", "http://b.example/")[0].signing_secrets(0) == [rotated.signing_secret, old]
+
+    again = store.rotate_secret("orders", overlap_seconds=0, now_ms=1_000_000)
+    assert again.signing_secrets(0) == [again.signing_secret], "an overlap of 0 stops the old secret at once"
+    store.rotate_secret("orders", overlap_seconds=60)
+    assert store.put("orders", "http://b.example/", SECRET)[0].signing_secrets(0) == [SECRET], (
+        "a secret given in a PUT replaces both"
+    )
+    with pytest.raises(ProducerGroupNotFound):
+        store.rotate_secret("nobody", overlap_seconds=60)
+
+
+def test_a_database_made_before_rotations_opens_and_keeps_its_groups(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'metadata.db'}"
+    with create_engine(url).begin() as connection:  # the producer_groups table as releases before it made it
+        connection.execute(
+            text(
+                "CREATE TABLE producer_groups (name VARCHAR(255) PRIMARY KEY, checkback_url VARCHAR(2048) NOT NULL,"
+                " signing_secret VARCHAR(128) NOT NULL, created_at BIGINT NOT NULL)"
+            )
+        )
+        connection.execute(text(f"INSERT INTO producer_groups VALUES ('orders', 'http://a.example/', '{SECRET}', 5)"))
+    engine = open_metadata_engine(url)
+    try:
+        store = ProducerGroupStore(engine)
+        assert store.get("orders") == ProducerGroup("orders", "http://a.example/", SECRET, 5)
+        assert store.rotate_secret("orders", overlap_seconds=60).previous_secret == SECRET
+    finally:
+        engine.dispose()
 
 
 def test_an_unknown_group_is_not_found(store: ProducerGroupStore) -> None:

@@ -170,6 +170,24 @@ def test_commit_sends_the_signed_request_and_commits_once(
     assert 0 <= event["latency_ms"] < 500
 
 
+def test_after_a_rotation_both_secrets_sign_until_the_overlap_ends(
+    checkback: CheckBack,
+    tx_broker: TxBroker,
+    receiver: tuple[Receiver, ServedApp],
+    producer_groups: tuple[str, ProducerGroupStore],
+) -> None:
+    producer, _ = receiver
+    _, store = producer_groups
+    rotated = store.rotate_secret("shop", overlap_seconds=3600)
+    assert checkback.check(order_for(tx_broker, tx_broker.put_half("A"))) == "COMMIT", "the old secret stopped"
+    producer.secret = rotated.signing_secret
+    assert checkback.check(order_for(tx_broker, tx_broker.put_half("B"))) == "COMMIT", "the new secret does not sign"
+
+    store.rotate_secret("shop", overlap_seconds=0)
+    assert checkback.check(order_for(tx_broker, tx_broker.put_half("C"))) == "UNKNOWN"
+    assert len(producer.refused) == 1, "a secret rotated away without an overlap still signs"
+
+
 def test_rollback_rolls_back_and_nothing_is_delivered(
     checkback: CheckBack, tx_broker: TxBroker, receiver: tuple[Receiver, ServedApp]
 ) -> None:
