@@ -221,9 +221,10 @@ class EgressSettings(ServiceSettings):
     push_allowed_networks: AddressList | None = Field(
         default=None,
         json_schema_extra={"env_type": "CIDRs, comma-separated"},
-        description="networks a user's URL (check-back, push) may resolve into although loopback, private, "
-        "link-local or metadata, e.g. '10.20.0.0/16,fd12::/64'; default: loopback when the service listens on "
-        "loopback, else none (libs.egress); one value for the cluster",
+        description="networks a user's URL (check-back, push) may resolve into although not public by IANA's "
+        "special-purpose registries (loopback, private, shared, link-local, metadata...), e.g. "
+        "'10.20.0.0/16,fd12::/64'; default: loopback when the service listens on loopback, else none "
+        "(libs.egress); one value for the cluster",
     )
 
     @field_validator("push_allowed_networks", mode="before")

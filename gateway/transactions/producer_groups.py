@@ -22,8 +22,8 @@ class ProducerGroups:
     async def put(self, name: str, checkback_url: str, signing_secret: str | None) -> tuple[ProducerGroup, bool]:
         """The group as stored, and whether it was created; InvalidRequest for a bad URL or secret.
 
-        A URL whose host resolves into the cluster's own networks is refused (libs.egress); txcheck checks it
-        again before each call.
+        A URL whose host is not on the public internet is refused (libs.egress), without what it resolved to;
+        txcheck checks it again before each call.
         """
         await asyncio.to_thread(self._check_url, checkback_url)
         group, created = await asyncio.to_thread(self.store.put, name, checkback_url, signing_secret)

@@ -14,6 +14,12 @@ What an answer means (`Verdict`):
   refuses: the endpoint's trouble, not the message's (throttled, not counted),
   with the Retry-After it gave;
 - anything else (4xx, 500, 501, a redirect): a failed attempt of the message.
+
+A non-2xx answer's first `MAX_ERROR_TEXT` characters go into the attempt's
+error, which the attempts listing shows: the guard lets only public hosts (and
+the networks the operator allows) be called, so that text is the receiver's
+own answer, which whoever runs the receiver needs to see why deliveries fail.
+A refusal by the guard says the host is not public, never what it resolved to.
 """
 
 from __future__ import annotations

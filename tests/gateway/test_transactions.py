@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -127,21 +128,21 @@ async def test_a_bad_registration_is_refused(
 @pytest.mark.parametrize(
     ("url", "detail"),
     [
-        (
-            "http://10.0.0.5:8000/tx",
-            "10.0.0.5 is a private address; allow it with PETREL_PUSH_ALLOWED_NETWORKS",
-        ),
-        (
-            "http://169.254.169.254/latest/meta-data/",
-            "169.254.169.254 is a cloud metadata address; allow it with PETREL_PUSH_ALLOWED_NETWORKS",
-        ),
-        ("http://[::ffff:10.1.2.3]/tx", "::ffff:10.1.2.3 is a private address; allow it with"),
-        ("http://0.0.0.0:9/tx", "0.0.0.0 is an unspecified address; allow it with"),
-        ("http://no-such-host.invalid/tx", "no-such-host.invalid does not resolve: "),
+        ("http://10.0.0.5:8000/tx", "10.0.0.5 is not a public internet address: Private-Use (10.0.0.0/8, RFC 1918)"),
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is not a public internet address: Link Local"),
+        ("http://100.100.100.200/latest/meta-data/", "100.100.100.200 is not a public internet address: Shared"),
+        ("http://192.0.0.192/opc/v2/instance/", "192.0.0.192 is not a public internet address: IETF Protocol"),
+        ("http://[fec0::1]/tx", "fec0::1 is not a public internet address: Reserved by IETF (site-local"),
+        ("http://[2002:a00:1::1]/tx", "2002:a00:1::1 is not a public internet address: it carries 10.0.0.1 (6to4"),
+        ("http://[64:ff9b::a00:1]/tx", "64:ff9b::a00:1 is not a public internet address: it carries 10.0.0.1 (NAT64"),
+        ("http://[::ffff:10.1.2.3]/tx", "::ffff:10.1.2.3 is not a public internet address: IPv4-mapped Address"),
+        ("http://0.0.0.0:9/tx", '0.0.0.0 is not a public internet address: "This host on this network"'),
+        ("http://2852039166/tx", "2852039166 (169.254.169.254) is not a public internet address: Link Local"),
+        ("http://no-such-host.invalid/tx", "no-such-host.invalid does not resolve, or not only to public internet"),
     ],
 )
-async def test_a_checkback_url_into_private_networks_is_refused_naming_the_address(
-    gateway: httpx.AsyncClient, url: str, detail: str
+async def test_a_checkback_url_off_the_public_internet_is_refused(
+    gateway: httpx.AsyncClient, url: str, detail: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     answer = await register(gateway, checkback_url=url)
     assert answer.status_code == 400, answer.text
@@ -149,6 +150,22 @@ async def test_a_checkback_url_into_private_networks_is_refused_naming_the_addre
     assert problem_type(answer) == "invalid-request"
     assert answer.json()["detail"].startswith(detail), answer.json()["detail"]
     assert (await gateway.get("/v1/producer-groups/shop")).status_code == 404
+
+
+async def test_a_name_that_resolves_inside_is_refused_without_what_it_resolves_to(
+    nameserver: ServedApp, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("PETREL_PUSH_ALLOWED_NETWORKS", "")  # not even loopback
+    settings = GatewaySettings(nameservers=[nameserver.address])
+    async for gateway in in_process(create_app(settings)):
+        with caplog.at_level(logging.WARNING, logger="libs.egress"):
+            answer = await register(gateway, checkback_url="http://localhost:9/tx")
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["detail"] == (
+            "localhost does not resolve, or not only to public internet addresses; "
+            "an operator allows other networks with PETREL_PUSH_ALLOWED_NETWORKS"
+        )
+        assert "127.0.0.1" in caplog.text, "the log tells the operator what the name resolved to"
 
 
 async def test_an_allowlisted_private_network_is_accepted(
@@ -161,7 +178,7 @@ async def test_an_allowlisted_private_network_is_accepted(
         assert (await register(gateway, checkback_url="http://[fd00:ec2::254]/tx")).status_code == 200
         loopback = await register(gateway, checkback_url="http://127.0.0.1:9/tx")
         assert loopback.status_code == 400, "an allowlist set replaces the loopback default"
-        assert "127.0.0.1 is a loopback address" in loopback.json()["detail"]
+        assert "127.0.0.1 is not a public internet address: Loopback" in loopback.json()["detail"]
 
 
 async def test_producer_groups_go_to_the_database_petrel_database_url_names(

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 
 import pytest
 from pydantic_settings import SettingsError
 
 from gateway.settings import GatewaySettings
-from libs.egress import LOOPBACK_NETWORKS, Destination, EgressGuard, EgressRefused, parse_networks, refusal
+from libs.egress import (
+    ALLOWING,
+    LOOPBACK_NETWORKS,
+    Destination,
+    EgressGuard,
+    EgressRefused,
+    parse_networks,
+    refusal,
+)
 from services.txcheck.settings import TxcheckSettings
 
 ZONE = {
@@ -38,27 +47,27 @@ def guard(*allowed: str) -> EgressGuard:
     [
         ("8.8.8.8", None),
         ("2606:4700::1111", None),
-        ("127.0.0.1", "a loopback address"),
-        ("127.9.9.9", "a loopback address"),
-        ("::1", "a loopback address"),
-        ("10.0.0.5", "a private address"),
-        ("172.16.3.4", "a private address"),
-        ("192.168.1.7", "a private address"),
-        ("fd12::1", "a private address"),
-        ("169.254.10.1", "a link-local address"),
-        ("fe80::1", "a link-local address"),
-        ("224.0.0.1", "a multicast address"),
-        ("ff02::1", "a multicast address"),
-        ("240.0.0.1", "a reserved address"),
-        ("0.0.0.0", "an unspecified address"),
-        ("::", "an unspecified address"),
-        ("169.254.169.254", "a cloud metadata address"),
-        ("fd00:ec2::254", "a cloud metadata address"),
-        ("::ffff:10.0.0.5", "a private address"),
-        ("::ffff:169.254.169.254", "a cloud metadata address"),
+        ("127.0.0.1", "Loopback (127.0.0.0/8, RFC 1122, Section 3.2.1.3)"),
+        ("::1", "Loopback Address (::1/128, RFC 4291)"),
+        ("10.0.0.5", "Private-Use (10.0.0.0/8, RFC 1918)"),
+        ("fd12::1", "Unique-Local (fc00::/7, RFC 4193, RFC 8190)"),
+        ("169.254.169.254", "Link Local (169.254.0.0/16, RFC 3927)"),
+        ("100.100.100.200", "Shared Address Space (100.64.0.0/10, RFC 6598)"),
+        ("ff02::1", "Multicast (ff00::/8, RFC 4291)"),
+        ("224.0.0.1", "Multicast (224.0.0.0/4, RFC 5771)"),
+        ("0.0.0.0", '"This host on this network" (0.0.0.0/32, RFC 1122, Section 3.2.1.3)'),
+        (
+            "2002:a00:1::1",
+            "it carries 10.0.0.1 (6to4, RFC 3056): Private-Use (10.0.0.0/8, RFC 1918)",
+        ),
+        (
+            "::ffff:10.0.0.5",
+            "IPv4-mapped Address (::ffff:0:0/96, RFC 4291); "
+            "it carries 10.0.0.5 (IPv4-mapped, RFC 4291): Private-Use (10.0.0.0/8, RFC 1918)",
+        ),
     ],
 )
-def test_each_kind_of_address_is_refused_or_not(address: str, why: str | None) -> None:
+def test_a_refusal_names_the_registry_blocks_that_refuse_the_address(address: str, why: str | None) -> None:
     assert refusal(ipaddress.ip_address(address)) == why
 
 
@@ -75,45 +84,57 @@ def test_an_ipv6_address_is_bracketed_in_the_url() -> None:
     assert Destination("http://h/x", "h", "::1").address_url == "http://[::1]/x"
 
 
+NOT_PUBLIC = "does not resolve, or not only to public internet addresses; " + ALLOWING
+
+
 @pytest.mark.parametrize(
     ("url", "detail"),
     [
+        ("http://private.test/tx", f"private.test {NOT_PUBLIC}"),
+        ("http://metadata.test/", f"metadata.test {NOT_PUBLIC}"),
+        ("http://v6metadata.test/", f"v6metadata.test {NOT_PUBLIC}"),
+        ("http://mixed.test/", f"mixed.test {NOT_PUBLIC}"),
+        ("http://nowhere.test/", f"nowhere.test {NOT_PUBLIC}"),
+        ("http://empty.test/", f"empty.test {NOT_PUBLIC}"),
         (
-            "http://private.test/tx",
-            "private.test resolves to 10.0.0.5, a private address; allow it with PETREL_PUSH_ALLOWED_NETWORKS",
+            "http://10.0.0.5/",
+            f"10.0.0.5 is not a public internet address: Private-Use (10.0.0.0/8, RFC 1918); {ALLOWING}",
         ),
-        (
-            "http://metadata.test/",
-            "metadata.test resolves to 169.254.169.254, a cloud metadata address; "
-            "allow it with PETREL_PUSH_ALLOWED_NETWORKS",
-        ),
-        (
-            "http://v6metadata.test/",
-            "v6metadata.test resolves to fd00:ec2::254, a cloud metadata address; "
-            "allow it with PETREL_PUSH_ALLOWED_NETWORKS",
-        ),
-        (
-            "http://mixed.test/",
-            "mixed.test resolves to 192.168.1.7, a private address; allow it with PETREL_PUSH_ALLOWED_NETWORKS",
-        ),
-        ("http://10.0.0.5/", "10.0.0.5 is a private address; allow it with PETREL_PUSH_ALLOWED_NETWORKS"),
-        ("http://nowhere.test/", "nowhere.test does not resolve: [Errno -2] Name or service not known: nowhere.test"),
-        ("http://empty.test/", "empty.test does not resolve to any address"),
         ("http:///x", "'http:///x' has no host"),
     ],
 )
-def test_a_refused_url_says_which_address_and_why(url: str, detail: str) -> None:
+def test_a_refused_url_says_the_host_is_not_public_and_nothing_of_its_addresses(url: str, detail: str) -> None:
     with pytest.raises(EgressRefused) as refused:
         guard().check(url)
     assert refused.value.detail == detail
     assert refused.value.status == 400
 
 
+@pytest.mark.parametrize(
+    ("url", "logged"),
+    [
+        (
+            "http://mixed.test/",
+            "egress refused: mixed.test resolves to 93.184.215.14, 192.168.1.7; "
+            "refused: 192.168.1.7 (Private-Use (192.168.0.0/16, RFC 1918))",
+        ),
+        ("http://nowhere.test/", "egress refused: nowhere.test does not resolve: [Errno -2] Name or service not known"),
+        ("http://empty.test/", "egress refused: empty.test resolves to no address"),
+    ],
+)
+def test_the_log_says_what_the_host_resolved_to_and_why_it_was_refused(
+    url: str, logged: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="libs.egress"), pytest.raises(EgressRefused):
+        guard().check(url)
+    assert logged in caplog.text
+
+
 def test_the_allowlist_admits_its_networks_only() -> None:
     allowing = guard("10.0.0.0/8", "169.254.169.254")
     assert allowing.check("http://private.test/").address == "10.0.0.5"
     assert allowing.check("http://metadata.test/").address == "169.254.169.254"
-    with pytest.raises(EgressRefused, match=re.escape("mixed.test resolves to 192.168.1.7")):
+    with pytest.raises(EgressRefused, match=re.escape("mixed.test does not resolve, or not only to public")):
         allowing.check("http://mixed.test/")
 
 

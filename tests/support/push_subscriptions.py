@@ -22,12 +22,18 @@ from services.push import api
 from services.push.settings import PushSettings
 from services.push.subscriptions import Subscription, SubscriptionStore, open_subscription_engine
 
-HOSTS = {
-    "hooks.example.com": ["93.184.216.34"],
+INSIDE = {
     "internal.example.com": ["10.1.2.3"],
     "split.example.com": ["93.184.216.34", "192.168.0.7"],
+    "alibaba-metadata.example.com": ["100.100.100.200"],
+    "oracle-metadata.example.com": ["192.0.0.192"],
+    "site-local.example.com": ["fec0::1"],
+    "sixtofour.example.com": ["2002:a00:1::1"],
+    "nat64.example.com": ["64:ff9b::a9fe:a9fe"],
 }
-"""What the test resolver answers: public, private, and both."""
+"""Hosts with an address the egress guard refuses: private, half private, and what Python calls global."""
+HOSTS = {"hooks.example.com": ["93.184.216.34"]} | INSIDE
+"""What the test resolver answers: public, and inside."""
 
 
 def resolve(host: str, port: int) -> Sequence[str]:

@@ -16,7 +16,7 @@ from services.push.subscriptions import SubscriptionStore
 from tests.support.apps import in_process
 from tests.support.databases import metadata_database
 from tests.support.gateway_calls import problem_type
-from tests.support.push_subscriptions import RecordingLive, subscriptions_app
+from tests.support.push_subscriptions import HOSTS, INSIDE, RecordingLive, subscriptions_app
 
 URL = "/internal/subscriptions"
 HOOK = "https://hooks.example.com/petrel"
@@ -197,13 +197,16 @@ async def test_delete_then_the_subscription_is_not_found(push: httpx.AsyncClient
         ("https://hooks.example.com:port/", "endpoint_url 'https://hooks.example.com:port/' is not a URL"),
         (
             "http://internal.example.com/hook",
-            "endpoint_url 'http://internal.example.com/hook' is refused: internal.example.com resolves to "
-            "10.1.2.3, a private address; allow it with PETREL_PUSH_ALLOWED_NETWORKS",
+            "endpoint_url 'http://internal.example.com/hook' is refused: internal.example.com does not resolve, "
+            "or not only to public internet addresses; an operator allows other networks with "
+            "PETREL_PUSH_ALLOWED_NETWORKS",
         ),
-        ("http://split.example.com/", "split.example.com resolves to 192.168.0.7, a private address"),
-        ("http://127.0.0.1:9000/", "127.0.0.1 is a loopback address; allow it with PETREL_PUSH_ALLOWED_NETWORKS"),
-        ("http://169.254.169.254/latest/meta-data", "169.254.169.254 is a cloud metadata address"),
-        ("https://nowhere.example.com/", "nowhere.example.com does not resolve"),
+        ("http://split.example.com/", "split.example.com does not resolve, or not only to public internet addresses"),
+        ("http://127.0.0.1:9000/", "127.0.0.1 is not a public internet address: Loopback (127.0.0.0/8, RFC 1122"),
+        ("http://169.254.169.254/latest/meta-data", "169.254.169.254 is not a public internet address: Link Local"),
+        ("http://100.100.100.200/", "100.100.100.200 is not a public internet address: Shared Address Space"),
+        ("http://[2002:a00:1::1]/", "2002:a00:1::1 is not a public internet address: it carries 10.0.0.1 (6to4"),
+        ("https://nowhere.example.com/", "nowhere.example.com does not resolve, or not only to public internet"),
     ],
 )
 async def test_an_endpoint_that_is_not_http_or_inside_the_cluster_is_refused(
@@ -215,6 +218,16 @@ async def test_an_endpoint_that_is_not_http_or_inside_the_cluster_is_refused(
     assert detail in refused.json()["detail"]
     assert live.applied == []
     assert (await push.get(f"{URL}/billing/orders")).status_code == 404
+
+
+@pytest.mark.parametrize("host", sorted(INSIDE))
+async def test_an_endpoint_whose_host_resolves_inside_is_refused_without_naming_the_address(
+    push: httpx.AsyncClient, host: str
+) -> None:
+    refused = await push.put(f"{URL}/billing/orders", json={"endpoint_url": f"https://{host}/hook"})
+    assert refused.status_code == 400, refused.text
+    assert "does not resolve, or not only to public internet addresses" in refused.json()["detail"]
+    assert not [address for address in HOSTS[host] if address in refused.text]
 
 
 async def test_a_bad_filter_or_name_is_a_400(push: httpx.AsyncClient) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -125,6 +126,27 @@ async def test_an_address_the_guard_refuses_is_not_called(post: Post) -> None:
     assert verdict.error is not None
     assert "refused by the egress guard" in verdict.error
     assert verdict.status is None
+
+
+async def test_a_host_resolving_inside_is_not_called_and_the_attempts_error_names_no_address(
+    receiver: ServedApp, caplog: pytest.LogCaptureFixture
+) -> None:
+    guard = EgressGuard(LOOPBACK_NETWORKS, resolve=lambda _host, _port: ["127.0.0.1", "100.100.100.200"])
+    endpoint = Endpoint(
+        f"http://metadata.test:{receiver.port}/status/200", guard, max_connections=1, max_answer_bytes=1024
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="libs.egress"):
+            verdict = await endpoint.post(b"{}", {}, 0.5)
+    finally:
+        await endpoint.close()
+
+    assert (verdict.outcome, verdict.status) == (Outcome.THROTTLED, None)
+    assert verdict.error == (
+        "refused by the egress guard: metadata.test does not resolve, or not only to public internet addresses; "
+        "an operator allows other networks with PETREL_PUSH_ALLOWED_NETWORKS"
+    )
+    assert "metadata.test resolves to 127.0.0.1, 100.100.100.200; refused: 100.100.100.200" in caplog.text
 
 
 @pytest.fixture(scope="module")

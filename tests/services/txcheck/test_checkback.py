@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -355,6 +356,7 @@ def test_a_host_that_rebinds_to_a_private_address_after_its_put_is_refused_at_ca
     receiver: tuple[Receiver, ServedApp],
     producer_groups: tuple[str, ProducerGroupStore],
     zone: Zone,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     producer, served = receiver
     _, store = producer_groups
@@ -363,11 +365,14 @@ def test_a_host_that_rebinds_to_a_private_address_after_its_put_is_refused_at_ca
     assert checkback.check(order_for(tx_broker, tx_broker.put_half("A"))) == "UNKNOWN"
     assert len(producer.requests) == 1, "the first check, while producer.test was 127.0.0.1, reached the producer"
     zone.address = "10.0.0.5"
-    reply = checkback.ask(_half(checkback, tx_broker, "B"), "broker-a")
+    with caplog.at_level(logging.WARNING, logger="libs.egress"):
+        reply = checkback.ask(_half(checkback, tx_broker, "B"), "broker-a")
     assert (reply.answer, reply.reason) == (
         "UNKNOWN",
-        "refused: producer.test resolves to 10.0.0.5, a private address; allow it with PETREL_PUSH_ALLOWED_NETWORKS",
+        "refused: producer.test does not resolve, or not only to public internet addresses; "
+        "an operator allows other networks with PETREL_PUSH_ALLOWED_NETWORKS",
     )
+    assert "producer.test resolves to 10.0.0.5; refused: 10.0.0.5 (Private-Use" in caplog.text
     assert checkback.check(order_for(tx_broker, tx_broker.put_half("C"))) == "UNKNOWN"
     assert len(producer.requests) == 1, "no request left for the rebound address"
     assert tx_broker.state("C")["state"] == "OPEN"
