@@ -22,6 +22,7 @@
  │    ├── SubscriptionNotFound     404 subscription-not-found
      │    └── TransactionNotFound      404 transaction-not-found
      ├── RequestHeaderTimeout          408 request-header-timeout
+     ├── RequestBodyTimeout            408 request-body-timeout
      ├── AlreadyDelivered              409 already-delivered
      ├── TransactionAlreadyEnded       409 transaction-already-ended
      ├── LeaseEnded                    409 lease-ended
@@ -263,6 +264,14 @@ class RequestHeaderTimeout(PetrelError):
     status = 408
     slug = "request-header-timeout"
     title = "Request header timeout"
+
+
+class RequestBodyTimeout(PetrelError):
+    """A request body that did not come, or came slower than the minimum rate (libs.http.connection_limits)."""
+
+    status = 408
+    slug = "request-body-timeout"
+    title = "Request body timeout"
 
 
 class AlreadyDelivered(PetrelError):

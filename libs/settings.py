@@ -110,6 +110,19 @@ class ServiceSettings(BaseSettings):
         description="how long a connection has to send a request's headers, from connecting or from the "
         "request's first bytes; past it the connection is closed (with a 408 if a request had begun)",
     )
+    body_timeout_seconds: float = Field(
+        default=20.0,
+        gt=0,
+        description="how long a request's body may take from the end of its headers, plus 1/body_min_rate s for "
+        "each byte of it that has come (mod_reqtimeout's body=20,MinRate=500); past it, a body that stalled or "
+        "trickled slower is answered 408 and its connection closed",
+    )
+    body_min_rate: int = Field(
+        default=500,
+        ge=1,
+        description="bytes a second: each byte of a request body that comes gives it 1/body_min_rate s more than "
+        "body_timeout_seconds; a body slower than this is cut off however long it keeps coming",
+    )
     max_connections: int = Field(
         default=10_000,
         ge=1,

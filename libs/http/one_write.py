@@ -12,6 +12,7 @@ together with the first body part, whatever comes next (the body, a close). A
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Final
 
 CONTINUE: Final = b"HTTP/1.1 100 "
@@ -22,10 +23,12 @@ JOIN_UP_TO: Final = 64 * 1024
 class HeadWithBody:
     """The transport as one response cycle sees it (uvicorn makes a cycle per request)."""
 
-    __slots__ = ("_head", "_headed", "_transport")
+    __slots__ = ("_close", "_head", "_headed", "_transport")
 
-    def __init__(self, transport: asyncio.Transport) -> None:
+    def __init__(self, transport: asyncio.Transport, close: Callable[[], None] | None = None) -> None:
+        """`close`: how the cycle's close of the connection is done (the protocol's own, a lingering one, say)."""
         self._transport = transport
+        self._close = close or transport.close
         self._head: bytes | None = None
         self._headed = False
 
@@ -49,7 +52,7 @@ class HeadWithBody:
         head, self._head = self._head, None
         if head is not None and not self._transport.is_closing():
             self._transport.write(head)
-        self._transport.close()
+        self._close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)

@@ -7,103 +7,11 @@ test can send what no HTTP library would (a 1 MiB header, half a request line).
 from __future__ import annotations
 
 import contextlib
-import json
-import socket
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
-from typing import Any
-
-import pytest
-from fastapi import FastAPI, Request
 
 from libs.errors import PROBLEM_TYPE_BASE
-from libs.http.app import service_app
-from libs.http.serve import server_config
-from libs.settings import ServiceSettings
-from tests.support.serving import ServedApp, start_config
+from tests.support.raw_http import Serve, closed_by_server, connect, get, read_response, refusals, request
+from tests.support.serving import ServedApp
 from tests.support.waiting import wait_until
-
-WAIT = 5.0
-"""Seconds a client waits for an answer or a close before the test fails."""
-
-Serve = Callable[..., ServedApp]
-
-
-@contextlib.asynccontextmanager
-async def no_resources(app: FastAPI) -> AsyncIterator[None]:
-    yield
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Serve]:
-    """Serves a small service app under the limits given (settings fields), as `petrel up` would."""
-    running: list[ServedApp] = []
-
-    def start(**limits: Any) -> ServedApp:
-        settings = ServiceSettings(data_dir=tmp_path, events_enabled=False, log_level="warning", **limits)
-        app = service_app("testsvc", settings, lifespan=no_resources)
-
-        @app.post("/echo")
-        async def echo(request: Request) -> dict[str, int]:
-            return {"length": len(await request.body())}
-
-        running.append(start_config(server_config(app, settings)))
-        return running[-1]
-
-    yield start
-    for served in running:
-        served.stop()
-
-
-class Response:
-    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
-        self.status, self.headers, self.body = status, headers, body
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def connect(served: ServedApp) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", served.port), timeout=WAIT)
-
-
-def request(path: str, method: str = "GET", body: bytes = b"", headers: str = "") -> bytes:
-    length = f"content-length: {len(body)}\r\n" if body or method == "POST" else ""
-    length += "content-type: application/json\r\n" if body else ""
-    return f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n{headers}{length}\r\n".encode() + body
-
-
-def read_response(reader: Any) -> Response:
-    """One response off a connection's reader (responses here always have a content-length)."""
-    status_line = reader.readline()
-    assert status_line, "the connection closed before an answer"
-    headers: dict[str, str] = {}
-    while (line := reader.readline()) not in (b"\r\n", b""):
-        name, _, value = line.decode().partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return Response(int(status_line.split()[1]), headers, reader.read(int(headers["content-length"])))
-
-
-def closed_by_server(sock: socket.socket) -> bool:
-    """True once the server closed the connection (EOF or reset) with nothing more to read."""
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-
-
-def get(served: ServedApp, path: str) -> Response:
-    with connect(served) as sock, sock.makefile("rb") as reader:
-        sock.sendall(request(path))
-        return read_response(reader)
-
-
-def refusals(served: ServedApp, reason: str) -> float:
-    prefix = f'petrel_http_connections_refused_total{{reason="{reason}",service="testsvc"}} '
-    for line in get(served, "/metrics").body.decode().splitlines():
-        if line.startswith(prefix):
-            return float(line.removeprefix(prefix))
-    return 0.0
 
 
 def test_a_megabyte_header_is_answered_431_and_its_connection_closed(serve: Serve) -> None:
