@@ -12,6 +12,11 @@ Every change of a row (created, revoked) takes the next change number
 number it saw (`changed_after`) and a revocation reaches every gateway within its
 refresh interval, whatever the clocks of the hosts say.
 
+A key is made with another key (`create_by`, for `POST /v1/keys`) or without one
+(`create`, for `petrel keys create`, the root of trust): made with one, it is never
+wider than its maker (libs.auth.delegation), which must still be valid when the row
+is written.
+
 Calls are synchronous (SQLAlchemy): an async caller runs them in a worker thread.
 """
 
@@ -28,9 +33,10 @@ from typing import Final
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from libs.auth.delegation import delegate
 from libs.auth.grants import Policy
 from libs.auth.key_tables import ApiKeyRow, Base, claim_changes, migrate
-from libs.errors import InvalidRequest, NotFound
+from libs.errors import InvalidRequest, NotFound, Unauthorized
 from libs.metadata_db import open_engine
 
 KEY_PREFIX: Final = "ptk_"
@@ -118,10 +124,45 @@ class KeyStore:
         rate_per_second: float | None = None,
         created_by: str = "cli",
     ) -> tuple[ApiKey, str]:
-        """A new key and its full text (`ptk_...`), which is not kept: show it once."""
+        """A new key, with the grants as given, and its full text (`ptk_...`), which is not kept: show it once."""
         row, text = _new_row(name, allow, deny or [], rate_per_second, created_by)
         with Session(self.engine) as session, session.begin():
             row.change_seq = claim_changes(session)
+            session.add(row)
+            return _key(row), text
+
+    def create_by(
+        self,
+        maker_id: str,
+        name: str,
+        allow: list[str],
+        deny: list[str],
+        *,
+        rate_per_second: float | None,
+        default_rate: float,
+    ) -> tuple[ApiKey, str]:
+        """A new key made with the key `maker_id`: no wider than it (Forbidden otherwise), its denies added.
+
+        The maker is read in the transaction that writes the new key: one revoked a moment ago,
+        on any gateway, makes nothing (Unauthorized). `default_rate`: the rate of a key without its own.
+        """
+        Policy.parse(allow, deny)  # a malformed grant is a 400 before anything is looked up
+        with Session(self.engine) as session, session.begin():
+            change = claim_changes(session)
+            maker = session.get(ApiKeyRow, maker_id)
+            if maker is None or maker.revoked_at is not None:
+                raise Unauthorized(f"the API key {maker_id} was revoked", key_id=maker_id)
+            made = delegate(
+                Policy.parse(maker.allow, maker.deny),
+                maker.rate_per_second,
+                default_rate,
+                f"{maker.name!r} ({maker_id})",
+                allow,
+                deny,
+                rate_per_second,
+            )
+            row, text = _new_row(name, made.allow, made.deny, made.rate_per_second, f"key {maker_id}")
+            row.change_seq = change
             session.add(row)
             return _key(row), text
 
