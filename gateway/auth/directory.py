@@ -5,12 +5,12 @@ is above the highest one read so far (libs.auth.key_tables: numbers are taken in
 order, so none committed late is skipped, and no host's clock is asked). A revocation
 reaches every gateway within the interval. A key this gateway writes or looks up is
 kept at once but moves no cursor: a change another writer committed before it is still
-read by the next refresh, and a refresh's older copy of a key never replaces a newer one. A key id the copy does
-not hold is looked up in the database at once (a key made a moment ago by `petrel keys
-create` or another gateway works on its first call), within a budget of lookups a
-second, and a miss is remembered until the next refresh, so forged keys cannot make
-every call a database query. If the database cannot be read, the copy keeps answering
-(revocations then wait) and the failure is logged.
+read by the next refresh, and a refresh's older copy of a key never replaces a newer
+one. A key id the copy does not hold is looked up in the database at once (a key made a
+moment ago by `petrel keys create` or another gateway works on its first call), within a
+budget of lookups a second, and a miss is remembered until the next refresh, so forged
+keys cannot make every call a database query. If the database cannot be read, the copy
+keeps answering (revocations then wait) and the failure is logged.
 """
 
 from __future__ import annotations
