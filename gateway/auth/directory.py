@@ -1,13 +1,16 @@
 """KeyDirectory: the gateway's copy of the API keys, refreshed every few seconds, and who a bearer key is.
 
-All keys are read at start; then every `refresh_seconds` only those created or revoked
-since (with a minute's overlap, for clocks that differ between the hosts that write
-keys). A revocation reaches every gateway within the interval. A key id the copy does
-not hold is looked up in the database at once (a key made a moment ago by `petrel keys
-create` or another gateway works on its first call), within a budget of lookups a
-second, and a miss is remembered until the next refresh, so forged keys cannot make
-every call a database query. If the database cannot be read, the copy keeps answering
-(revocations then wait) and the failure is logged.
+All keys are read at start; then every `refresh_seconds` only those whose change number
+is above the highest one read so far (libs.auth.key_tables: numbers are taken in commit
+order, so none committed late is skipped, and no host's clock is asked). A revocation
+reaches every gateway within the interval. A key this gateway writes or looks up is
+kept at once but moves no cursor: a change another writer committed before it is still
+read by the next refresh, and a refresh's older copy of a key never replaces a newer
+one. A key id the copy does not hold is looked up in the database at once (a key made a
+moment ago by `petrel keys create` or another gateway works on its first call), within a
+budget of lookups a second, and a miss is remembered until the next refresh, so forged
+keys cannot make every call a database query. If the database cannot be read, the copy
+keeps answering (revocations then wait) and the failure is logged.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from libs.errors import Unauthorized
 
 log = logging.getLogger(__name__)
 
-OVERLAP_MS = 60_000
 BEARER = "bearer "
 LOOKUPS_PER_SECOND = 20.0
 MAX_MISSES = 10_000
@@ -43,18 +45,23 @@ class KeyDirectory:
         self.refresh_seconds = refresh_seconds
         self.default_rate = default_rate
         self._entries: dict[str, _Entry] = {}
-        self._since = 0
+        self._read_up_to = 0
+        """the highest change number a load or refresh read: the next refresh reads the changes after it"""
         self._misses: set[str] = set()
         self._lookups = RateBudget(LOOKUPS_PER_SECOND)
 
     async def load(self) -> None:
-        for key in await asyncio.to_thread(self.store.list_keys):
-            self.put(key)
+        self._read(await asyncio.to_thread(self.store.list_keys))
 
     async def refresh(self) -> None:
         self._misses.clear()
-        for key in await asyncio.to_thread(self.store.changed_since, max(0, self._since - OVERLAP_MS)):
+        self._read(await asyncio.to_thread(self.store.changed_after, self._read_up_to))
+
+    def _read(self, keys: list[ApiKey]) -> None:
+        """Keys one statement read: every change up to the highest number among them is in it."""
+        for key in keys:
             self.put(key)
+            self._read_up_to = max(self._read_up_to, key.change_seq or 0)
 
     async def run(self) -> None:
         """Refresh forever (a task of the gateway's lifespan)."""
@@ -66,9 +73,12 @@ class KeyDirectory:
                 log.warning("API keys not refreshed (revocations wait): %s", exc)
 
     def put(self, key: ApiKey) -> None:
+        """Keep `key`, unless the copy held is of a later change (a refresh that began before a revocation here)."""
+        held = self._entries.get(key.key_id)
+        if held is not None and (held.key.change_seq or 0) > (key.change_seq or 0):
+            return
         rate = self.default_rate if key.rate_per_second is None else key.rate_per_second
         self._entries[key.key_id] = _Entry(key, Principal(key.key_id, key.name, key.policy(), rate))
-        self._since = max(self._since, key.changed_at)
 
     def __len__(self) -> int:
         return len(self._entries)

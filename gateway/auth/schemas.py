@@ -28,7 +28,10 @@ class KeyRequest(BaseModel):
     allow: list[GrantText] = Field(min_length=1, max_length=MAX_GRANTS, description="grants: action[:pattern]")
     deny: list[GrantText] = Field(default_factory=list, max_length=MAX_GRANTS, description="grants that beat any allow")
     rate_per_second: float | None = Field(
-        default=None, ge=0, description="calls a second across the cluster; null: the gateway's default; 0: unlimited"
+        default=None,
+        ge=0,
+        description="calls a second across the cluster, at most the maker's; null: the maker's (its own, or the "
+        "gateway's default); 0: unlimited",
     )
 
 

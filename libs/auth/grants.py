@@ -31,6 +31,7 @@ from libs.errors import InvalidRequest
 
 ResourceKind = Literal["topic", "group", "cluster"]
 KINDS: Final = ("topic", "group")
+GLOB_CHARACTERS: Final = frozenset("*?[")
 MAX_PATTERN_LENGTH: Final = 255
 MAX_GRANTS: Final = 64
 
@@ -96,9 +97,30 @@ class Grant:
             return False
         return self.pattern == "*" or self._regex.match(name) is not None
 
+    def within(self, outer: Grant, kind: ResourceKind) -> bool:
+        """Every `kind` resource this grant covers, `outer` covers too (False when that cannot be decided)."""
+        if self.action is not outer.action:
+            return False
+        if kind == "cluster":
+            return self.unrestricted and outer.unrestricted
+        return self.kind in (None, kind) and outer.kind in (None, kind) and pattern_within(self.pattern, outer.pattern)
+
     def __str__(self) -> str:
         where = f"{self.kind}/{self.pattern}" if self.kind else self.pattern
         return self.action.value if where == "*" else f"{self.action.value}:{where}"
+
+
+def pattern_within(inner: str, outer: str) -> bool:
+    """Every name `inner` matches, `outer` matches: the same pattern, or `outer` a literal prefix and `*`.
+
+    `orders*` holds `orders-eu*`, `orders-eu` and `orders?`: their first characters are that
+    literal prefix, so whatever they match starts with it. Any other pair is answered False,
+    including some that do hold (`a?` and `?b` hold `ab`): a refusal, never a wrong yes.
+    """
+    if inner == outer:
+        return True
+    prefix = outer[:-1]
+    return outer.endswith("*") and GLOB_CHARACTERS.isdisjoint(prefix) and inner.startswith(prefix)
 
 
 def parse_grants(texts: Iterable[str]) -> tuple[Grant, ...]:
