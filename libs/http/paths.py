@@ -5,7 +5,9 @@ server that receives it. So every segment an internal client fills in is percent
 whole, `/`, `%`, `?` and `#` included: a system topic such as `%DLQ%billing` arrives as
 `%DLQ%billing` whatever hex digits follow its `%`, and a `%70ayroll` the public edge let
 through would arrive as `%70ayroll`, never as `payroll`. A segment that a path would read
-as a step up or in place (`..`, `.`) or as nothing is refused: no name is one.
+as a step up or in place (`..`, `.`) or as nothing is refused: no name is one. (A `/`
+travels encoded too, but a receiving router matches the decoded path, where it would
+split the segment: no name has one, libs.names sees to that at the edge.)
 
     internal_path("/internal/topics/{topic}/queues/{queue_id}/messages", topic="%DLQ%b", queue_id=0)
     # "/internal/topics/%25DLQ%25b/queues/0/messages"
