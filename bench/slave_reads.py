@@ -21,6 +21,7 @@ from typing import Any
 from bench.loadgen import JSON_BODY, TEXT_BODY
 from bench.replication_lag import Replicas
 from libs.codec import iter_records
+from libs.http.paths import internal_path
 
 PULL_WAIT_MS = 5_000
 READ_TIMEOUT = 30.0
@@ -36,7 +37,9 @@ class FirstReads:
 def wait_for_topic(replicas: Replicas, topic: str, timeout: float = 60.0) -> None:
     """Return once the slave has `topic` (it copies its master's topics after they change)."""
     deadline = time.monotonic() + timeout
-    request = urllib.request.Request(f"{replicas.slave}/internal/topics/{topic}", headers=replicas.headers)
+    request = urllib.request.Request(
+        replicas.slave + internal_path("/internal/topics/{topic}", topic=topic), headers=replicas.headers
+    )
     while True:
         try:
             with urllib.request.urlopen(request, timeout=10):
@@ -74,7 +77,15 @@ async def _first_read(session: Any, send_url: str, broker: str, topic: str, head
         if response.status >= 300:
             raise RuntimeError(f"a send answered {response.status}: {answer}")
     answered = time.perf_counter()
-    await _readable(session, f"{broker}/internal/topics/{topic}/queues/{answer['queue_id']}/messages", answer, headers)
+    await _readable(
+        session,
+        broker
+        + internal_path(
+            "/internal/topics/{topic}/queues/{queue_id}/messages", topic=topic, queue_id=answer["queue_id"]
+        ),
+        answer,
+        headers,
+    )
     return (time.perf_counter() - answered) * 1000
 
 

@@ -12,7 +12,10 @@ MAX_SYSTEM_NAME_LENGTH: Final = 255
 NAME_PATTERN: Final = f"^[A-Za-z0-9_-]{{1,{MAX_NAME_LENGTH}}}$"
 """A user topic's or a group's name; one regular expression for Python and for JSON Schema (the spec)."""
 SYSTEM_NAME_PATTERN: Final = f"^[%|A-Za-z0-9_-]{{1,{MAX_SYSTEM_NAME_LENGTH}}}$"
-"""Any topic's name, a system topic's (%RETRY%group, %DLQ%group) included."""
+"""Any topic's name, a system topic's (%RETRY%group, %DLQ%group) included: what services take from each other.
+
+The public edge takes less: a user topic's name (NAME_PATTERN), and, where a topic is only
+described, exactly one of Petrel's system topics (validate_described_topic)."""
 _USER_NAME = re.compile(NAME_PATTERN)
 _SYSTEM_NAME = re.compile(SYSTEM_NAME_PATTERN)
 
@@ -32,11 +35,17 @@ SCHEDULE_TOPICS: Final = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
 _RESERVED_PREFIXES: Final = (RETRY_PREFIX, DLQ_PREFIX, "rmq_sys_", "RMQ_SYS_")
 
 
-def name_schema(*, allow_system: bool = False) -> dict[str, Any]:
-    """The JSON Schema of a name (pattern and length), for the spec of a field or parameter that takes one."""
-    if allow_system:
-        return {"pattern": SYSTEM_NAME_PATTERN, "minLength": 1, "maxLength": MAX_SYSTEM_NAME_LENGTH}
+def name_schema() -> dict[str, Any]:
+    """The JSON Schema of a user topic's or a group's name, for the spec of a field or parameter that takes one."""
     return {"pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME_LENGTH}
+
+
+def described_topic_schema() -> dict[str, Any]:
+    """The JSON Schema of a name that may be a user topic's or exactly one of Petrel's system topics'."""
+    group = NAME_PATTERN.strip("^$")
+    exact = "|".join(re.escape(name) for name in sorted(SYSTEM_TOPICS))
+    pattern = f"^({group}|{re.escape(RETRY_PREFIX)}{group}|{re.escape(DLQ_PREFIX)}{group}|{exact})$"
+    return {"pattern": pattern, "minLength": 1, "maxLength": len(RETRY_PREFIX) + MAX_NAME_LENGTH}
 
 
 def reserved_names() -> str:
@@ -99,11 +108,38 @@ def private_reader(name: str) -> str:
 
 
 def validate_readable_topic(name: str) -> str:
-    """A topic whose messages the public API may read (a user topic); else a clear 400 naming the reader."""
-    validate_topic_name(name, allow_system=True)
-    if not is_public_topic(name):
+    """A topic whose messages the public API may read (a user topic); else a clear 400 (naming a system topic's reader).
+
+    The name is the one the public edge decoded, once: a `%` left in it is no user topic's
+    (400 invalid-topic-name), whatever it would decode to again.
+    """
+    if is_petrels_system_topic(name):
         raise ReservedTopicName(f"topic {name!r} holds {private_reader(name)}")
-    return name
+    return validate_topic_name(name)
+
+
+def validate_described_topic(name: str) -> str:
+    """A user topic's name, or exactly a system topic's (one of SYSTEM_TOPICS, %RETRY%<group>, %DLQ%<group>).
+
+    What the public API lets a caller name to describe a topic (never to read its messages);
+    anything else is a clear 400 (invalid-topic-name, or reserved-topic-name for a reserved
+    name that is no system topic of Petrel's).
+    """
+    return name if is_petrels_system_topic(name) else validate_topic_name(name)
+
+
+def is_petrels_system_topic(name: str) -> bool:
+    """One of Petrel's system topics, exactly (not merely a reserved name)."""
+    return name in SYSTEM_TOPICS or system_topic_group(name) is not None
+
+
+def system_topic_group(name: str) -> str | None:
+    """The group whose retry or DLQ topic this is (a valid group name after the prefix); else None."""
+    for prefix in (RETRY_PREFIX, DLQ_PREFIX):
+        group = name.removeprefix(prefix)
+        if group != name and _USER_NAME.fullmatch(group):
+            return group
+    return None
 
 
 def retry_topic(group: str) -> str:

@@ -7,16 +7,23 @@ hold some grant of the action to get that far, and the handler checks the name i
 (`gateway.auth.principal.reveal`: one the key may not use is answered as missing, 404).
 Listing operations answer only what the key may see.
 
+A name is checked as the public edge decoded it, once, and as the handler and every
+internal call then use it (libs.http.paths quotes it on the way in). Only getTopic takes a
+system topic's name, and checks it on what owns it (system_topic_need): a group's retry
+and DLQ topics are that group's, the other system topics the cluster's.
+
 The spec shows each operation's needs as `x-petrel-permissions`; docs/security.md
 prints this table.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from libs.auth.grants import Action, ResourceKind
+from libs.names import DLQ_PREFIX, RETRY_PREFIX, is_petrels_system_topic, system_topic_group
 
 PUB, SUB, ADMIN = Action.PUBLISH, Action.SUBSCRIBE, Action.ADMIN
 ANY: Final = (PUB, SUB, ADMIN)
@@ -30,17 +37,41 @@ class Need:
     """the path parameter naming the resource; None: the whole cluster, or checked later / filtered"""
     later: str = ""
     """when the handler checks the resource it finds: what that resource is (the spec's words)"""
+    system_topics: bool = False
+    """the topic may be one of Petrel's system topics: then it is checked on what owns it (system_topic_need)"""
 
     def text(self) -> str:
         actions = " or ".join(action.value for action in self.actions)
         if self.kind == "cluster":
             return f"{actions} on the cluster"
         where = f"{{{self.param}}}" if self.param else f"({self.later})"
+        if self.system_topics:
+            where += (
+                f" (a system topic: {RETRY_PREFIX}<group> and {DLQ_PREFIX}<group> need sub or admin on group <group>,"
+                " the others admin on the cluster)"
+            )
         return f"{actions} on {self.kind} {where}"
 
+    def resource(self, path_params: Mapping[str, Any]) -> tuple[tuple[Action, ...], ResourceKind, str]:
+        """What the check of this request names: its actions, the resource's kind and name (a path-named need)."""
+        assert self.param is not None
+        name = str(path_params[self.param])
+        if self.system_topics and is_petrels_system_topic(name):
+            return system_topic_need(name)
+        return self.actions, self.kind, name
 
-def on_topic(*actions: Action, param: str = "topic") -> Need:
-    return Need(actions, "topic", param)
+
+def system_topic_need(topic: str) -> tuple[tuple[Action, ...], ResourceKind, str]:
+    """What describing a system topic needs: a group's retry or DLQ topic is its group's (as its lag and dead
+    letters are: sub or admin); the others hold every topic's messages, the cluster's (admin)."""
+    group = system_topic_group(topic)
+    if group is not None:
+        return (SUB, ADMIN), "group", group
+    return (ADMIN,), "cluster", "*"
+
+
+def on_topic(*actions: Action, param: str = "topic", system_topics: bool = False) -> Need:
+    return Need(actions, "topic", param, system_topics=system_topics)
 
 
 def on_group(*actions: Action, param: str = "group") -> Need:
@@ -78,9 +109,9 @@ NEEDS: Final[dict[str, tuple[Need, ...]]] = {
     "listProducerGroups": (later("group", "listed: the groups the key may administer", ADMIN),),
     # topics
     "putTopic": (on_topic(ADMIN),),
-    "getTopic": (on_topic(*ANY),),
+    "getTopic": (on_topic(*ANY, system_topics=True),),
     "deleteTopic": (on_topic(ADMIN),),
-    "listTopics": (later("topic", "listed: the topics the key holds any grant on", *ANY),),
+    "listTopics": (later("topic", "listed: the topics the key may describe", *ANY),),
     # timers
     "getTimerStats": (CLUSTER_ADMIN,),
     # cluster

@@ -71,6 +71,6 @@ def check(principal: Principal, needs: tuple[Need, ...], path_params: dict[str, 
         if need.kind == "cluster":
             principal.require(need.actions, "cluster")
         elif need.param is not None:
-            principal.require(need.actions, need.kind, str(path_params[need.param]))
+            principal.require(*need.resource(path_params))
         else:
             principal.require_some(need.actions)

@@ -15,10 +15,14 @@ from fastapi import Depends, Path
 
 from libs.message import MESSAGE_ID_PATTERN
 from libs.names import (
+    DLQ_PREFIX,
     MAX_NAME_LENGTH,
-    MAX_SYSTEM_NAME_LENGTH,
+    RETRY_PREFIX,
+    SYSTEM_TOPICS,
+    described_topic_schema,
     name_schema,
     reserved_names,
+    validate_described_topic,
     validate_group_name,
     validate_readable_topic,
     validate_topic_name,
@@ -51,13 +55,13 @@ async def _any_topic(
     topic: Annotated[
         str,
         _path(
-            f"a topic's name: 1 to {MAX_SYSTEM_NAME_LENGTH} characters from A-Z a-z 0-9 _ - % | (a system topic's "
-            "too); else 400",
-            name_schema(allow_system=True),
+            f"a user topic's name ({_NAME_RULE}), or exactly a system topic's: {', '.join(sorted(SYSTEM_TOPICS))}, "
+            f"{RETRY_PREFIX}<group>, {DLQ_PREFIX}<group> (its `%` sent as `%25`); anything else is a 400",
+            described_topic_schema(),
         ),
     ],
 ) -> str:
-    return validate_topic_name(topic, allow_system=True)
+    return validate_described_topic(topic)
 
 
 async def _readable_topic(
@@ -88,7 +92,7 @@ async def _producer_group(
 UserTopic = Annotated[str, Depends(_user_topic)]
 """A topic a user may create, send to and consume, as the `{topic}` path parameter."""
 AnyTopic = Annotated[str, Depends(_any_topic)]
-"""Any topic, a system topic too (to describe it), as the `{topic}` path parameter."""
+"""A user topic or one of Petrel's system topics (to describe it), as the `{topic}` path parameter."""
 ReadableTopic = Annotated[str, Depends(_readable_topic)]
 """A topic whose messages the public API reads (a user topic), as the `{topic}` path parameter."""
 GroupName = Annotated[str, Depends(_group)]

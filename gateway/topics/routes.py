@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Request, Response
 
-from gateway.auth.needs import ANY
+from gateway.auth.needs import NEEDS
 from gateway.auth.principal import principal_of
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import create_topic, first_detail, master_address
@@ -58,12 +58,14 @@ async def list_topics(
     request: Request,
     include_system: Annotated[bool, Query(description="also list Petrel's system topics")] = False,
 ) -> TopicList:
-    """Every topic a live broker holds that the key holds any grant on."""
+    """Every topic a live broker holds that the key may describe (getTopic's check)."""
     principal = principal_of(request)
+    (describe,) = NEEDS["getTopic"]
     summaries = [
         _summary(route)
         for route in await ctx.nameservers.routes()
-        if (include_system or not is_system_topic(route.topic)) and principal.may(ANY, "topic", route.topic)
+        if (include_system or not is_system_topic(route.topic))
+        and principal.may(*describe.resource({"topic": route.topic}))
     ]
     return TopicList(topics=summaries)
 

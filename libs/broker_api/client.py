@@ -25,6 +25,7 @@ from libs.broker_api.schemas import BrokerTopic, PutAnswer, TopicOffsets
 from libs.codec import decode_record
 from libs.errors import BrokerUnavailable, FlushTimeout, PetrelError, ServiceUnavailable
 from libs.http.client import BINARY_TYPE, JSON_TYPE, BinaryResponse, InternalClient
+from libs.http.paths import internal_path
 from libs.message import MessageRecord
 from libs.topic import TopicConfig
 
@@ -99,19 +100,23 @@ class BrokerClient:
             "perm": config.perm,
             "message_type": config.message_type.value,
         }
-        answer = await self._json(broker, address, "PUT", f"/internal/topics/{config.name}", body)
+        answer = await self._json(
+            broker, address, "PUT", internal_path("/internal/topics/{topic}", topic=config.name), body
+        )
         return BrokerTopic.model_validate(answer)
 
     async def get_topic(self, broker: str, address: str, topic: str) -> BrokerTopic:
-        return BrokerTopic.model_validate(await self._json(broker, address, "GET", f"/internal/topics/{topic}"))
+        return BrokerTopic.model_validate(
+            await self._json(broker, address, "GET", internal_path("/internal/topics/{topic}", topic=topic))
+        )
 
     async def delete_topic(self, broker: str, address: str, topic: str) -> None:
-        await self._json(broker, address, "DELETE", f"/internal/topics/{topic}")
+        await self._json(broker, address, "DELETE", internal_path("/internal/topics/{topic}", topic=topic))
 
     async def topic_offsets(self, broker: str, address: str, topic: str) -> TopicOffsets:
         """Min and max offset of every queue of the topic, and a schedule queue's end when the broker started."""
         return TopicOffsets.model_validate(
-            await self._json(broker, address, "GET", f"/internal/topics/{topic}/offsets")
+            await self._json(broker, address, "GET", internal_path("/internal/topics/{topic}/offsets", topic=topic))
         )
 
     # ---- messages ----------------------------------------------------------------------------
@@ -140,7 +145,7 @@ class BrokerClient:
         self, broker: str, address: str, topic: str, queue_id: int, params: Mapping[str, str | int], wait_ms: int = 0
     ) -> PulledBatch:
         """Records of one queue from params' offset (at most params' max), waiting up to wait_ms for the first."""
-        path = f"/internal/topics/{topic}/queues/{queue_id}/messages"
+        path = internal_path("/internal/topics/{topic}/queues/{queue_id}/messages", topic=topic, queue_id=queue_id)
         timeout = self._waiting(wait_ms)
         if wait_ms <= 0:
             response = await self._binary(broker, address, "GET", path, params=params, timeout=timeout)
@@ -154,23 +159,32 @@ class BrokerClient:
         return KeyQueryAnswer.read(response.body, response.headers)
 
     async def query_id(self, broker: str, address: str, message_id: str, params: Mapping[str, str | int]) -> bytes:
-        path = f"/internal/messages/by-id/{message_id}"
+        path = internal_path("/internal/messages/by-id/{message_id}", message_id=message_id)
         return (await self._binary(broker, address, "GET", path, params=params)).body
 
     async def record(self, broker: str, address: str, physical_offset: int) -> MessageRecord:
         """The record stored at this CommitLog offset."""
-        response = await self._binary(broker, address, "GET", f"/internal/commitlog/{physical_offset}")
+        response = await self._binary(
+            broker,
+            address,
+            "GET",
+            internal_path("/internal/commitlog/{physical_offset}", physical_offset=physical_offset),
+        )
         return decode_record(response.body)
 
     async def progress(self, broker: str, address: str, group: str, topic: str, queue_id: int = 0) -> int | None:
         """The group's committed offset of one queue, if any."""
-        answer = await self._json(broker, address, "GET", f"/internal/consumer-offsets/{group}")
+        answer = await self._json(
+            broker, address, "GET", internal_path("/internal/consumer-offsets/{group}", group=group)
+        )
         return next((o["offset"] for o in answer["offsets"] if o["topic"] == topic and o["queue_id"] == queue_id), None)
 
     async def commit_progress(
         self, broker: str, address: str, group: str, topic: str, offset: int, queue_id: int = 0
     ) -> None:
-        path = f"/internal/consumer-offsets/{group}/{topic}/{queue_id}"
+        path = internal_path(
+            "/internal/consumer-offsets/{group}/{topic}/{queue_id}", group=group, topic=topic, queue_id=queue_id
+        )
         await self._json(broker, address, "PUT", path, {"offset": offset})
 
     # ---- consumer groups ---------------------------------------------------------------------
@@ -179,23 +193,25 @@ class BrokerClient:
         """The group as stored; its `created` says whether this broker created it (rather than updated it)."""
         body = update.model_dump(mode="json")
         return GroupConfigAnswer.model_validate(
-            await self._json(broker, address, "PUT", f"/internal/groups/{group}", body)
+            await self._json(broker, address, "PUT", internal_path("/internal/groups/{group}", group=group), body)
         )
 
     async def get_group(self, broker: str, address: str, group: str) -> GroupConfigAnswer:
-        return GroupConfigAnswer.model_validate(await self._json(broker, address, "GET", f"/internal/groups/{group}"))
+        return GroupConfigAnswer.model_validate(
+            await self._json(broker, address, "GET", internal_path("/internal/groups/{group}", group=group))
+        )
 
     async def list_groups(self, broker: str, address: str) -> list[GroupConfigAnswer]:
         return GroupConfigList.model_validate(await self._json(broker, address, "GET", "/internal/groups")).groups
 
     async def delete_group(self, broker: str, address: str, group: str) -> None:
-        await self._json(broker, address, "DELETE", f"/internal/groups/{group}")
+        await self._json(broker, address, "DELETE", internal_path("/internal/groups/{group}", group=group))
 
     async def receive(
         self, broker: str, address: str, group: str, topic: str, body: Mapping[str, Any]
     ) -> tuple[list[Lease], memoryview]:
         """Leased messages: one lease per record, in order (none when nothing came within body's wait_ms)."""
-        path = f"/internal/groups/{group}/topics/{topic}/receive"
+        path = internal_path("/internal/groups/{group}/topics/{topic}/receive", group=group, topic=topic)
         wait_ms = int(body["wait_ms"])
         raw = await self._binary(
             broker,
@@ -211,7 +227,7 @@ class BrokerClient:
 
     async def ready(self, broker: str, address: str, group: str, topic: str, params: Mapping[str, str | int]) -> bool:
         """Whether something is there for the group to receive, waiting up to params' wait_ms for it."""
-        path = f"/internal/groups/{group}/topics/{topic}/ready"
+        path = internal_path("/internal/groups/{group}/topics/{topic}/ready", group=group, topic=topic)
         wait_ms = int(params["wait_ms"])
         answer = await self._json(
             broker, address, "GET", path, params=params, timeout=self._waiting(wait_ms), waiting=wait_ms > 0
@@ -221,35 +237,57 @@ class BrokerClient:
     async def ack(self, broker: str, address: str, group: str, handles: list[str]) -> list[dict[str, Any]]:
         """One result per handle, in order (HandleResult's fields)."""
         body = {"receipt_handles": handles}
-        return list((await self._json(broker, address, "POST", f"/internal/groups/{group}/ack", body))["results"])
+        return list(
+            (
+                await self._json(
+                    broker, address, "POST", internal_path("/internal/groups/{group}/ack", group=group), body
+                )
+            )["results"]
+        )
 
     async def nack(self, broker: str, address: str, group: str, body: Mapping[str, Any]) -> list[dict[str, Any]]:
         """One result per handle of body's receipt_handles, in order (HandleResult's fields)."""
-        return list((await self._json(broker, address, "POST", f"/internal/groups/{group}/nack", body))["results"])
+        return list(
+            (
+                await self._json(
+                    broker, address, "POST", internal_path("/internal/groups/{group}/nack", group=group), body
+                )
+            )["results"]
+        )
 
     async def change_visibility(
         self, broker: str, address: str, group: str, handle: str, invisible_ms: int
     ) -> dict[str, Any]:
         body = {"receipt_handle": handle, "invisible_ms": invisible_ms}
-        return dict(await self._json(broker, address, "POST", f"/internal/groups/{group}/visibility", body))
+        return dict(
+            await self._json(
+                broker, address, "POST", internal_path("/internal/groups/{group}/visibility", group=group), body
+            )
+        )
 
     async def lag(self, broker: str, address: str, group: str) -> list[dict[str, Any]]:
-        return list((await self._json(broker, address, "GET", f"/internal/groups/{group}/lag"))["queues"])
+        return list(
+            (await self._json(broker, address, "GET", internal_path("/internal/groups/{group}/lag", group=group)))[
+                "queues"
+            ]
+        )
 
     async def reset_offsets(
         self, broker: str, address: str, group: str, topic: str, body: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
-        path = f"/internal/groups/{group}/topics/{topic}/offsets:reset"
+        path = internal_path("/internal/groups/{group}/topics/{topic}/offsets:reset", group=group, topic=topic)
         return list((await self._json(broker, address, "POST", path, body))["queues"])
 
     async def dead_letters(self, broker: str, address: str, group: str, offset: int, max: int) -> PulledBatch:
         params = {"offset": offset, "max": max}
-        response = await self._binary(broker, address, "GET", f"/internal/groups/{group}/dlq", params=params)
+        response = await self._binary(
+            broker, address, "GET", internal_path("/internal/groups/{group}/dlq", group=group), params=params
+        )
         return PulledBatch.read(response.body, response.headers)
 
     async def redrive(self, broker: str, address: str, group: str, request: RedriveBody) -> dict[str, Any]:
         """The broker sends dead letters back at request.per_second: the call lasts as long as that takes."""
-        path = f"/internal/groups/{group}/dlq:redrive"
+        path = internal_path("/internal/groups/{group}/dlq:redrive", group=group)
         count = min(request.max_messages, len(request.message_ids or ()) or request.max_messages)
         timeout = self._waiting(int(count / request.per_second * 1000))
         return dict(await self._json(broker, address, "POST", path, request.model_dump(), timeout=timeout))
@@ -270,11 +308,15 @@ class BrokerClient:
     ) -> dict[str, Any]:
         """Commit or roll back one (`outcome` COMMIT or ROLLBACK); TransactionAlreadyEnded when ended the other way."""
         verb = "commit" if outcome == "COMMIT" else "rollback"
-        path = f"/internal/transactions/{message_id}/{verb}"
+        path = internal_path("/internal/transactions/{message_id}/{verb}", message_id=message_id, verb=verb)
         return dict(await self._json(broker, address, "POST", path, {"by": by}))
 
     async def get_transaction(self, broker: str, address: str, message_id: str) -> dict[str, Any]:
-        return dict(await self._json(broker, address, "GET", f"/internal/transactions/{message_id}"))
+        return dict(
+            await self._json(
+                broker, address, "GET", internal_path("/internal/transactions/{message_id}", message_id=message_id)
+            )
+        )
 
     async def list_transactions(self, broker: str, address: str, state: str, max: int) -> list[dict[str, Any]]:
         params: dict[str, str | int] = {"state": state, "max": max}
@@ -284,7 +326,7 @@ class BrokerClient:
         self, broker: str, address: str, message_id: str, physical_offset: int, *, defer: bool = False
     ) -> dict[str, Any]:
         """A check-back of this half copy was sent (or, with defer, is not due yet): renew it; its state."""
-        path = f"/internal/transactions/{message_id}/checked"
+        path = internal_path("/internal/transactions/{message_id}/checked", message_id=message_id)
         return dict(
             await self._json(broker, address, "POST", path, {"physical_offset": physical_offset, "defer": defer})
         )
@@ -295,7 +337,7 @@ class BrokerClient:
         self, broker: str, address: str, topic: str, queue_id: int, offset: int, count: int
     ) -> list[DueUnit]:
         """ConsumeQueue units of one queue from `offset` (a schedule queue's: due times, no bodies)."""
-        path = f"/internal/topics/{topic}/queues/{queue_id}/units"
+        path = internal_path("/internal/topics/{topic}/queues/{queue_id}/units", topic=topic, queue_id=queue_id)
         response = await self._binary(broker, address, "GET", path, params={"offset": offset, "max": count})
         return read_units(response.body, response.headers)
 

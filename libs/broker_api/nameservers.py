@@ -11,6 +11,7 @@ import random
 
 from libs.errors import NameserverUnavailable, ServiceUnavailable
 from libs.http.client import InternalClient
+from libs.http.paths import internal_path
 from libs.routing import ClusterListing, TopicRoute, TopicRouteList
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ class NameserverClient:
 
     async def route(self, topic: str) -> TopicRoute:
         """The topic's route; TopicNotFound when no live broker holds it."""
-        return TopicRoute.model_validate(await self._get(f"/internal/routes/{topic}"))
+        return TopicRoute.model_validate(await self._get(internal_path("/internal/routes/{topic}", topic=topic)))
 
     async def routes(self) -> list[TopicRoute]:
         return TopicRouteList.model_validate(await self._get("/internal/routes")).routes

@@ -14,6 +14,7 @@ from typing import Any
 from libs import jsonutil
 from libs.errors import ServiceUnavailable
 from libs.http.client import JSON_TYPE, InternalClient
+from libs.http.paths import internal_path
 from libs.push_api.schemas import (
     PushAttempts,
     RotateSecretRequest,
@@ -36,12 +37,12 @@ class PushClient:
         body = jsonutil.dumps(request.model_dump(mode="json", exclude_unset=True))
         with self._naming():
             answer = await self.internal.binary(
-                "PUT", self._url(f"/{group}/{topic}"), body=body, content_type=JSON_TYPE
+                "PUT", self._url(_subscription(group, topic)), body=body, content_type=JSON_TYPE
             )
         return Subscription.model_validate_json(answer.body), answer.status == 201
 
     async def get(self, group: str, topic: str) -> Subscription:
-        return Subscription.model_validate(await self._json("GET", f"/{group}/{topic}"))
+        return Subscription.model_validate(await self._json("GET", _subscription(group, topic)))
 
     async def list(self, group: str | None = None) -> SubscriptionList:
         """Every subscription (of `group`), by group then topic."""
@@ -49,21 +50,27 @@ class PushClient:
         return SubscriptionList.model_validate(await self._json("GET", "", params=params))
 
     async def delete(self, group: str, topic: str) -> None:
-        await self._json("DELETE", f"/{group}/{topic}")
+        await self._json("DELETE", _subscription(group, topic))
 
     async def pause(self, group: str, topic: str) -> Subscription:
-        return Subscription.model_validate(await self._json("POST", f"/{group}/{topic}/pause", idempotent=True))
+        return Subscription.model_validate(
+            await self._json("POST", _subscription(group, topic, "/pause"), idempotent=True)
+        )
 
     async def resume(self, group: str, topic: str) -> Subscription:
-        return Subscription.model_validate(await self._json("POST", f"/{group}/{topic}/resume", idempotent=True))
+        return Subscription.model_validate(
+            await self._json("POST", _subscription(group, topic, "/resume"), idempotent=True)
+        )
 
     async def rotate_secret(self, group: str, topic: str, request: RotateSecretRequest) -> Subscription:
         """The new secret is in the answer; a rotation is not repeated when the call fails midway."""
         body = request.model_dump(mode="json")
-        return Subscription.model_validate(await self._json("POST", f"/{group}/{topic}/rotate-secret", body))
+        return Subscription.model_validate(
+            await self._json("POST", _subscription(group, topic, "/rotate-secret"), body)
+        )
 
     async def attempts(self, group: str, topic: str, limit: int) -> PushAttempts:
-        answer = await self._json("GET", f"/{group}/{topic}/attempts", params={"limit": limit})
+        answer = await self._json("GET", _subscription(group, topic, "/attempts"), params={"limit": limit})
         return PushAttempts.model_validate(answer)
 
     async def _json(
@@ -91,3 +98,8 @@ class PushClient:
             raise ServiceUnavailable(
                 f"the push service at {self.address} did not answer: {exc.detail}", **exc.extensions
             ) from exc
+
+
+def _subscription(group: str, topic: str, action: str = "") -> str:
+    """The path of a subscription (or of an action on it) below PREFIX, its names quoted."""
+    return internal_path("/{group}/{topic}", group=group, topic=topic) + action

@@ -24,6 +24,7 @@ import httpx
 
 from libs.controller_api import IN_SYNC_PATH, REPORT_PATH, Assignment, BrokerReport, InSyncChange
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.http.paths import internal_path
 from libs.store.epochs import EpochFile
 from libs.store.message_store import MessageStore
 from services.broker.in_sync import InSyncReplicas
@@ -83,7 +84,7 @@ class ControllerLink:
             address=self.address, log_end=self.store.commitlog.write_offset, epoch=self.epochs.last_epoch
         )
         answer = await self.client.put(
-            REPORT_PATH.format(broker_name=self.broker_name, broker_id=self.broker_id), json=body.model_dump()
+            internal_path(REPORT_PATH, broker_name=self.broker_name, broker_id=self.broker_id), json=body.model_dump()
         )
         answer.raise_for_status()
         assignment = Assignment.model_validate_json(answer.content)
@@ -132,7 +133,9 @@ class ControllerLink:
             return False
         change = InSyncChange(master_id=self.broker_id, epoch=run_as.epoch, in_sync=[self.broker_id, *kept])
         try:
-            answer = await self.client.put(IN_SYNC_PATH.format(broker_name=self.broker_name), json=change.model_dump())
+            answer = await self.client.put(
+                internal_path(IN_SYNC_PATH, broker_name=self.broker_name), json=change.model_dump()
+            )
         except httpx.HTTPError as exc:
             log.warning("controller: the in-sync set %s was not taken (%s)", change.in_sync, exc)
             return False

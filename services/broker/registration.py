@@ -18,6 +18,7 @@ import logging
 
 from libs.errors import PetrelError
 from libs.http.client import InternalClient
+from libs.http.paths import internal_path
 from libs.routing import REGISTRATION_PAGE, BrokerRegistration, HeartbeatAck, TopicChanges, TopicConfigBody
 from libs.topic import TopicConfig
 from services.broker.settings import BrokerSettings
@@ -36,7 +37,11 @@ class NameserverRegistrar:
         self.page = page
         self.registered: dict[str, int] = {}
         """nameserver address -> data version it holds in full (acknowledged)."""
-        self._path = f"/internal/brokers/{settings.broker_name}/{settings.broker_id}"
+        self._path = internal_path(
+            "/internal/brokers/{broker_name}/{broker_id}",
+            broker_name=settings.broker_name,
+            broker_id=settings.broker_id,
+        )
         self._lock = asyncio.Lock()
         self._master: bool | None = None
         self._epoch = 0

@@ -33,6 +33,7 @@ from libs.broker_api.replication import (
 from libs.broker_api.schemas import BrokerTopicList
 from libs.errors import PetrelError, UpstreamError
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.http.paths import internal_path
 from libs.names import is_system_topic
 from libs.store.config import FlushMode
 from libs.store.message_store import MessageStore
@@ -155,7 +156,7 @@ class ReplicaFollower:
 
     async def _send_acks_forever(self, client: httpx.AsyncClient) -> None:
         """One ack in flight at a time, for the newest end: acks that pile up while one is sent become one."""
-        path = SLAVE_ACK_PATH.format(slave_id=self.slave_id)
+        path = internal_path(SLAVE_ACK_PATH, slave_id=self.slave_id)
         while True:
             await self._ack_due.wait()
             self._ack_due.clear()

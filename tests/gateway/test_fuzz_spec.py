@@ -8,17 +8,24 @@ the timer service) runs in this process, on an event loop of its own (an anyio p
 thread): Hypothesis draws and checks in the test's thread, the portal runs each call.
 A topic, a consumer group, a producer group and a push subscription named `0` (the
 name Hypothesis draws first) exist before the run, so that calls get past "not found".
+
+Names are decoded once (issue 25): every answer is also checked by `names_decoded_once`
+(no 2xx for a topic or group in the path that breaks the name rules once decoded), and
+the first generated call of each operation naming a topic or group is sent again with
+that name spelled as an attacker spells it (ENCODED_NAMES).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import secrets
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import httpx
 import pytest
@@ -37,6 +44,7 @@ from gateway.settings import GatewaySettings
 from libs.http.asgi import AsgiTransport, running
 from libs.http.lean_transport import LeanTransport
 from libs.http.transport import Transport
+from libs.names import DLQ_PREFIX, NAME_PATTERN, RETRY_PREFIX, SYSTEM_TOPICS, is_system_topic
 from services.broker.app import create_app as broker_app
 from services.broker.settings import BrokerSettings
 from services.timer.app import create_app as timer_app
@@ -50,14 +58,22 @@ EXAMPLES = 12
 """Generated requests per operation and generation mode: the run stays within about a minute on two cores."""
 LONG_POLL_MS = 50
 """A generated long poll waits at most this long: the spec allows 30 s, the run's budget does not."""
-CHECKS: list[CheckFunction] = [
-    checks.not_a_server_error,
-    checks.status_code_conformance,
-    checks.content_type_conformance,
-    checks.response_headers_conformance,
-    checks.response_schema_conformance,
-]
 MODES = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+NAME_PARAMS = ("topic", "group")
+ENCODED_NAMES = (
+    "%2530",
+    "%252530",
+    "%2e%2e",
+    "%C0%B0",
+    quote("\uff10"),
+    "%2552MQ_SYS_TRANS_HALF_TOPIC",
+    "%2525DLQ%25250",
+    "%25RETRY%250",
+    "SCHEDULE_TOPIC_XXXX",
+)
+"""The seeded name `0` and system topics as an attacker spells them in a path (sent as written): encoded twice and
+three times, a dot segment, overlong UTF-8, fullwidth, system topics encoded twice, once, and not at all. (An encoded
+`/` makes another path, which no operation documents: tests/gateway/test_names_every_operation.py sends those.)"""
 SEED_NAME = "0"
 PUBLIC_URL = "http://93.184.216.34/petrel"
 """A literal public address: the egress guard lets it through without resolving a name."""
@@ -80,6 +96,7 @@ class FuzzRun:
     examples: int = 0
     failures: list[str] = field(default_factory=list)
     statuses: Counter[int] = field(default_factory=Counter)
+    examples_of: Counter[str] = field(default_factory=Counter)
 
     def summary(self) -> str:
         answered = ", ".join(f"{status}: {count}" for status, count in sorted(self.statuses.items()))
@@ -140,6 +157,59 @@ async def _seed(client: httpx.AsyncClient, headers: dict[str, str]) -> None:
         assert answer.status_code in (200, 201), f"{method} {path}: {answer.text}"
 
 
+@schemathesis.check
+def names_decoded_once(ctx: Any, response: Any, case: Case) -> bool | None:
+    """No 2xx for a topic or group in the path that, decoded once (as the server decodes it), breaks the name rules
+    (describing a system topic by its exact name excepted: getTopic)."""
+    if not 200 <= response.status_code < 300:
+        return None
+    for param in NAME_PARAMS:
+        value = (case.path_parameters or {}).get(param)
+        if not isinstance(value, str):
+            continue
+        name = unquote(value)
+        if re.fullmatch(NAME_PATTERN, name) and not (param == "topic" and is_system_topic(name)):
+            continue
+        described = param == "topic" and case.operation.definition.raw.get("operationId") == "getTopic"
+        if described and exact_system_topic(name):
+            continue
+        raise AssertionError(f"{case.operation.label} answered {response.status_code} for {param} {value!r}")
+    return None
+
+
+CHECKS: list[CheckFunction] = [
+    checks.not_a_server_error,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_headers_conformance,
+    checks.response_schema_conformance,
+    names_decoded_once,
+]
+
+
+def exact_system_topic(name: str) -> bool:
+    """One of Petrel's system topics, by its exact name (a group's retry or DLQ topic, or a fixed one)."""
+    group = next((name.removeprefix(p) for p in (RETRY_PREFIX, DLQ_PREFIX) if name.startswith(p)), None)
+    return name in SYSTEM_TOPICS or (group is not None and re.fullmatch(NAME_PATTERN, group) is not None)
+
+
+def encoded_name_cases(case: Case) -> list[Case]:
+    """The case again with each topic or group of its path spelled each way of ENCODED_NAMES."""
+    params = dict(case.path_parameters or {})
+    return [
+        case.operation.Case(
+            path_parameters=params | {param: spelled},
+            headers=case.headers,
+            query=case.query,
+            body=case.body,
+            media_type=case.media_type,
+        )
+        for param in NAME_PARAMS
+        if param in params
+        for spelled in ENCODED_NAMES
+    ]
+
+
 def own_idempotency_key(case: Case, run_id: str) -> None:
     """A generated Idempotency-Key made this run's own: Redis keeps a key 24 h, and a seeded run draws the same keys."""
     headers: Any = case.headers
@@ -178,11 +248,16 @@ def fuzz_operation(operation: Any, mode: GenerationMode, send: Send, run: FuzzRu
     def call(case: Case) -> None:
         bounded_long_polls(case)
         own_idempotency_key(case, run.run_id)
-        run.examples += 1
-        kwargs = case.as_transport_kwargs(base_url="http://test")
-        response = send(kwargs)
-        run.statuses[response.status_code] += 1
-        case.validate_response(response, checks=CHECKS, transport_kwargs=kwargs)
+        spelled = (
+            encoded_name_cases(case) if mode is GenerationMode.POSITIVE and not run.examples_of[operation.label] else []
+        )
+        for each in [case, *spelled]:
+            run.examples += 1
+            run.examples_of[operation.label] += 1
+            kwargs = each.as_transport_kwargs(base_url="http://test")
+            response = send(kwargs)
+            run.statuses[response.status_code] += 1
+            each.validate_response(response, checks=CHECKS, transport_kwargs=kwargs)
 
     try:
         call()
