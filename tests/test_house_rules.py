@@ -63,6 +63,7 @@ def test_no_test_file_defines_a_clock() -> None:
 
 
 SLOW_PEERS: dict[str, str] = {
+    "libs/test_slow_clients.py": "a client that trickles its request, a few bytes at a time",
     "e2e/test_transactions.py": "a producer that answers slowly, so checks are in flight when txcheck is killed",
     "services/push/test_delivery.py": "an endpoint that answers after the push's timeout",
 }

@@ -93,7 +93,7 @@ FIELD_SPELLINGS = ["%70ayroll", "../payroll", "payroll/../orders", "\uff50\uff41
 """A name as a body or query field carries it (decoded: JSON and query strings are decoded once anyway)."""
 NAME_PARAMS = frozenset({"topic", "group"})
 ID_PARAMS = frozenset({"message_id", "key_id"})
-LOCAL_OPERATIONS = frozenset({"putProducerGroup", "getProducerGroup"})
+LOCAL_OPERATIONS = frozenset({"putProducerGroup", "getProducerGroup", "rotateProducerGroupSecret"})
 """Operations that name a group but call no internal service (producer groups live in the gateway's database)."""
 
 

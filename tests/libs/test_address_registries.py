@@ -6,7 +6,7 @@ import ipaddress
 import re
 
 from libs.address_registries import IPV4_SPECIAL, IPV6_SPECIAL, NOT_INTERNET_UNICAST, Block, embedded_ipv4
-from tests.libs import test_egress_registries as written
+from tests.support import registry_rows as written
 
 VERDICT: dict[tuple[bool | None, bool | None], str] = {(True, True): written.PUBLIC, (True, None): written.CARRIED}
 
