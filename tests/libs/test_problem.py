@@ -18,7 +18,7 @@ from libs.http.app import service_app
 from libs.problem import error_response
 from libs.settings import ServiceSettings
 
-TOKEN = "cluster-secret"
+TOKEN = "cluster-secret-of-thirty-two-bytes"
 
 
 class NewTopic(BaseModel):
