@@ -75,7 +75,8 @@ class ServiceSettings(BaseSettings):
         json_schema_extra={"env_type": "host names, comma-separated"},
         description="host names an internal service answers to in the Host header, besides IP addresses, "
         "localhost, the nameservers' names and its own (a DNS-rebinding page uses a name of its own), "
-        "e.g. 'timer.petrel.internal'",
+        "e.g. 'timer.petrel.internal'; the gateway's (PETREL_GATEWAY_ALLOWED_HOSTS): names it answers to, and "
+        "one other hosts reach turns API keys on (with auth off it answers to loopback names only)",
     )
     nameservers: AddressList = Field(default=["127.0.0.1:9876"], description="every nameserver's host:port")
     redis_url: str = Field(
