@@ -14,7 +14,7 @@ from prometheus_client import Gauge
 
 from gateway.auth import routes as keys
 from gateway.auth.audit import RateBudget
-from gateway.auth.key_check import KeyCheck
+from gateway.auth.key_check import Authenticator, KeyCheck
 from gateway.auth.opened import opened_auth
 from gateway.auth.schemas import KeyRequest
 from gateway.auth.spec import document_security
@@ -38,11 +38,12 @@ from gateway.transactions import routes as transactions
 from gateway.transactions.producer_groups import ProducerGroups
 from gateway.transactions.schemas import EndTransaction, ProducerGroupUpdate, SendTransaction
 from gateway.transactions.transaction_ends import TransactionEnds
+from libs.auth.grants import Action
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.nameservers import NameserverClient
 from libs.broker_api.receiver import Receiver
 from libs.broker_api.route_cache import MasterDirectory, RouteCache
-from libs.errors import PetrelError
+from libs.errors import PetrelError, Unauthorized
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.http.guards import Guard
@@ -136,6 +137,15 @@ def create_app(
         brokers = sum(len(c.brokers) for c in listing.clusters)
         return {"nameservers": "ok", "brokers": "ok" if brokers else "no broker is registered"}
 
+    async def readiness_detail(request: Request) -> bool:
+        """What is wrong is told to a key with admin on the cluster, and to anyone while auth is off."""
+        auth: Authenticator = request.state.auth
+        try:
+            principal = await auth.principal(request.headers.get("authorization"))
+        except Unauthorized:
+            return False
+        return principal.may((Action.ADMIN,), "cluster")
+
     app = service_app(
         "gateway",
         settings,
@@ -147,6 +157,8 @@ def create_app(
         guards=[*edge_guards(settings), KeyCheck()],
         hot_routes=messages.HOT_ROUTES | consume.HOT_ROUTES | transactions.HOT_ROUTES,
         worker=settings.worker,
+        readiness_detail=readiness_detail,
+        readiness_clock=clock,
     )
     # Starlette tries routes in order, a few microseconds each: the hot paths (send, consume, transactions) first.
     app.include_router(messages.router)
