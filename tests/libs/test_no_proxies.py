@@ -30,6 +30,7 @@ from libs.errors import PetrelError
 from libs.events.writer import EventWriter
 from libs.http.client import ClientOptions, InternalClient
 from libs.store.epochs import EpochFile
+from libs.store.message_store import MessageStore
 from services.broker.controller_link import ControllerLink
 from services.broker.epoch_sync import _agree_with
 from services.broker.replica_follower import ReplicaFollower
@@ -119,9 +120,17 @@ async def peer() -> AsyncIterator[Recorder]:
         yield recorder
 
 
-def went_straight(proxy: Recorder, peer: Recorder, request_line: str) -> None:
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[MessageStore]:
+    opened = make_store(tmp_path / "broker")
+    yield opened
+    await opened.close()
+
+
+def went_straight(proxy: Recorder, peer: Recorder, request_line: str, *, with_token: bool = True) -> None:
     assert proxy.seen == [], f"the proxy was called: {proxy.heads()}"
     assert peer.heads() == [request_line]
+    assert (TOKEN.encode() in peer.seen[0]) is with_token
 
 
 async def test_a_client_that_reads_the_environment_would_go_through_the_proxy(proxy: Recorder, peer: Recorder) -> None:
@@ -137,40 +146,28 @@ async def test_the_internal_client_goes_straight_to_its_peer(proxy: Recorder, pe
         with pytest.raises(PetrelError):
             await client.json("GET", peer.url("/internal/topics"))
     went_straight(proxy, peer, "GET /internal/topics HTTP/1.1")
-    assert TOKEN.encode() in peer.seen[0]
 
 
 async def test_a_slaves_replication_client_goes_straight_to_its_master(
-    proxy: Recorder, peer: Recorder, tmp_path: Path
+    proxy: Recorder, peer: Recorder, store: MessageStore
 ) -> None:
-    store = make_store(tmp_path / "broker")
-    try:
-        follower = ReplicaFollower(FollowerState(peer.address), store, cast(TopicTable, None), TOKEN, 1, "127.0.0.1:1")
-        await follower.prepare()  # copies the master's topics: a GET of its table
-    finally:
-        await store.close()
+    follower = ReplicaFollower(FollowerState(peer.address), store, cast(TopicTable, None), TOKEN, 1, "127.0.0.1:1")
+    await follower.prepare()  # copies the master's topics: a GET of its table
     went_straight(proxy, peer, "GET /internal/topics HTTP/1.1")
-    assert TOKEN.encode() in peer.seen[0]
 
 
 async def test_the_epoch_sync_client_goes_straight_to_the_master(
-    proxy: Recorder, peer: Recorder, tmp_path: Path
+    proxy: Recorder, peer: Recorder, store: MessageStore, tmp_path: Path
 ) -> None:
-    store = make_store(tmp_path / "broker")
     events = EventWriter(tmp_path / "export", "broker", enabled=False)
-    try:
-        agreed = await _agree_with(peer.address, store, EpochFile(store.config.root), TOKEN, events, "broker-a")
-    finally:
-        await store.close()
+    agreed = await _agree_with(peer.address, store, EpochFile(store.config.root), TOKEN, events, "broker-a")
     assert not agreed  # the peer answered 503
     went_straight(proxy, peer, f"GET {EPOCHS_PATH} HTTP/1.1")
-    assert TOKEN.encode() in peer.seen[0]
 
 
 async def test_the_controller_client_goes_straight_to_the_controller(
-    proxy: Recorder, peer: Recorder, tmp_path: Path
+    proxy: Recorder, peer: Recorder, store: MessageStore
 ) -> None:
-    store = make_store(tmp_path / "broker")
     link = ControllerLink(
         peer.address, "broker-a", 0, "127.0.0.1:1", store, EpochFile(store.config.root), TOKEN, heartbeat=1, lease=2
     )
@@ -179,9 +176,7 @@ async def test_the_controller_client_goes_straight_to_the_controller(
             await link.report()
     finally:
         await link.close()
-        await store.close()
     went_straight(proxy, peer, "PUT /internal/controller/broker-a/0 HTTP/1.1")
-    assert TOKEN.encode() in peer.seen[0]
 
 
 async def test_a_check_back_goes_straight_to_the_producer(proxy: Recorder, peer: Recorder, tmp_path: Path) -> None:
@@ -194,7 +189,7 @@ async def test_a_check_back_goes_straight_to_the_producer(proxy: Recorder, peer:
     finally:
         await asyncio.to_thread(runtime.close)
     assert answer.status_code == 503
-    went_straight(proxy, peer, "POST /checkback HTTP/1.1")
+    went_straight(proxy, peer, "POST /checkback HTTP/1.1", with_token=False)
 
 
 async def test_a_push_delivery_goes_straight_to_the_endpoint(proxy: Recorder, peer: Recorder) -> None:
@@ -204,13 +199,13 @@ async def test_a_push_delivery_goes_straight_to_the_endpoint(proxy: Recorder, pe
     finally:
         await endpoint.close()
     assert verdict.status == 503
-    went_straight(proxy, peer, "POST /hook HTTP/1.1")
+    went_straight(proxy, peer, "POST /hook HTTP/1.1", with_token=False)
 
 
 async def test_petrel_ups_health_probe_goes_straight_to_the_child(proxy: Recorder, peer: Recorder) -> None:
     spec = ProcessSpec("nameserver", "services.nameserver", peer.port)
     assert not await asyncio.to_thread(Supervisor._answers, spec, "/healthz")  # the peer answers 503
-    went_straight(proxy, peer, "GET /healthz HTTP/1.1")
+    went_straight(proxy, peer, "GET /healthz HTTP/1.1", with_token=False)
 
 
 # The source tree
