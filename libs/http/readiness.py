@@ -21,6 +21,7 @@ from typing import Final, Literal
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
 
@@ -33,10 +34,12 @@ DetailPolicy = Callable[[Request], Awaitable[bool]]
 
 
 class Readiness(BaseModel):
+    """The status alone, or with the checks to a caller who may see them (a field is left out, never null)."""
+
     status: Literal["ready", "not ready"]
-    ready: bool | None = Field(default=None, description="the status as a boolean; with the checks")
-    service: str | None = Field(default=None, description="with the checks")
-    checks: dict[str, str] | None = Field(
+    ready: bool | SkipJsonSchema[None] = Field(default=None, description="the status as a boolean; with the checks")
+    service: str | SkipJsonSchema[None] = Field(default=None, description="with the checks")
+    checks: dict[str, str] | SkipJsonSchema[None] = Field(
         default=None,
         description="each check: ok, or what is wrong; told only to a caller who may see it (one with the cluster "
         "token; on the gateway, a key with admin on the cluster, or anyone while auth is off)",
