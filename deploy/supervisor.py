@@ -35,6 +35,8 @@ from typing import IO
 from deploy.plan import ProcessSpec
 
 GRACE_SECONDS = 10.0
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Health probes go straight to the child: an HTTP_PROXY in the environment is not asked to reach 127.0.0.1."""
 
 
 class StartupFailed(RuntimeError):
@@ -149,7 +151,7 @@ class Supervisor:
                 return True
             return False
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{spec.port}{health_path}", timeout=1) as response:
+            with DIRECT.open(f"http://127.0.0.1:{spec.port}{health_path}", timeout=1) as response:
                 return bool(response.status == 200) and (not spec.shares_port or _worker(response.read()) == spec.name)
         except OSError:
             return False

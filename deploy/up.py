@@ -19,7 +19,6 @@ from deploy.redis_server import (
 from deploy.supervisor import StartupFailed, Supervisor, port_in_use
 from gateway.settings import GatewaySettings
 from libs.cluster_token import ClusterTokenError, ensure_token_file
-from libs.egress import is_loopback_host
 from libs.redis_url import masked
 from services.etl.settings import EtlSettings
 
@@ -89,16 +88,22 @@ def _gateway_auth(options: UpOptions) -> bool:
     """Whether the gateway will ask callers for API keys (GatewaySettings.auth_required, with PETREL_AUTH from the
     environment); auth off on an address other hosts reach without `--insecure-no-auth` is refused here, before any
     process starts, rather than by the gateway, the last to start."""
-    settings = GatewaySettings(host=options.host, insecure_no_auth=options.insecure_no_auth)
+    settings = _gateway_settings(options)
     required = settings.auth_required()
-    if not required and not is_loopback_host(options.host):
+    others = settings.reached_by_others()
+    if not required and others:
         print(
-            f"[petrel] WARNING: API keys are off on {options.host} (--insecure-no-auth): anyone who reaches "
+            f"[petrel] WARNING: API keys are off {others} (--insecure-no-auth): anyone who reaches "
             f"port {options.gateway_port} can send, consume and delete",
             file=sys.stderr,
             flush=True,
         )
     return required
+
+
+def _gateway_settings(options: UpOptions) -> GatewaySettings:
+    """The gateway's settings as far as auth goes: the options, and the environment (PETREL_AUTH, names)."""
+    return GatewaySettings(host=options.host, insecure_no_auth=options.insecure_no_auth)
 
 
 def _auth_line(options: UpOptions, required: bool) -> list[str]:
@@ -108,8 +113,8 @@ def _auth_line(options: UpOptions, required: bool) -> list[str]:
             "API keys required (Authorization: Bearer <key>); a first key, for everything:",
             f"KEY=$(petrel keys --data-dir {options.data_dir} create --name admin {FIRST_KEY_GRANTS})",
         ]
-    if not is_loopback_host(options.host):
-        return [f"OFF on {options.host} (--insecure-no-auth): anyone who reaches the gateway can do anything"]
+    if others := _gateway_settings(options).reached_by_others():
+        return [f"OFF {others} (--insecure-no-auth): anyone who reaches the gateway can do anything"]
     return ["off, the gateway listens on loopback only; PETREL_AUTH=required turns API keys on"]
 
 

@@ -152,7 +152,7 @@ def create_app(options: ReceiverOptions) -> Starlette:
     for secret in options.secrets:
         webhooks.secret_key(secret)
     acks: set[asyncio.Task[None]] = set()
-    client = httpx.AsyncClient(base_url=options.gateway, timeout=10.0)
+    client = httpx.AsyncClient(base_url=options.gateway, timeout=10.0, trust_env=False)  # no proxy: as Petrel's own
 
     async def receive(request: Request) -> Response:
         body = await request.body()

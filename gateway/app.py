@@ -14,7 +14,7 @@ from prometheus_client import Gauge
 
 from gateway.auth import routes as keys
 from gateway.auth.audit import RateBudget
-from gateway.auth.key_check import KeyCheck
+from gateway.auth.key_check import Authenticator, KeyCheck
 from gateway.auth.opened import opened_auth
 from gateway.auth.schemas import KeyRequest
 from gateway.auth.spec import document_security
@@ -31,20 +31,24 @@ from gateway.messages.idempotency import IdempotencyKeys
 from gateway.messages.schemas import SendBatch, SendMessage
 from gateway.messages.sender import Sender
 from gateway.push import routes as push
-from gateway.settings import GatewaySettings
+from gateway.settings import PUBLIC_URL_SETTING, GatewaySettings
 from gateway.timers import routes as timers
 from gateway.topics import routes as topics
 from gateway.transactions import routes as transactions
 from gateway.transactions.producer_groups import ProducerGroups
 from gateway.transactions.schemas import EndTransaction, ProducerGroupUpdate, SendTransaction
 from gateway.transactions.transaction_ends import TransactionEnds
+from libs.auth.grants import Action
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.nameservers import NameserverClient
 from libs.broker_api.receiver import Receiver
 from libs.broker_api.route_cache import MasterDirectory, RouteCache
-from libs.errors import PetrelError
+from libs.errors import PetrelError, Unauthorized
 from libs.http.app import register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
+from libs.http.guards import Guard
+from libs.http.middleware import HostCheck
+from libs.http.site_guards import CrossSiteCheck, LoopbackHostCheck
 from libs.http.transport import Transport
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 from libs.push_api.client import PushClient
@@ -133,6 +137,15 @@ def create_app(
         brokers = sum(len(c.brokers) for c in listing.clusters)
         return {"nameservers": "ok", "brokers": "ok" if brokers else "no broker is registered"}
 
+    async def readiness_detail(request: Request) -> bool:
+        """What is wrong is told to a key with admin on the cluster, and to anyone while auth is off."""
+        auth: Authenticator = request.state.auth
+        try:
+            principal = await auth.principal(request.headers.get("authorization"))
+        except Unauthorized:
+            return False
+        return principal.may((Action.ADMIN,), "cluster")
+
     app = service_app(
         "gateway",
         settings,
@@ -141,9 +154,11 @@ def create_app(
         public=True,
         max_body_bytes=settings.max_body_bytes,
         description=DESCRIPTION,
-        guards=[KeyCheck()],
+        guards=[*edge_guards(settings), KeyCheck()],
         hot_routes=messages.HOT_ROUTES | consume.HOT_ROUTES | transactions.HOT_ROUTES,
         worker=settings.worker,
+        readiness_detail=readiness_detail,
+        readiness_clock=clock,
     )
     # Starlette tries routes in order, a few microseconds each: the hot paths (send, consume, transactions) first.
     app.include_router(messages.router)
@@ -178,6 +193,22 @@ def create_app(
     document_public_problems(app)
     document_security(app)
     return app
+
+
+def edge_guards(settings: GatewaySettings) -> list[Guard]:
+    """The Host and cross-site checks, before the key check (docs/security.md, "Browsers and proxies").
+
+    Auth off on loopback: loopback names only, and no proxy in between. Auth off elsewhere (insecure_no_auth): an
+    internal service's rule, IP addresses, localhost and the names the gateway answers to. Auth on: those too when
+    names are given; with none, any Host (the key is the credential, and a browser never sends it by itself).
+    """
+    names = settings.answered_names()
+    host: list[Guard] = []
+    if not settings.auth_required() and settings.reached_by_others() is None:
+        host = [LoopbackHostCheck(PUBLIC_URL_SETTING)]
+    elif names or not settings.auth_required():
+        host = [HostCheck(names)]
+    return [*host, CrossSiteCheck(names)]
 
 
 async def _say_if_redis_fails(redis: aioredis.Redis, url: str) -> None:

@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
-from typing import Literal, Self
+import ipaddress
+from typing import Final, Literal, Self
+from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from gateway.cluster.long_polls import DEFAULT_MAX_LONG_POLLS
 from libs.codec import MAX_BODY_SIZE
 from libs.egress import is_loopback_host
+from libs.http.middleware import host_name
 from libs.settings import DelayLevelSettings, EgressSettings, SharedDatabaseSettings
 from libs.topic import DEFAULT_QUEUES
+
+PUBLIC_URL_SETTING: Final = "PETREL_GATEWAY_PUBLIC_URL"
+ALLOWED_HOSTS_SETTING: Final = "PETREL_GATEWAY_ALLOWED_HOSTS"
 
 
 class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings):
@@ -65,6 +71,12 @@ class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings
         description="API keys on every call (required) or none (off); default: off when the gateway listens on "
         "loopback, else required. Off on another address needs insecure_no_auth too",
     )
+    public_url: str | None = Field(
+        default=None,
+        description="the URL clients call the gateway by when a proxy is in front of it, e.g. "
+        "https://queue.example.com: the gateway answers to its host (and pages of it), and a name other hosts "
+        "reach turns API keys on, as allowed_hosts does",
+    )
     insecure_no_auth: bool = Field(
         default=False,
         description="let auth be off on an address other hosts reach: anyone who reaches the gateway can do anything",
@@ -82,19 +94,51 @@ class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings
         default=100.0, gt=0, description="at most this many audit events of refused calls (401, 403, 429) a second"
     )
 
+    @field_validator("public_url")
+    @classmethod
+    def _http_url_with_a_host(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"public_url {value!r} is not an http or https URL with a host")
+        return value
+
     @classmethod
     def shared_fields(cls) -> frozenset[str]:
         return super().shared_fields() | {"auth"}
 
+    def answered_names(self) -> list[str]:
+        """Host names (`name` or `name:port`) the gateway answers to besides loopback ones: `allowed_hosts`, the
+        public URL's host, and the address it listens on when that is a name."""
+        names = [*self.allowed_hosts]
+        if self.public_url is not None:
+            names.append(urlsplit(self.public_url).netloc.rpartition("@")[2])
+        if not _is_address(self.host):
+            names.append(self.host)
+        return names
+
+    def reached_by_others(self) -> str | None:
+        """How hosts other than this one reach the gateway ("on 0.0.0.0, which ..."), or None: loopback only."""
+        if not is_loopback_host(self.host):
+            return f"on {self.host}, which other hosts can reach"
+        named = [(name, ALLOWED_HOSTS_SETTING) for name in self.allowed_hosts]
+        if self.public_url is not None:
+            named.append((urlsplit(self.public_url).hostname or "", PUBLIC_URL_SETTING))
+        for name, setting in named:
+            if not is_loopback_host(host_name(name).rstrip(".")):
+                return f"with {host_name(name)!r} in {setting}, a name other hosts call it by"
+        return None
+
     def auth_required(self) -> bool:
-        """Whether calls need a key; ValueError when auth would be off on an address other hosts reach."""
-        loopback = is_loopback_host(self.host)
-        mode = self.auth or ("off" if loopback else "required")
-        if mode == "off" and not loopback and not self.insecure_no_auth:
+        """Whether calls need a key; ValueError when auth would be off where other hosts reach the gateway."""
+        others = self.reached_by_others()
+        mode = self.auth or ("required" if others else "off")
+        if mode == "off" and others and not self.insecure_no_auth:
             raise ValueError(
-                f"PETREL_AUTH=off on {self.host}, which other hosts can reach: anyone could send, consume and "
-                "delete. Create keys (petrel keys create) and leave auth on, or set "
-                "PETREL_GATEWAY_INSECURE_NO_AUTH=true (petrel up --insecure-no-auth) to run open anyway"
+                f"PETREL_AUTH=off {others}: anyone could send, consume and delete. Create keys (petrel keys "
+                "create) and leave auth on, or set PETREL_GATEWAY_INSECURE_NO_AUTH=true (petrel up "
+                "--insecure-no-auth) to run open anyway"
             )
         return mode == "required"
 
@@ -106,3 +150,12 @@ class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings
                 "each waiting receive holds a connection, and the others need some too"
             )
         return self
+
+
+def _is_address(host: str) -> bool:
+    """An IP address (bracketed or not), or a wildcard: not a name anyone calls the gateway by."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True

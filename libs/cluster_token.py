@@ -7,7 +7,8 @@ environment is readable by more people than a 0600 file. A restart reuses the
 file; a new file (and a restart of every service) rotates the token.
 
 A service reads the file at start and refuses to start when it is missing,
-unreadable, empty, or readable by its group or others. A service that listens
+unreadable, empty, shorter than 32 bytes (`MIN_TOKEN_BYTES`, as is a token
+given in `PETREL_INTERNAL_TOKEN`), or readable by its group or others. A service that listens
 on an address other than loopback refuses to start without a token at all
 (`require_token_off_loopback`): on loopback, only local processes reach it.
 """
@@ -27,6 +28,8 @@ TOKEN_FILE_NAME: Final = "cluster.token"
 TOKEN_FILE_SETTING: Final = "PETREL_INTERNAL_TOKEN_FILE"
 TOKEN_SETTING: Final = "PETREL_INTERNAL_TOKEN"
 TOKEN_BYTES: Final = 32
+MIN_TOKEN_BYTES: Final = 32
+"""Of a token given by hand: the random bytes of one `petrel up` makes are as many (its text is longer)."""
 
 
 class ClusterTokenError(RuntimeError):
@@ -83,7 +86,20 @@ def read_token_file(path: Path) -> str:
         raise ClusterTokenError(
             f"{where} is empty; delete it for `petrel up` to make a new one, or write the cluster's token into it"
         )
+    if (short := too_short(token)) is not None:
+        raise ClusterTokenError(f"{where} {short.removeprefix('the cluster token ')}")
     return token
+
+
+def too_short(token: str) -> str | None:
+    """Why `token` cannot be the cluster's (it is under MIN_TOKEN_BYTES), or None; never names the token."""
+    size = len(token.encode())
+    if size >= MIN_TOKEN_BYTES:
+        return None
+    return (
+        f"the cluster token is {size} bytes long; it must be at least {MIN_TOKEN_BYTES}: a short one can be guessed "
+        f"by whoever reaches an internal port (`petrel up` makes one of 43 characters in <data_dir>/{TOKEN_FILE_NAME})"
+    )
 
 
 def require_token_off_loopback(service: str, host: str, token: str | None) -> None:

@@ -12,6 +12,7 @@
      │    └── HostNotAllowed           400 host-not-allowed
      ├── Unauthorized                  401 unauthorized
      ├── Forbidden                     403 forbidden
+     │    └── CrossSiteRequest         403 cross-site-request
      ├── NotFound                      404 not-found
      │    ├── TopicNotFound            404 topic-not-found
      │    ├── BrokerNotFound           404 broker-not-found
@@ -142,7 +143,8 @@ class ForeignReceiptHandle(InvalidRequest):
 
 
 class HostNotAllowed(InvalidRequest):
-    """An internal service was called by a Host name it does not answer to (a DNS-rebinding page uses a name)."""
+    """A service was called by a Host name it does not answer to (a DNS-rebinding page uses a name), or an open
+    gateway through a proxy."""
 
     slug = "host-not-allowed"
     title = "Host not allowed"
@@ -162,6 +164,13 @@ class Forbidden(PetrelError):
     status = 403
     slug = "forbidden"
     title = "Forbidden"
+
+
+class CrossSiteRequest(Forbidden):
+    """A browser sent the call for a page of another site (its Origin, or Sec-Fetch-Site: cross-site)."""
+
+    slug = "cross-site-request"
+    title = "Cross-site request"
 
 
 class NotFound(PetrelError):

@@ -39,7 +39,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from libs.cluster_token import read_token_file
+from libs.cluster_token import read_token_file, too_short
 from libs.delay import DEFAULT_DELAY_LEVELS, DelayLevelTable
 from libs.egress import EgressGuard, Resolver, default_allowed, parse_networks, system_resolver
 
@@ -62,8 +62,8 @@ class ServiceSettings(BaseSettings):
     data_dir: Path = Field(default=Path("data"), description="stores, logs, events and run state go under it")
     internal_token: SecretStr | None = Field(
         default=None,
-        description="a secret every internal call carries (x-petrel-internal-token); set, calls without it are "
-        "refused; internal_token_file is the better way to give it",
+        description="a secret every internal call carries (x-petrel-internal-token), at least 32 bytes; set, calls "
+        "without it are refused; internal_token_file is the better way to give it",
     )
     internal_token_file: Path | None = Field(
         default=None,
@@ -75,7 +75,8 @@ class ServiceSettings(BaseSettings):
         json_schema_extra={"env_type": "host names, comma-separated"},
         description="host names an internal service answers to in the Host header, besides IP addresses, "
         "localhost, the nameservers' names and its own (a DNS-rebinding page uses a name of its own), "
-        "e.g. 'timer.petrel.internal'",
+        "e.g. 'timer.petrel.internal'; the gateway's (PETREL_GATEWAY_ALLOWED_HOSTS): names it answers to, and "
+        "one other hosts reach turns API keys on (with auth off it answers to loopback names only)",
     )
     nameservers: AddressList = Field(default=["127.0.0.1:9876"], description="every nameserver's host:port")
     redis_url: str = Field(
@@ -144,6 +145,13 @@ class ServiceSettings(BaseSettings):
     @classmethod
     def _split_addresses(cls, value: Any) -> Any:
         return split_entries(value)
+
+    @field_validator("internal_token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and value.get_secret_value() and (short := too_short(value.get_secret_value())):
+            raise ValueError(short)
+        return value
 
     @field_validator("internal_token_file", mode="before")
     @classmethod

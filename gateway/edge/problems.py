@@ -11,7 +11,9 @@ from typing import Any, Final
 from fastapi import FastAPI
 
 from libs.errors import (
+    CrossSiteRequest,
     Forbidden,
+    HostNotAllowed,
     MalformedBody,
     PayloadTooLarge,
     PetrelError,
@@ -26,6 +28,8 @@ from libs.problem import merge_problem_responses, problem_responses
 
 PUBLIC_PREFIX: Final = "/v1/"
 PUBLIC_PROBLEMS: Final[tuple[type[PetrelError], ...]] = (
+    HostNotAllowed,  # a Host the gateway does not answer to, or a proxy before an open one (libs.http.site_guards)
+    CrossSiteRequest,  # a browser's call for a page of another site
     Unauthorized,  # no valid API key (gateway.auth.key_check), before any route
     Forbidden,  # the key lacks a grant the operation needs (gateway.auth.needs)
     RateLimited,  # the key is over its rate

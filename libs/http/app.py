@@ -12,12 +12,12 @@ balancers and Prometheus can treat them alike; the service adds its routers.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
@@ -38,13 +38,18 @@ from libs.http.middleware import (
     RequestMetrics,
     RequestMetricsMiddleware,
 )
+from libs.http.readiness import (
+    CachedReadiness,
+    DetailPolicy,
+    Readiness,
+    ReadinessCheck,
+    readiness_answer,
+    token_holders,
+)
 from libs.problem import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA_REF, Problem, install_problem_handlers
 from libs.settings import ServiceSettings
 
 M = TypeVar("M", bound=BaseModel)
-
-ReadinessCheck = Callable[[Request], Awaitable[dict[str, str]]]
-"""Returns check name -> "ok" or what is wrong; the service is ready when all are "ok"."""
 
 
 class Health(BaseModel):
@@ -55,12 +60,6 @@ class Health(BaseModel):
         description="the gateway's worker that answered (gateway, gateway-2, ... when several processes share "
         "its port); other services leave it out",
     )
-
-
-class Readiness(BaseModel):
-    ready: bool
-    service: str
-    checks: dict[str, str]
 
 
 async def _always_ready(request: Request) -> dict[str, str]:
@@ -80,6 +79,8 @@ def service_app(
     guards: Sequence[Guard] = (),
     hot_routes: Mapping[str, Binder] | None = None,
     worker: str | None = None,
+    readiness_detail: DetailPolicy | None = None,
+    readiness_clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
     """A FastAPI app with Petrel's common endpoints and middleware.
 
@@ -94,6 +95,9 @@ def service_app(
 
     `hot_routes` (operation id -> Binder): routes served without FastAPI's request cycle, inside every
     check (libs.http.hot_routes), unless the settings turn the hot path off.
+
+    `readiness` runs at most once a second (`readiness_clock`), and its checks are told only to callers
+    `readiness_detail` lets see them (default: those with the cluster token): libs.http.readiness.
     """
     token = settings.cluster_token()
     require_token_off_loopback(name, settings.host, token)
@@ -121,14 +125,15 @@ def service_app(
         response_model=Readiness,
         operation_id="getReadiness",
         tags=["ops"],
-        responses={503: {"model": Readiness, "description": "Not ready: the checks say what is wrong"}},
+        response_model_exclude_none=True,
+        responses={503: {"model": Readiness, "description": "Not ready: the checks (to who may see them) say why"}},
     )
     async def readyz(request: Request) -> Response:
-        """Readiness: the service can do its work (503 when it cannot)."""
-        checks = await readiness(request)
-        ready = all(result == "ok" for result in checks.values())
-        body = Readiness(ready=ready, service=name, checks=checks)
-        return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+        """Readiness: the service can do its work (503 when it cannot); checked at most once a second."""
+        return readiness_answer(name, await cached.checks(request), await may_see_detail(request))
+
+    cached = CachedReadiness(readiness, clock=readiness_clock)
+    may_see_detail = readiness_detail or token_holders(token)
 
     @app.get(
         "/metrics",

@@ -73,7 +73,7 @@ class AsgiTransport:
         if client is None:
             # raise_app_exceptions=False: an app's unhandled error is its 500 answer, as a server gives it
             transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-            client = self._clients[id(app)] = httpx.AsyncClient(transport=transport)
+            client = self._clients[id(app)] = httpx.AsyncClient(transport=transport, trust_env=False)
         return client
 
 

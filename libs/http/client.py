@@ -14,6 +14,10 @@ Whatever the transport:
   connection could not be made or the peer said 503; a POST is retried only
   when the caller declares it idempotent. (A timeout is never retried, so a
   long poll never doubles.)
+- No proxy: whatever HTTP_PROXY, HTTPS_PROXY or ALL_PROXY say, a call goes straight
+  to its peer (LeanTransport reads no environment). The few internal calls made with
+  httpx instead (a slave's replication stream, epoch sync, the controller link) use
+  `internal_http`, which reads none either: through a proxy, the token would go too.
 - A peer's problem+json comes back as the same `PetrelError` subclass;
   transport failures become `ServiceUnavailable`, whose `request_sent` extension
   says whether the peer may have acted on the request (false only when the
@@ -28,13 +32,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from libs import jsonutil
 from libs.errors import PetrelError, ServiceUnavailable, UpstreamError
 from libs.http.lean_transport import LeanTransport
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.http.transport import BinaryResponse, Call, ConnectFailed, Transport, TransportError
 
-__all__ = ["BINARY_TYPE", "JSON_TYPE", "BinaryResponse", "ClientOptions", "InternalClient", "error_for_response"]
+__all__ = [
+    "BINARY_TYPE",
+    "JSON_TYPE",
+    "BinaryResponse",
+    "ClientOptions",
+    "InternalClient",
+    "error_for_response",
+    "internal_http",
+    "token_header",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +76,7 @@ class InternalClient:
         self.transport: Transport = transport or LeanTransport(
             connect_timeout=options.connect_timeout, timeout=options.timeout, max_connections=options.max_connections
         )
-        self._headers = {INTERNAL_TOKEN_HEADER: options.token} if options.token else {}
+        self._headers = token_header(options.token)
 
     async def start(self) -> None:
         await self.transport.start()
@@ -151,6 +166,26 @@ class InternalClient:
                 raise last
         assert last is not None
         raise last
+
+
+def token_header(token: str | None) -> dict[str, str]:
+    """The header every internal call carries: the cluster token, when the cluster has one."""
+    return {INTERNAL_TOKEN_HEADER: token} if token else {}
+
+
+def internal_http(
+    peer: str,
+    token: str | None,
+    timeout: float | httpx.Timeout,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
+    """An httpx client calling the internal service at `peer` (host:port), for what InternalClient does not do
+    (a stream read as it comes): the token on every call; no proxy, netrc or certificate file from the
+    environment (trust_env=False). `transport`: tests give an in-process one."""
+    return httpx.AsyncClient(
+        base_url=f"http://{peer}", headers=token_header(token), timeout=timeout, transport=transport, trust_env=False
+    )
 
 
 def error_for_response(method: str, url: str, status: int, content_type: str, body: bytes) -> PetrelError:

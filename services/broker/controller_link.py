@@ -23,7 +23,7 @@ from collections.abc import Callable
 import httpx
 
 from libs.controller_api import IN_SYNC_PATH, REPORT_PATH, Assignment, BrokerReport, InSyncChange
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.http.client import internal_http
 from libs.http.paths import internal_path
 from libs.store.epochs import EpochFile
 from libs.store.message_store import MessageStore
@@ -58,12 +58,7 @@ class ControllerLink:
         self.heartbeat = heartbeat
         self.lease = lease
         self.clock = clock
-        self.client = httpx.AsyncClient(
-            base_url=f"http://{controller}",
-            headers={INTERNAL_TOKEN_HEADER: token} if token else {},
-            timeout=httpx.Timeout(min(lease / 2, 3.0)),
-            transport=transport,  # tests give an in-process one
-        )
+        self.client = internal_http(controller, token, httpx.Timeout(min(lease / 2, 3.0)), transport=transport)
         self.run_as: Assignment | None = None
         """The assignment this run of the broker took its role from."""
         self.last: Assignment | None = None

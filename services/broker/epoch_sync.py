@@ -18,7 +18,7 @@ import httpx
 
 from libs.broker_api.replication import EPOCHS_PATH, BrokerRole, EpochHistory
 from libs.events.writer import EventWriter
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.http.client import internal_http
 from libs.store.epochs import EpochFile, consistent_point
 from libs.store.message_store import MessageStore
 from libs.store.replica import truncate_log
@@ -73,9 +73,8 @@ async def _agree_with(
     master: str, store: MessageStore, epochs: EpochFile, token: str | None, events: EventWriter, broker: str
 ) -> bool:
     """Truncate this log to where it agrees with `master`'s and take its history; False: the master did not answer."""
-    headers = {INTERNAL_TOKEN_HEADER: token} if token else {}
     try:
-        async with httpx.AsyncClient(base_url=f"http://{master}", headers=headers, timeout=3.0) as client:
+        async with internal_http(master, token, 3.0) as client:
             answer = await client.get(EPOCHS_PATH)
             answer.raise_for_status()
     except httpx.HTTPError as exc:

@@ -32,7 +32,7 @@ from libs.broker_api.replication import (
 )
 from libs.broker_api.schemas import BrokerTopicList
 from libs.errors import PetrelError, UpstreamError
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.http.client import internal_http
 from libs.http.paths import internal_path
 from libs.names import is_system_topic
 from libs.store.config import FlushMode
@@ -76,14 +76,13 @@ class ReplicaFollower:
         store.listeners.append(self._dispatched)
         self.store = store
         self.topics = topics
-        self.headers = {INTERNAL_TOKEN_HEADER: token} if token else {}
-        self.base_url = f"http://{state.master}"
+        self.token = token
         self._begins_at = 0
         """Where an empty slave's log begins: the master's oldest offset, when retention deleted its start."""
 
     def _client(self) -> httpx.AsyncClient:
         timeout = httpx.Timeout(connect=3.0, read=SILENCE_SECONDS, write=3.0, pool=3.0)
-        return httpx.AsyncClient(base_url=self.base_url, headers=self.headers, timeout=timeout)
+        return internal_http(self.state.master, self.token, timeout)
 
     async def prepare(self) -> None:
         """Before the slave answers: copy the master's topics once, so that its first reads find them."""

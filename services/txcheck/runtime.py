@@ -38,9 +38,14 @@ class Runtime:
             max_connections=2 * settings.scan_parallelism,
             token=token,
         )
-        # no internal token towards producers: their endpoints are outside the cluster
+        # No internal token towards producers: their endpoints are outside the cluster. No proxy from the
+        # environment either: the egress guard checked the address this connects to, a proxy would resolve the
+        # name again (and see the check-back's body).
         self.producer_http = httpx.Client(
-            timeout=settings.checkback_timeout_seconds, follow_redirects=False, limits=httpx.Limits(max_connections=16)
+            timeout=settings.checkback_timeout_seconds,
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=16),
+            trust_env=False,
         )
         self.api = self._opened.enter_context(open_brokers(settings.nameservers, options))
         self.redis = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)

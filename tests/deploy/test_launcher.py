@@ -139,11 +139,12 @@ def test_petrel_up_says_whether_callers_need_keys_and_warns_when_open_beyond_loo
     assert capsys.readouterr().err == ""
     assert _gateway_auth(open_to_all) is False
     assert capsys.readouterr().err == (
-        "[petrel] WARNING: API keys are off on 0.0.0.0 (--insecure-no-auth): anyone who reaches port 8081 can "
-        "send, consume and delete\n"
+        "[petrel] WARNING: API keys are off on 0.0.0.0, which other hosts can reach (--insecure-no-auth): anyone "
+        "who reaches port 8081 can send, consume and delete\n"
     )
     assert _auth_line(open_to_all, False) == [
-        "OFF on 0.0.0.0 (--insecure-no-auth): anyone who reaches the gateway can do anything"
+        "OFF on 0.0.0.0, which other hosts can reach (--insecure-no-auth): anyone who reaches the gateway can do "
+        "anything"
     ]
 
 

@@ -141,13 +141,20 @@ def test_an_unknown_service_is_an_argparse_error() -> None:
             "No such file or directory",
         ),
         (
+            "broker",
+            {"PETREL_INTERNAL_TOKEN": "cluster-secret"},
+            "PETREL_INTERNAL_TOKEN: the cluster token is 14 bytes long; it must be at least 32: a short one can be "
+            "guessed by whoever reaches an internal port (`petrel up` makes one of 43 characters in "
+            "<data_dir>/cluster.token)",
+        ),
+        (
             "gateway",
             {"PETREL_GATEWAY_MAX_LONG_POLLS": "20000"},
             "max_long_polls (20000) must be below max_connections (10000): each waiting receive holds a connection, "
             "and the others need some too",
         ),
     ],
-    ids=["own-setting", "cluster-wide-setting", "cluster-only-setting", "token-file", "across-settings"],
+    ids=["own-setting", "cluster-wide-setting", "cluster-only-setting", "token-file", "short-token", "across-settings"],
 )
 def test_a_bad_setting_is_one_line_naming_it_and_exit_2(service: str, settings: dict[str, str], error: str) -> None:
     result = petrel("serve", service, env=petrel_env(**settings))

@@ -169,9 +169,13 @@ def test_an_internal_service_called_by_a_name_it_does_not_know_refuses_even_with
     assert by_localhost.status_code == 200
 
 
-def test_the_gateway_answers_to_any_host(cluster: UpCluster, http: httpx.Client) -> None:
-    answer = http.get(f"{cluster.gateway}/healthz", headers={"host": REBINDING_HOST})
-    assert answer.status_code == 200, answer.text
+def test_the_gateway_without_keys_answers_only_to_loopback_names(cluster: UpCluster, http: httpx.Client) -> None:
+    for path in ("/healthz", "/v1/topics"):
+        answer = http.get(f"{cluster.gateway}{path}", headers={"host": f"{REBINDING_HOST}:{cluster.ports['gateway']}"})
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["type"] == "https://petrel.dev/problems/host-not-allowed"
+        by_localhost = http.get(f"http://localhost:{cluster.ports['gateway']}{path}")
+        assert by_localhost.status_code == 200, by_localhost.text
 
 
 def test_the_token_is_in_a_private_file_and_on_no_command_line_environment_or_log(cluster: UpCluster) -> None:

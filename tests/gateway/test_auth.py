@@ -170,7 +170,7 @@ async def test_refusals_and_admin_calls_are_audited(gateway: httpx.AsyncClient, 
 async def test_auth_off_on_an_address_others_reach_refuses_to_start(nameserver: ServedApp) -> None:
     with pytest.raises(ValueError, match="INSECURE_NO_AUTH"):
         create_app(GatewaySettings(host="0.0.0.0", auth="off", nameservers=[nameserver.address]))
-    token = SecretStr("cluster-secret")  # off loopback a gateway needs the cluster token too
+    token = SecretStr("cluster-secret-of-thirty-two-bytes")  # off loopback a gateway needs the cluster token too
     create_app(GatewaySettings(host="0.0.0.0", auth="off", insecure_no_auth=True, internal_token=token))
     assert GatewaySettings(host="0.0.0.0").auth_required()
     assert not GatewaySettings(host="127.0.0.1").auth_required()

@@ -132,7 +132,12 @@ async def test_nameserver_down_is_503() -> None:
 
 async def test_gateway_is_ready_with_brokers(gateway: httpx.AsyncClient) -> None:
     ready = await gateway.get("/readyz")
-    assert ready.json() == {"ready": True, "service": "gateway", "checks": {"nameservers": "ok", "brokers": "ok"}}
+    assert ready.json() == {
+        "status": "ready",
+        "ready": True,
+        "service": "gateway",
+        "checks": {"nameservers": "ok", "brokers": "ok"},
+    }
     assert (await gateway.get("/healthz")).json() == {"status": "ok", "service": "gateway", "worker": "gateway"}
     metrics = await gateway.get("/metrics")
     assert 'route="/readyz"' in metrics.text

@@ -64,9 +64,11 @@ async def test_a_peers_problem_comes_back_as_its_error() -> None:
 
 
 async def test_the_internal_token_travels_with_each_call() -> None:
-    async with running(peer([], token="cluster-secret")) as app:
+    async with running(peer([], token="cluster-secret-of-thirty-two-bytes")) as app:
         apps: dict[str, ASGIApp] = {ADDRESS: app}
-        async with InternalClient(ClientOptions(token="cluster-secret"), AsgiTransport(apps)) as client:
+        async with InternalClient(
+            ClientOptions(token="cluster-secret-of-thirty-two-bytes"), AsgiTransport(apps)
+        ) as client:
             assert (await client.json("POST", f"http://{ADDRESS}/echo", body=1))["body"] == 1
 
 

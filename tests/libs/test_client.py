@@ -223,17 +223,17 @@ async def test_get_whose_connection_drops_is_sent_at_most_one_plus_retries_times
 async def test_internal_token_header_is_sent_when_configured(serve_app: ServeApp) -> None:
     base = serve_app(downstream()[0])
     url = f"{base}/headers/x-petrel-internal-token"
-    async with InternalClient(ClientOptions(token="cluster-secret")) as client:
-        assert await client.json("GET", url) == {"x-petrel-internal-token": "cluster-secret"}
+    async with InternalClient(ClientOptions(token="cluster-secret-of-thirty-two-bytes")) as client:
+        assert await client.json("GET", url) == {"x-petrel-internal-token": "cluster-secret-of-thirty-two-bytes"}
     async with InternalClient() as client:
         assert await client.json("GET", url) == {"x-petrel-internal-token": None}
 
 
 async def test_token_protected_peer_accepts_the_configured_token_only(serve_app: ServeApp) -> None:
-    base = serve_app(downstream(token="cluster-secret")[0])
-    async with InternalClient(ClientOptions(token="cluster-secret")) as client:
+    base = serve_app(downstream(token="cluster-secret-of-thirty-two-bytes")[0])
+    async with InternalClient(ClientOptions(token="cluster-secret-of-thirty-two-bytes")) as client:
         assert await client.json("POST", f"{base}/echo", body=[1]) == [1]
-    async with InternalClient(ClientOptions(token="stale-secret")) as client:
+    async with InternalClient(ClientOptions(token="a-stale-secret-of-thirty-two-bytes")) as client:
         with pytest.raises(Unauthorized):
             await client.json("POST", f"{base}/echo", body=[1])
 

@@ -15,7 +15,7 @@ from libs.http.app import service_app
 from libs.names import validate_topic_name
 from libs.settings import ServiceSettings
 
-TOKEN = "cluster-secret"
+TOKEN = "cluster-secret-of-thirty-two-bytes"
 calls: list[str] = []
 
 

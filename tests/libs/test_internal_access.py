@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI, WebSocket
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 from starlette.types import Message
 
 from gateway.settings import GatewaySettings
@@ -22,7 +22,9 @@ from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.settings import ServiceSettings
 from services.broker.settings import BrokerSettings
 
-TOKEN = "cluster-secret"
+TOKEN = "cluster-secret-of-thirty-two-bytes"
+FILED_TOKEN = "the-token-of-the-file-is-this-one"
+ENVIRONMENT_TOKEN = "the-token-of-the-environment-variable"
 PROBLEM = "application/problem+json"
 
 
@@ -144,12 +146,12 @@ async def test_a_websocket_without_the_token_is_refused_before_the_handshake() -
 
 async def test_the_token_is_read_from_its_file_which_wins_over_the_variable(tmp_path: Path) -> None:
     settings = ServiceSettings(
-        internal_token=SecretStr("from-the-environment"), internal_token_file=token_file(tmp_path, " filed \n")
+        internal_token=SecretStr(ENVIRONMENT_TOKEN), internal_token_file=token_file(tmp_path, f" {FILED_TOKEN} \n")
     )
-    assert settings.cluster_token() == "filed"
-    async with client_for(internal_app(settings), **{INTERNAL_TOKEN_HEADER: "filed"}) as client:
+    assert settings.cluster_token() == FILED_TOKEN
+    async with client_for(internal_app(settings), **{INTERNAL_TOKEN_HEADER: FILED_TOKEN}) as client:
         assert (await client.get("/internal/topics/orders")).status_code == 200
-    async with client_for(internal_app(settings), **{INTERNAL_TOKEN_HEADER: "from-the-environment"}) as client:
+    async with client_for(internal_app(settings), **{INTERNAL_TOKEN_HEADER: ENVIRONMENT_TOKEN}) as client:
         assert (await client.get("/internal/topics/orders")).status_code == 401
 
 
@@ -184,6 +186,35 @@ def test_a_service_refuses_to_start_on_a_token_file_it_cannot_use(
     with pytest.raises(ClusterTokenError, match=r"PETREL_INTERNAL_TOKEN_FILE") as refused:
         internal_app(settings)
     assert says in str(refused.value)
+
+
+@pytest.mark.parametrize("token", ["cluster-secret", "x" * 31, "\u00e9" * 15 + "x"], ids=["14", "31", "31-utf8"])
+def test_a_token_shorter_than_32_bytes_is_refused_naming_the_variable_not_the_token(token: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        ServiceSettings(internal_token=SecretStr(token))
+    [error] = refused.value.errors()
+    assert error["loc"] == ("internal_token",)
+    assert error["msg"] == f"Value error, {short_token(len(token.encode()))}"
+    assert token not in str(refused.value)
+    assert ServiceSettings(internal_token=SecretStr("x" * 32)).cluster_token() == "x" * 32
+
+
+def test_a_token_file_shorter_than_32_bytes_is_refused(tmp_path: Path) -> None:
+    settings = ServiceSettings(internal_token_file=token_file(tmp_path, "x" * 31 + "\n"))
+    with pytest.raises(ClusterTokenError) as refused:
+        internal_app(settings)
+    assert str(
+        refused.value
+    ) == f"the cluster token file {tmp_path / 'cluster.token'} (PETREL_INTERNAL_TOKEN_FILE) " + (
+        short_token(31).removeprefix("the cluster token ")
+    )
+
+
+def short_token(size: int) -> str:
+    return (
+        f"the cluster token is {size} bytes long; it must be at least 32: a short one can be guessed by whoever "
+        "reaches an internal port (`petrel up` makes one of 43 characters in <data_dir>/cluster.token)"
+    )
 
 
 def test_a_service_refuses_to_start_on_a_missing_token_file_or_a_directory(tmp_path: Path) -> None:

@@ -15,10 +15,11 @@ from pydantic import BaseModel, SecretStr
 
 from libs.errors import PROBLEM_TYPE_BASE, CorruptRecord, PetrelError, TopicNotFound
 from libs.http.app import service_app
+from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.problem import error_response
 from libs.settings import ServiceSettings
 
-TOKEN = "cluster-secret"
+TOKEN = "cluster-secret-of-thirty-two-bytes"
 
 
 class NewTopic(BaseModel):
@@ -211,10 +212,25 @@ async def test_readyz_is_503_while_a_check_fails() -> None:
         response = await client.get("/readyz")
     assert response.status_code == 503
     assert response.json() == {
+        "status": "not ready",
         "ready": False,
         "service": "testsvc",
         "checks": {"redis": "connection refused", "disk": "ok"},
     }
+
+
+async def test_readyz_tells_what_is_wrong_only_to_a_caller_with_the_cluster_token() -> None:
+    async def redis_down(request: object) -> dict[str, str]:
+        return {"redis": "Redis at redis://:***@10.20.0.9:6379/0 refused the credentials"}
+
+    settings = ServiceSettings(internal_token=SecretStr(TOKEN))
+    app = service_app("testsvc", settings, lifespan=no_resources, readiness=redis_down)
+    async with client_for(app) as stranger, client_for(app, **{INTERNAL_TOKEN_HEADER: TOKEN}) as peer:
+        told = await stranger.get("/readyz")
+        assert (told.status_code, told.json()) == (503, {"status": "not ready"})
+        guessed = await stranger.get("/readyz", headers={INTERNAL_TOKEN_HEADER: "x" * len(TOKEN)})
+        assert guessed.json() == {"status": "not ready"}
+        assert (await peer.get("/readyz")).json()["checks"] == {"redis": (await redis_down(None))["redis"]}
 
 
 async def test_metrics_count_requests_by_route_template() -> None:

@@ -54,10 +54,10 @@ def test_shared_field_is_read_from_the_bare_petrel_name(
 
 
 def test_internal_token_is_read_from_the_bare_petrel_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PETREL_INTERNAL_TOKEN", "cluster-secret")
+    monkeypatch.setenv("PETREL_INTERNAL_TOKEN", "cluster-secret-of-thirty-two-bytes")
     token = TestServiceSettings().internal_token
     assert token is not None
-    assert token.get_secret_value() == "cluster-secret"
+    assert token.get_secret_value() == "cluster-secret-of-thirty-two-bytes"
 
 
 @pytest.mark.parametrize(
@@ -66,7 +66,7 @@ def test_internal_token_is_read_from_the_bare_petrel_name(monkeypatch: pytest.Mo
         ("data_dir", "/srv/shared", "/srv/testsvc", Path("/srv/testsvc")),
         ("redis_url", "redis://shared", "redis://testsvc", "redis://testsvc"),
         ("nameservers", "shared:1", "testsvc:1", ["testsvc:1"]),
-        ("internal_token", "shared", "testsvc", SecretStr("testsvc")),
+        ("internal_token", "shared" * 6, "testsvc" * 5, SecretStr("testsvc" * 5)),
     ],
 )
 def test_service_specific_name_wins_over_the_shared_one(
@@ -114,11 +114,11 @@ def test_keyword_arguments_win_over_the_environment(monkeypatch: pytest.MonkeyPa
 
 
 def test_internal_token_is_hidden_from_repr_and_str(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PETREL_INTERNAL_TOKEN", "hunter2-cluster")
+    monkeypatch.setenv("PETREL_INTERNAL_TOKEN", "hunter2-cluster-of-thirty-two-bytes")
     settings = TestServiceSettings()
     assert isinstance(settings.internal_token, SecretStr)
-    assert "hunter2-cluster" not in repr(settings)
-    assert "hunter2-cluster" not in str(settings)
+    assert "hunter2-cluster-of-thirty-two-bytes" not in repr(settings)
+    assert "hunter2-cluster-of-thirty-two-bytes" not in str(settings)
 
 
 class TestSharedDatabaseSettings(SharedDatabaseSettings):

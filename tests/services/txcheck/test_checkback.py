@@ -411,7 +411,7 @@ def test_the_cluster_token_reaches_the_brokers_and_never_the_producer(
     producer_groups: tuple[str, ProducerGroupStore],
 ) -> None:
     token_file = tmp_path / "cluster.token"
-    token_file.write_text("the-cluster-token\n")
+    token_file.write_text("the-cluster-token-of-thirty-two-bytes\n")
     token_file.chmod(0o600)
     broker: TxBroker = tx_broker_factory(internal_token_file=token_file)  # refuses a call without the token
     producer, _ = receiver
