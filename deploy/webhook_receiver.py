@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from libs import webhooks
+from libs.http.paths import path_segment
 
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 
@@ -185,7 +186,8 @@ async def ack_later(client: httpx.AsyncClient, delivery: Delivery, delay: float)
     await asyncio.sleep(delay)
     try:
         answer = await client.post(
-            f"/v1/groups/{delivery.group}/ack", json={"receipt_handles": [delivery.receipt_handle]}
+            f"/v1/groups/{path_segment(delivery.group)}/ack",
+            json={"receipt_handles": [delivery.receipt_handle]},
         )
     except httpx.HTTPError as exc:
         print(f"ack of {delivery.message_id}: no answer from {client.base_url}: {exc!r}", flush=True)
