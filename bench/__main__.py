@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench import scenarios  # noqa: F401  (registers the scenarios)
-from bench.harness import SCENARIOS, BenchOptions, run
+from bench.figures import BenchOptions
+from bench.harness import run
+from bench.scenarios import SCENARIOS
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> None:
         help="record a py-spy flame graph of every Petrel process during each load (under RESULTS/profiles/)",
     )
     args = parser.parse_args(argv)
-    run(args.scenarios, BenchOptions(quick=args.quick), args.results, runs=args.runs, profile=args.profile)
+    run(SCENARIOS, args.scenarios, BenchOptions(quick=args.quick), args.results, runs=args.runs, profile=args.profile)
 
 
 def _positive(text: str) -> int:

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the harness draws with this module
-    from bench.harness import Figure
+from bench.figures import Figure
 
 COLOURS = {"meets": "#3a9d5d", "BELOW": "#d0453b", "info": "#9a9a9a"}
 AXIS_END = 3.0

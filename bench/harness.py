@@ -1,13 +1,14 @@
-"""The benchmark harness: scenarios measure ours beside a reference, in the same run.
+"""The benchmark harness: it runs the scenarios it is given, each measuring ours beside a reference.
 
-A scenario is a function that starts what it needs, measures, stops it, and
-returns `Figure`s. The harness prints one table (ours, the reference, their
-ratio, the target ratio an issue names) and writes the figures as JSON, with a
-chart of the ratios beside it (bench.chart). With several runs, every scenario
-runs that many times and each figure is reported as the median of its runs'
-values of ours and of the reference (the ratio is the medians'; each run's is
-printed too). Progress is said as it goes (bench.progress). Speed is only ever
-judged here, never by timed tests.
+A scenario (bench.figures) is a function that starts what it needs, measures, stops
+it, and returns `Figure`s. `petrel bench` hands the harness every scenario by name
+(bench.scenarios.SCENARIOS, which the harness never imports: it sits below them). The
+harness prints one table (ours, the reference, their ratio, the target ratio an issue
+names) and writes the figures as JSON, with a chart of the ratios beside it
+(bench.chart). With several runs, every scenario runs that many times and each figure
+is reported as the median of its runs' values of ours and of the reference (the ratio
+is the medians'; each run's is printed too). Progress is said as it goes
+(bench.progress). Speed is only ever judged here, never by timed tests.
 """
 
 from __future__ import annotations
@@ -17,55 +18,13 @@ import platform
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bench.chart import write_chart
+from bench.figures import BenchOptions, Figure, Scenario
 from bench.progress import scenario_stage
-
-
-@dataclass(frozen=True, slots=True)
-class Figure:
-    name: str
-    ours: float
-    reference_name: str
-    reference: float
-    unit: str
-    target_ratio: float | None = None
-    higher_is_better: bool = True
-
-    @property
-    def ratio(self) -> float | None:
-        """ours over the reference (the reverse when lower is better); None with nothing to divide by."""
-        numerator, denominator = (self.ours, self.reference) if self.higher_is_better else (self.reference, self.ours)
-        return numerator / denominator if denominator else None
-
-    @property
-    def verdict(self) -> str:
-        if self.target_ratio is None:
-            return "info"
-        return "meets" if self.ratio is None or self.ratio >= self.target_ratio else "BELOW"
-
-
-Scenario = Callable[["BenchOptions"], list[Figure]]
-
-
-@dataclass(frozen=True, slots=True)
-class BenchOptions:
-    quick: bool = False
-    """Smaller counts, for a smoke run; the figures are then only indicative."""
-
-
-SCENARIOS: dict[str, Scenario] = {}
-
-
-def scenario(name: str) -> Callable[[Scenario], Scenario]:
-    def register(fn: Scenario) -> Scenario:
-        SCENARIOS[name] = fn
-        return fn
-
-    return register
 
 
 def _amount(value: float) -> str:
@@ -126,14 +85,17 @@ def render_runs(series: Sequence[Series]) -> str:
 
 
 def run(
-    names: list[str], options: BenchOptions, results_dir: Path, runs: int = 1, profile: bool = False
+    scenarios: Mapping[str, Scenario],
+    names: list[str],
+    options: BenchOptions,
+    results_dir: Path,
+    runs: int = 1,
+    profile: bool = False,
 ) -> list[Figure]:
-    """Run the scenarios `names` (all when empty) `runs` times; print and write the medians (and the chart)."""
-    from bench import scenarios  # noqa: F401  (registers the scenarios)
-
-    unknown = [n for n in names if n not in SCENARIOS]
+    """Run the `scenarios` named `names` (all when empty) `runs` times; print and write the medians (and the chart)."""
+    unknown = [n for n in names if n not in scenarios]
     if unknown:
-        raise SystemExit(f"unknown scenario(s): {', '.join(unknown)}; known: {', '.join(sorted(SCENARIOS))}")
+        raise SystemExit(f"unknown scenario(s): {', '.join(unknown)}; known: {', '.join(sorted(scenarios))}")
     stamp = time.strftime("%Y%m%dT%H%M%S")
     started = time.monotonic()
     measured: list[list[Figure]] = []
@@ -141,9 +103,9 @@ def run(
         profiles = (results_dir / "profiles" / stamp / (f"run{n}" if runs > 1 else "")) if profile else None
         label = f" (run {n} of {runs})" if runs > 1 else ""
         figures: list[Figure] = []
-        for name in names or sorted(SCENARIOS):
+        for name in names or sorted(scenarios):
             with scenario_stage(name, started, profiles, label):
-                figures.extend(SCENARIOS[name](options))
+                figures.extend(scenarios[name](options))
         if runs > 1:
             print(f"run {n} of {runs}:\n{render(figures)}", flush=True)
         measured.append(figures)

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Figure
+from bench.figures import Figure
 from bench.records import BATCH, STORE_HOST, batched, encoded, spread
 from libs.store.config import StoreConfig
 from libs.store.message_store import MessageStore

@@ -193,7 +193,7 @@ def _store_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _etl_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from services.etl.command import add_daily_arguments, add_report_arguments
+    from services.etl.arguments import add_daily_arguments, add_report_arguments
 
     e = sub.add_parser("etl", help="the nightly Spark ETL over the exported events (pyspark: the etl extra)")
     jobs = e.add_subparsers(dest="job", required=True)

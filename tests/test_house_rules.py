@@ -3,6 +3,7 @@
 A test module imports no other test module (shared helpers live in `tests/support`);
 no test file outside `tests/support` defines its own clock (use `FakeClock`) or waits
 on the wall clock with a sleep (await an event, or poll with `tests.support.waiting`).
+The README stays under README_MAX_LINES lines: what does not fit goes to a page of docs/.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 TESTS = Path(__file__).parent
 SUPPORT = TESTS / "support"
+README = TESTS.parent / "README.md"
+README_MAX_LINES = 150
 
 
 def suite_files() -> Iterator[Path]:
@@ -93,3 +96,10 @@ def test_no_test_waits_on_the_wall_clock() -> None:
     offenders = {f: lines for f, lines in found.items() if f not in SLOW_PEERS}
     assert offenders == {}, f"tests sleep (await an event, or use tests.support.waiting): {offenders}"
     assert set(SLOW_PEERS) <= set(found), f"no longer sleeping, delete from SLOW_PEERS: {set(SLOW_PEERS) - set(found)}"
+
+
+def test_the_readme_stays_under_its_line_budget() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) < README_MAX_LINES, (
+        f"README.md has {len(lines)} lines; it stays under {README_MAX_LINES}: move detail to a page of docs/"
+    )

@@ -34,14 +34,13 @@ from bench.chaos.run import (
     seed_from_env,
     store_checks,
 )
-from bench.harness import BenchOptions, Figure, scenario
+from bench.figures import BenchOptions, Figure
 from libs import webhooks
 
 SECONDS_ENV, KILLS_ENV = "BENCH_CHAOS_SECONDS", "BENCH_CHAOS_KILLS"
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 
-@scenario("chaos")
 def chaos(options: BenchOptions) -> list[Figure]:
     duration = float(os.environ.get(SECONDS_ENV) or (60 if options.quick else 300))
     kills = int(os.environ.get(KILLS_ENV) or max(4, int(duration // 8)))

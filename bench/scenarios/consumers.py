@@ -36,7 +36,7 @@ from typing import Any
 
 from bench.cluster import SHARED_REDIS, Cluster, petrel_cluster, request_json
 from bench.drain import Drain, run_drain
-from bench.harness import BenchOptions, Figure, scenario
+from bench.figures import BenchOptions, Figure
 from bench.progress import measuring
 from bench.scheduled import percentile
 
@@ -60,7 +60,6 @@ FULL = Sizes(100_000, 20_000, 1000.0, 2.0, 10.0)
 QUICK = Sizes(10_000, 5_000, 1000.0, 1.0, 3.0)
 
 
-@scenario("consumers")
 def consumers(options: BenchOptions) -> list[Figure]:
     sizes = QUICK if options.quick else FULL
     os.sync()

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from bench.cluster import SHARED_REDIS, petrel_cluster
 from bench.drain import Drain
-from bench.harness import BenchOptions, Figure, scenario
+from bench.figures import BenchOptions, Figure
 from bench.nats_reference import LOCAL_NATS, answers
 from bench.redis_reference import private_redis
 from bench.scenarios import consumers, gateway, storage, transactions
@@ -61,7 +61,6 @@ class Measured:
     """None: no NATS server with JetStream answered"""
 
 
-@scenario("datapath")
 def datapath(options: BenchOptions) -> list[Figure]:
     return figures(measure(options))
 

@@ -31,7 +31,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from bench.harness import BenchOptions, Figure, scenario
+from bench.figures import BenchOptions, Figure
 
 EVENTS_ENV = "BENCH_ETL_EVENTS"
 RUNS_ENV = "BENCH_ETL_RUNS"
@@ -53,7 +53,6 @@ class Timed:
     rows: dict[str, int]
 
 
-@scenario("etl")
 def etl(options: BenchOptions) -> list[Figure]:
     count = int(os.environ.get(EVENTS_ENV) or (QUICK_EVENTS if options.quick else FULL_EVENTS))
     runs = int(os.environ.get(RUNS_ENV) or (1 if options.quick else 3))

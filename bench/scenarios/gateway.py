@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.cluster import SHARED_REDIS, Cluster, api_key, petrel_cluster, request_json, until_admitted
-from bench.harness import BenchOptions, Figure, scenario
+from bench.figures import BenchOptions, Figure
 from bench.loadgen import API_KEY_ENV, Tally
 from bench.loopback import served_module
 from bench.progress import measuring
@@ -53,7 +53,6 @@ SYNC_FLUSH = {"PETREL_BROKER_FLUSH_MODE": "SYNC_FLUSH"}
 """a cluster whose broker answers a send once it is fsynced"""
 
 
-@scenario("gateway")
 def gateway(options: BenchOptions) -> list[Figure]:
     timing = QUICK if options.quick else FULL
     rounds = 1 if options.quick else 3

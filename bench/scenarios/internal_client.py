@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from bench.harness import BenchOptions, Figure, scenario
+from bench.figures import BenchOptions, Figure
 from bench.loopback import served
 
 BODY = b"x" * 1024
@@ -75,7 +75,6 @@ async def _httpx_rate(url: str, total: int) -> float:
         return await _drive(send_one, total)
 
 
-@scenario("internal-client")
 def internal_client(options: BenchOptions) -> list[Figure]:
     import uvloop
 

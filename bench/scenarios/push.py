@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from bench.cluster import Cluster, petrel_cluster, request_json
 from bench.drain import Drain, run_drain
-from bench.harness import BenchOptions, Figure, scenario
+from bench.figures import BenchOptions, Figure
 from bench.scenarios import consumers
 
 MAX_IN_FLIGHT = 64
@@ -75,7 +75,6 @@ class Round:
     poll_ms: tuple[float, float]
 
 
-@scenario("push")
 def push(options: BenchOptions) -> list[Figure]:
     return measure(QUICK if options.quick else FULL)
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from bench.cluster import Cluster, petrel_cluster, request_json
 from bench.failover import failover_seconds
-from bench.harness import BenchOptions, Figure, scenario
+from bench.figures import BenchOptions, Figure
 from bench.progress import measuring
 from bench.replication_lag import LagSampler, LagSummary, Replicas
 from bench.scenarios import gateway
@@ -63,7 +63,6 @@ class Measured:
     sync_master: Replicated
 
 
-@scenario("replication")
 def replication(options: BenchOptions) -> list[Figure]:
     return figures(measure(options))
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench.cluster import Cluster, petrel_cluster, request_json
 from bench.consumeload import fill
-from bench.harness import BenchOptions, Figure, scenario
+from bench.figures import BenchOptions, Figure
 from bench.scenarios import consumers
 from bench.scenarios.gateway import Timing, load_tally
 
@@ -54,7 +54,6 @@ def per_message(cluster: Cluster, load: Callable[[], int]) -> dict[str, float]:
     return costs
 
 
-@scenario("sizing")
 def sizing(options: BenchOptions) -> list[Figure]:
     timing = Timing(0.0, 2.0) if options.quick else Timing(0.0, 8.0)  # no warm-up: every answered send is counted
     drain_count = 20_000 if options.quick else 100_000

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.harness import BenchOptions, Figure, scenario
+from bench.figures import BenchOptions, Figure
 from bench.progress import measuring
 from bench.records import BATCH, STORE_HOST, QueueKey, batched, encoded, pack_into_map, spread
 from bench.recovery import recovery_figures
@@ -62,7 +62,6 @@ class Best(dict[str, float]):
         self[name] = max(self.get(name, 0.0), value)
 
 
-@scenario("storage")
 def storage(options: BenchOptions) -> list[Figure]:
     import uvloop
 

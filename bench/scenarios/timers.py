@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from bench.cluster import Cluster, petrel_cluster, request_json
-from bench.harness import BenchOptions, Figure, scenario
+from bench.figures import BenchOptions, Figure
 from bench.scenarios.gateway import Timing, sends
 from bench.scheduled import (
     cmdline_of,
@@ -68,7 +68,6 @@ QUICK = Sizes(6_000, 3.0, 3.0, 10_000, 6.0, 100_000, Timing(0.5, 1.5), 10_000, 8
 KILL_AFTER_S = 3.0
 
 
-@scenario("timers")
 def timers(options: BenchOptions) -> list[Figure]:
     import uvloop
 

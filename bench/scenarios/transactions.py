@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from bench.cluster import Cluster, petrel_cluster, request_json
-from bench.harness import BenchOptions, Figure, scenario
+from bench.figures import BenchOptions, Figure
 from bench.loopback import served
 from bench.scenarios.gateway import Timing, sends
 from bench.scheduled import percentile, topic_size, warnings_in
@@ -56,7 +56,6 @@ FULL = Sizes(Timing(2.0, 8.0), 10_000, 180.0)
 QUICK = Sizes(Timing(0.5, 1.5), 2_000, 60.0)
 
 
-@scenario("transactions")
 def transactions(options: BenchOptions) -> list[Figure]:
     import uvloop
 

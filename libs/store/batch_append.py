@@ -30,8 +30,9 @@ import shutil
 import time
 import zlib
 from bisect import bisect_right
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from libs.codec import (
     BLANK_MIN_SIZE,
@@ -47,11 +48,14 @@ from libs.codec import (
 )
 from libs.errors import PetrelError, StoreFull, StoreReadOnly
 from libs.store.batch_heads import BatchHeads, Head, read_heads
+from libs.store.commitlog import CommitLog
+from libs.store.config import StoreConfig
 from libs.store.consume_queue import UNIT, ConsumeQueue
+from libs.store.flush import Flusher
+from libs.store.index_service import IndexService
+from libs.store.lookup import MessageLookup
+from libs.store.queue_table import ConsumeQueueTable
 from libs.store.results import PutOutcome, PutResult
-
-if TYPE_CHECKING:
-    from libs.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +80,34 @@ class _QueueRun:
         self.units = bytearray()
 
 
+class AppendTarget(Protocol):
+    """The parts of the store (libs.store.message_store.MessageStore) a batch is appended to."""
+
+    @property
+    def config(self) -> StoreConfig: ...
+    @property
+    def store_host(self) -> str: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def commitlog(self) -> CommitLog: ...
+    @property
+    def queues(self) -> ConsumeQueueTable: ...
+    @property
+    def index(self) -> IndexService: ...
+    @property
+    def lookup(self) -> MessageLookup: ...
+    @property
+    def flusher(self) -> Flusher: ...
+    @property
+    def listeners(self) -> Sequence[Callable[[str, int, int, int], None]]: ...
+
+    index_failures: int
+    """Index writes that failed (their messages stored and queued): counted here."""
+
+
 class BatchAppend:
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: AppendTarget) -> None:
         self.store = store
         self._disk = _DiskCheck()
         self._stamps: dict[int, bytes] = {}

@@ -12,16 +12,15 @@ read back from the CommitLog and checked before it is answered. Two kinds of loo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from libs.codec import decode_record, peek_head, peek_offsets, peek_topic
 from libs.errors import CorruptRecord, OffsetOutOfRange
 from libs.message import MessageRecord, Prop, id_time
 from libs.store.budget import ScanBudget
+from libs.store.commitlog import CommitLog
+from libs.store.index_service import IndexService
 from libs.store.results import KeyQueryResult, PutResult
-
-if TYPE_CHECKING:
-    from libs.store.message_store import MessageStore
 
 DEDUP_SKEW_MS = 600_000
 """A message id carries its gateway's clock (ms); a copy is looked for from that time minus this much on."""
@@ -31,8 +30,17 @@ STEPS_BETWEEN_CLOCKS = 512
 """Index entries a sliced query reads between two looks at the clock (well under a millisecond)."""
 
 
+class IndexedLog(Protocol):
+    """What a look-up reads (of libs.store.message_store.MessageStore): the index that finds, the log read back."""
+
+    @property
+    def index(self) -> IndexService: ...
+    @property
+    def commitlog(self) -> CommitLog: ...
+
+
 class MessageLookup:
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: IndexedLog) -> None:
         self.store = store
 
     # ---- queries -------------------------------------------------------------------------

@@ -12,7 +12,9 @@ MessageStore is the one face of the engine; parts of it live beside it:
 the append of a batch (batch_append.py, reading its heads in batch_heads.py),
 look-ups by key and message id, and append's DEDUP look-up (lookup.py), deletion
 of old segments (retention.py), the answers PutResult, PutOutcome, PullResult
-(results.py). Recovery re-dispatches one record at a time (`_dispatch`).
+(results.py). Recovery re-dispatches one record at a time (`_dispatch`). Each part is
+given the store typed as a Protocol of just what it uses (AppendTarget, IndexedLog,
+QueuedLog, RetainedStore, replica's DispatchedLog): none imports this module.
 """
 
 from __future__ import annotations

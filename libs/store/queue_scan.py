@@ -15,16 +15,15 @@ step first checks that the queue still holds its position (retention, a deleted 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from libs.codec import MESSAGE_MAGIC, peek_frame, peek_head
 from libs.errors import OffsetOutOfRange
 from libs.filters import MessageFilter
 from libs.message import Prop
+from libs.store.commitlog import CommitLog
+from libs.store.queue_table import ConsumeQueueTable
 from libs.store.results import PullResult
-
-if TYPE_CHECKING:
-    from libs.store.message_store import MessageStore
 
 MAX_PULL_BYTES: Final = 8 * 1024 * 1024
 MAX_UNITS_SCANNED: Final = 16_000
@@ -35,10 +34,20 @@ CLOCK_EVERY: Final = 16
 """Units between two looks at the clock."""
 
 
+class QueuedLog(Protocol):
+    """What a scan walks (of libs.store.message_store.MessageStore): the ConsumeQueues, and the log their units
+    point into."""
+
+    @property
+    def queues(self) -> ConsumeQueueTable: ...
+    @property
+    def commitlog(self) -> CommitLog: ...
+
+
 class QueueScan:
     def __init__(
         self,
-        store: MessageStore,
+        store: QueuedLog,
         where: tuple[str, int],
         offset: int,
         max_count: int,

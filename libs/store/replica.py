@@ -15,17 +15,17 @@ as for any store, and replication resumes from it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from libs.codec import peek_frame
 from libs.errors import CorruptRecord, OffsetOutOfRange, ReplicaDiverged
 from libs.store.checkpoint import Checkpoint
 from libs.store.commitlog import CommitLog
+from libs.store.config import StoreConfig
+from libs.store.index_service import IndexService
 from libs.store.mapped_file import MappedFile
+from libs.store.queue_table import ConsumeQueueTable
 from libs.store.recovery import Redispatch
-
-if TYPE_CHECKING:
-    from libs.store.message_store import MessageStore
 
 MAX_CHUNK_BYTES = 1024 * 1024
 """What a master sends at most in one chunk (a record larger than that goes alone)."""
@@ -100,7 +100,21 @@ class ReplicaWriter:
         return log.files.create(offset)
 
 
-def truncate_log(store: MessageStore, offset: int) -> int:
+class DispatchedLog(Protocol):
+    """What `truncate_log` cuts (of libs.store.message_store.MessageStore): the log, what was dispatched from it
+    (ConsumeQueues, index) and the checkpoint (at `config.checkpoint_path`)."""
+
+    @property
+    def config(self) -> StoreConfig: ...
+    @property
+    def commitlog(self) -> CommitLog: ...
+    @property
+    def queues(self) -> ConsumeQueueTable: ...
+    @property
+    def index(self) -> IndexService: ...
+
+
+def truncate_log(store: DispatchedLog, offset: int) -> int:
     """Forget the log from `offset` on (a returning master's unreplicated tail); the bytes dropped.
 
     Called on an opened store before it is started (no flush, no put): the CommitLog is cut and

@@ -18,7 +18,7 @@ import sys
 
 import redis
 
-from services.etl.command import configure_logging
+from services.etl.logs import configure_logging
 from services.etl.nightly import NIGHTLY_QUEUE, EtlNotInstalled, create_celery, run_nightly, state_dir
 from services.etl.settings import EtlSettings
 

@@ -18,11 +18,12 @@ from functools import cache
 from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
+from services.etl.arguments import add_daily_arguments, settings_from
 from services.etl.audit import audit_daily
-from services.etl.command import add_daily_arguments, configure_logging, settings_from
 from services.etl.delays import delay_daily
 from services.etl.events import EventLog, read_event_log
 from services.etl.journey import journeys, message_journey
+from services.etl.logs import configure_logging
 from services.etl.push import push_hourly
 from services.etl.quality import data_quality
 from services.etl.reconciliation import commitlog_daily, mismatches, reconcile

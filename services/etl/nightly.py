@@ -43,7 +43,7 @@ from celery.signals import worker_shutting_down
 from redis.exceptions import LockError
 
 from libs.redis_url import celery_tls
-from services.etl.command import daily_arguments
+from services.etl.arguments import daily_arguments
 from services.etl.settings import EtlSettings
 from services.etl.submit import SparkSubmitNotFound, spark_submit
 

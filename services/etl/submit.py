@@ -15,7 +15,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from services.etl.command import daily_arguments
+from services.etl.arguments import daily_arguments
 from services.etl.settings import EtlSettings
 
 

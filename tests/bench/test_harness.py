@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from bench.chart import write_chart
-from bench.harness import SCENARIOS, BenchOptions, Figure, render, render_runs, run, series_of
+from bench.figures import BenchOptions, Figure
+from bench.harness import render, render_runs, run, series_of
 from bench.progress import measuring
 from deploy import cli
 
@@ -77,7 +78,7 @@ def test_two_figures_of_one_name_in_a_run_stay_two() -> None:
 
 
 def test_runs_write_the_medians_and_each_run_as_json_with_a_chart_beside_and_say_each_step(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     values = iter([100.0, 300.0, 200.0])
 
@@ -85,9 +86,7 @@ def test_runs_write_the_medians_and_each_run_as_json_with_a_chart_beside_and_say
         with measuring("sends"):
             return [Figure("sends", next(values), "noop", 400, "msg/s", 0.5)]
 
-    monkeypatch.setitem(SCENARIOS, "fake", fake)
-
-    medians = run(["fake"], BenchOptions(quick=True), tmp_path, runs=3)
+    medians = run({"fake": fake}, ["fake"], BenchOptions(quick=True), tmp_path, runs=3)
 
     assert [(f.name, f.ours) for f in medians] == [("sends", 200.0)]
     (written,) = tmp_path.glob("bench-*.json")
