@@ -275,10 +275,8 @@ async def test_410_disables_the_subscription_and_resume_delivers_what_waited(
     async def all_acked() -> bool:
         return set(ids) <= receiver.seen() and await lag(client, group) == 0
 
-    # a bound for "never", not a speed: alone this wait took 7-14 s; with both of the suite's workers on Spark,
-    # 20 s was once too short
     await eventually(
-        all_acked, "the waiting messages delivered after resume", timeout=45, context=lambda: log_of(running)
+        all_acked, "the waiting messages delivered after resume", timeout=15, context=lambda: log_of(running)
     )
 
 
