@@ -115,16 +115,21 @@ class Dispatcher:
         """Stop receiving; let POSTs under way finish; give back messages waiting for another try."""
         self._stopping = True
         self._wake()
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+        await self._stop_receiving()
         if self.deliveries:
             await asyncio.wait(self.deliveries, timeout=self.subscription.timeout_seconds + 5)
         for task in list(self.deliveries):
             task.cancel()
         await asyncio.gather(*self.deliveries, return_exceptions=True)
         await self.endpoint.close()
+
+    async def _stop_receiving(self) -> None:
+        """End the receive loop and a long poll of it under way (a message the poll leased just then is the group's
+        again once that lease runs out)."""
+        task = self._loop_task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})
 
     # ---- status -------------------------------------------------------------------------
 
@@ -167,6 +172,8 @@ class Dispatcher:
         failures = 0
         while not self._stopping:
             room = await self._room()
+            if self._stopping:
+                return  # stopped while waiting for room: what a receive leased now would be for no one
             try:
                 received = await self.receiver.receive(
                     self.subscription.group, self.subscription.topic, self._ask(room)
@@ -328,6 +335,9 @@ class Dispatcher:
             log.warning("push %s: %s of %s failed: %s", sub.key, verdict.outcome, held.message.message_id, exc.detail)
 
     async def _give_back(self, held: Held) -> None:
+        """End the lease now (only when stopping). Receiving stops first: a long poll of ours still waiting would
+        lease the message again, be cancelled unread by the stop, and leave the message to wait out that lease."""
+        await self._stop_receiving()
         try:
             await self.leases.give_back(self.subscription.group, held.message.receipt_handle)
         except PetrelError as exc:

@@ -4,28 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import pytest_asyncio
 
-from tests.support.cluster import LocalCluster, local_cluster
+from tests.support.cluster import FAST_RETRY_LEVELS, LocalCluster, local_cluster
 from tests.support.waiting import eventually
 
-pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
-
-FAST_LEVELS = {"PETREL_DELAY_LEVELS": "100ms 100ms 200ms 200ms 300ms 300ms"}
-"""The retry backoff starts at level 3: 200 ms, 200 ms, 300 ms ... here."""
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def fast_retries(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
-    """One cluster with short backoffs, for the tests that kill nothing (each has its own group and topic)."""
-    async with local_cluster(tmp_path_factory.mktemp("groups") / "data", **FAST_LEVELS) as (_, client):
-        yield client
+pytestmark = pytest.mark.e2e
 
 
 async def send(client: httpx.AsyncClient, topic: str, *bodies: str) -> list[str]:
@@ -48,51 +37,53 @@ async def settle(client: httpx.AsyncClient, verb: str, group: str, handles: list
 
 
 async def test_a_failing_message_retries_with_backoff_then_dead_letters_and_is_redriven(
-    fast_retries: httpx.AsyncClient,
+    shared_gateway: httpx.AsyncClient, unique: Callable[[str], str]
 ) -> None:
-    client = fast_retries
-    assert (await client.put("/v1/groups/billing", json={"max_retries": 2})).status_code == 201
-    (message_id,) = await send(client, "orders", "poison")
+    client, group, topic = shared_gateway, unique("billing"), unique("orders")
+    assert (await client.put(f"/v1/groups/{group}", json={"max_retries": 2})).status_code == 201
+    (message_id,) = await send(client, topic, "poison")
 
     attempts = []
     for _ in range(3):
-        (message,) = await receive(client, "billing", "orders", wait_seconds=5)
+        (message,) = await receive(client, group, topic, wait_seconds=5)
         assert message["message_id"] == message_id
         attempts.append(message["delivery_attempt"])
-        await settle(client, "nack", "billing", [message["receipt_handle"]], reason="cannot parse")
+        await settle(client, "nack", group, [message["receipt_handle"]], reason="cannot parse")
     assert attempts == [1, 2, 3]
-    assert await receive(client, "billing", "orders", wait_seconds=1) == []
+    assert await receive(client, group, topic, wait_seconds=1) == []
 
-    dlq = (await client.get("/v1/groups/billing/dlq")).json()["messages"]
-    assert [(d["message_id"], d["attempts"], d["original_topic"]) for d in dlq] == [(message_id, 3, "orders")]
+    dlq = (await client.get(f"/v1/groups/{group}/dlq")).json()["messages"]
+    assert [(d["message_id"], d["attempts"], d["original_topic"]) for d in dlq] == [(message_id, 3, topic)]
     assert "cannot parse" in dlq[0]["reason"]
 
-    redriven = (await client.post("/v1/groups/billing/dlq:redrive", json={})).json()
+    redriven = (await client.post(f"/v1/groups/{group}/dlq:redrive", json={})).json()
     assert redriven["message_ids"] == [message_id]
-    (back,) = await receive(client, "billing", "orders", wait_seconds=5)
+    (back,) = await receive(client, group, topic, wait_seconds=5)
     assert (back["message_id"], back["delivery_attempt"]) == (message_id, 1)
+    await settle(client, "ack", group, [back["receipt_handle"]])
 
 
 async def test_a_consumer_that_disappears_gets_its_messages_handed_on_after_the_lease(
-    fast_retries: httpx.AsyncClient,
+    shared_gateway: httpx.AsyncClient, unique: Callable[[str], str]
 ) -> None:
-    client = fast_retries
-    await client.put("/v1/groups/shipping", json={})
-    sent = set(await send(client, "parcels", "a", "b", "c"))
-    first = await receive(client, "shipping", "parcels", invisible_seconds=1)
+    client, group, topic = shared_gateway, unique("shipping"), unique("parcels")
+    await client.put(f"/v1/groups/{group}", json={})
+    sent = set(await send(client, topic, "a", "b", "c"))
+    first = await receive(client, group, topic, invisible_seconds=1)
     assert {m["message_id"] for m in first} == sent
     # ... the consumer is gone; after 1 s plus the first backoff, another one gets them.
     again: list[dict[str, Any]] = []
     for _ in range(20):
-        again += await receive(client, "shipping", "parcels", wait_seconds=1)
+        again += await receive(client, group, topic, wait_seconds=1)
         if len(again) == len(sent):
             break
     assert {m["message_id"] for m in again} == sent
     assert {m["delivery_attempt"] for m in again} == {2}
+    await settle(client, "ack", group, [m["receipt_handle"] for m in again])
 
 
 async def test_broker_kill_9_mid_lease_loses_nothing(tmp_path: Path) -> None:
-    env = FAST_LEVELS | {
+    env = FAST_RETRY_LEVELS | {
         "PETREL_BROKER_FLUSH_MODE": "SYNC_FLUSH",
         "PETREL_BROKER_OFFSET_PERSIST_INTERVAL_SECONDS": "0.2",
     }

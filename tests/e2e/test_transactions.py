@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,18 +71,35 @@ def producer() -> Iterator[tuple[Producer, ServedApp]]:
         yield producer, served
 
 
-async def register(client: httpx.AsyncClient, producer: Producer, served: ServedApp) -> None:
-    answer = await client.put("/v1/producer-groups/shop", json={"checkback_url": f"{served.url}/checkback"})
-    assert answer.status_code == 201, answer.text
-    producer.secret = answer.json()["signing_secret"]
-    assert (await client.put("/v1/topics/orders", json={"queues": 2})).status_code == 201
+class Shop:
+    """The producer group and the topic its transactions send to, through a client of the cluster's gateway."""
 
+    def __init__(self, client: httpx.AsyncClient, group: str = "shop", topic: str = "orders") -> None:
+        self.client, self.group, self.topic = client, group, topic
 
-async def begin(client: httpx.AsyncClient, body: str, **extra: Any) -> str:
-    answer = await client.post("/v1/topics/orders/transactions", json={"body": body, "producer_group": "shop"} | extra)
-    assert answer.status_code == 201, answer.text
-    transaction_id: str = answer.json()["transaction_id"]
-    return transaction_id
+    async def register(self, producer: Producer, served: ServedApp) -> None:
+        body = {"checkback_url": f"{served.url}/checkback"}
+        answer = await self.client.put(f"/v1/producer-groups/{self.group}", json=body)
+        assert answer.status_code == 201, answer.text
+        producer.secret = answer.json()["signing_secret"]
+        assert (await self.client.put(f"/v1/topics/{self.topic}", json={"queues": 2})).status_code == 201
+
+    async def begin(self, body: str, **extra: Any) -> str:
+        sent = {"body": body, "producer_group": self.group} | extra
+        answer = await self.client.post(f"/v1/topics/{self.topic}/transactions", json=sent)
+        assert answer.status_code == 201, answer.text
+        transaction_id: str = answer.json()["transaction_id"]
+        return transaction_id
+
+    async def delivered(self) -> list[str]:
+        """The message ids in the topic, every queue, in order (duplicates kept)."""
+        ids = []
+        for queue in range(2):
+            path = f"/v1/topics/{self.topic}/queues/{queue}/messages"
+            answer = await self.client.get(path, params={"offset": 0, "max": 256})
+            assert answer.status_code == 200, answer.text
+            ids += [m["message_id"] for m in answer.json()["messages"]]
+        return ids
 
 
 async def states(client: httpx.AsyncClient, transaction_ids: list[str]) -> dict[str, str]:
@@ -110,64 +127,59 @@ async def all_ended(
     return found
 
 
-async def delivered(client: httpx.AsyncClient) -> list[str]:
-    """The message ids in the topic, every queue, in order (duplicates kept)."""
-    ids = []
-    for queue in range(2):
-        answer = await client.get(f"/v1/topics/orders/queues/{queue}/messages", params={"offset": 0, "max": 256})
-        assert answer.status_code == 200, answer.text
-        ids += [m["message_id"] for m in answer.json()["messages"]]
-    return ids
-
-
 def message_id(transaction_id: str) -> str:
     return transaction_id.split(":", 1)[1]
 
 
-def check_events(data_dir: Path) -> list[dict[str, Any]]:
+def check_events(data_dir: Path, transaction_ids: list[str]) -> list[dict[str, Any]]:
+    """txcheck's exported `transaction_check` events of these transactions."""
     lines = [
         json.loads(line)
         for path in (data_dir / "export" / "events").rglob("txcheck-*.jsonl")
         for line in path.read_text().splitlines()
     ]
-    return [e for e in lines if e["event"] == "transaction_check"]
+    return [e for e in lines if e["event"] == "transaction_check" and e["transaction_id"] in transaction_ids]
 
 
 async def test_forgotten_transactions_are_resolved_by_check_backs_and_ended_ones_are_never_asked(
-    tmp_path: Path, producer: tuple[Producer, ServedApp]
+    shared_txcheck: LocalCluster,
+    shared_gateway: httpx.AsyncClient,
+    producer: tuple[Producer, ServedApp],
+    unique: Callable[[str], str],
 ) -> None:
     receiver, served = producer
-    async with local_cluster_with_txcheck(tmp_path / "data") as (cluster, client):
-        await register(client, receiver, served)
-        by_producer = [await begin(client, f"{verb} by the producer", check_immunity_seconds=60) for verb in ("c", "r")]
-        assert (await client.post(f"/v1/transactions/{by_producer[0]}/commit")).json()["outcome"] == "COMMIT"
-        assert (await client.post(f"/v1/transactions/{by_producer[1]}/rollback")).json()["outcome"] == "ROLLBACK"
-        forgotten = [await begin(client, body) for body in ("commit 1", "rollback 2", "unsure 3")]
+    client, shop = shared_gateway, Shop(shared_gateway, unique("shop"), unique("orders"))
+    await shop.register(receiver, served)
+    by_producer = [await shop.begin(f"{verb} by the producer", check_immunity_seconds=60) for verb in ("c", "r")]
+    assert (await client.post(f"/v1/transactions/{by_producer[0]}/commit")).json()["outcome"] == "COMMIT"
+    assert (await client.post(f"/v1/transactions/{by_producer[1]}/rollback")).json()["outcome"] == "ROLLBACK"
+    forgotten = [await shop.begin(body) for body in ("commit 1", "rollback 2", "unsure 3")]
 
-        found = await all_ended(client, forgotten, cluster, timeout=20)
+    found = await all_ended(client, forgotten, shared_txcheck, timeout=20)
 
-        assert list(found.values()) == ["COMMITTED", "ROLLED_BACK", "COMMITTED"]
-        assert sorted(await delivered(client)) == sorted(
-            message_id(t) for t in (by_producer[0], forgotten[0], forgotten[2])
-        )
-        assert [receiver.asked_about(t) for t in (*by_producer, *forgotten)] == [[], [], [1], [1], [1, 2]]
-        assert receiver.refused == 0
-        (first, *_) = receiver.checks
-        assert (first["topic"], first["producer_group"], first["keys"], first["properties"]) == (
-            "orders",
-            "shop",
-            [],
-            {},
-        )
-    answers = sorted((e["transaction_id"], e["check_count"], e["answer"]) for e in check_events(tmp_path / "data"))
-    assert answers == sorted(
-        [
-            (forgotten[0], 1, "COMMIT"),
-            (forgotten[1], 1, "ROLLBACK"),
-            (forgotten[2], 1, "UNKNOWN"),
-            (forgotten[2], 2, "COMMIT"),
-        ]
+    assert list(found.values()) == ["COMMITTED", "ROLLED_BACK", "COMMITTED"]
+    assert sorted(await shop.delivered()) == sorted(message_id(t) for t in (by_producer[0], forgotten[0], forgotten[2]))
+    assert [receiver.asked_about(t) for t in (*by_producer, *forgotten)] == [[], [], [1], [1], [1, 2]]
+    assert receiver.refused == 0
+    (first, *_) = receiver.checks
+    assert (first["topic"], first["producer_group"], first["keys"], first["properties"]) == (
+        shop.topic,
+        shop.group,
+        [],
+        {},
     )
+    expected = [(forgotten[0], 1, "COMMIT"), (forgotten[1], 1, "ROLLBACK"), (forgotten[2], 1, "UNKNOWN")]
+    expected.append((forgotten[2], 2, "COMMIT"))
+
+    def answers() -> list[tuple[str, int, str]]:
+        events = check_events(shared_txcheck.data_dir, [*by_producer, *forgotten])
+        return sorted((e["transaction_id"], e["check_count"], e["answer"]) for e in events)
+
+    async def exported() -> bool:
+        return answers() == sorted(expected)
+
+    # the events are written out every second, and this cluster runs on
+    await eventually(exported, "exactly the check-backs' events exported", 10, context=lambda: f"{answers()}")
 
 
 async def test_open_transactions_survive_kill_9_of_beat_worker_and_broker_and_end_exactly_once(
@@ -176,8 +188,9 @@ async def test_open_transactions_survive_kill_9_of_beat_worker_and_broker_and_en
     receiver, served = producer
     receiver.unsure, receiver.delay = True, 0.2
     async with local_cluster_with_txcheck(tmp_path / "data") as (cluster, client):
-        await register(client, receiver, served)
-        transactions = [await begin(client, f"{'commit' if n % 2 else 'rollback'} {n}") for n in range(24)]
+        shop = Shop(client)
+        await shop.register(receiver, served)
+        transactions = [await shop.begin(f"{'commit' if n % 2 else 'rollback'} {n}") for n in range(24)]
         await eventually(lambda: _at_least(receiver.checks, 12), "checks under way", 20)
 
         await cluster.kill("txcheck-beat")
@@ -189,7 +202,7 @@ async def test_open_transactions_survive_kill_9_of_beat_worker_and_broker_and_en
         receiver.unsure = False
 
         found = await all_ended(client, transactions, cluster, timeout=45)
-        ids = await delivered(client)
+        ids = await shop.delivered()
 
     committed = [message_id(t) for t in transactions if found[t] == "COMMITTED"]
     rolled_back = [message_id(t) for t in transactions if found[t] == "ROLLED_BACK"]

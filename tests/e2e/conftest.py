@@ -1,0 +1,63 @@
+"""The live cluster the e2e tests that kill nothing share: one per test worker, started when a test first needs it.
+
+A test that only sends and reads runs on it, under names of its own (`unique`), so that
+no other test's messages, groups or subscriptions meet its own. A test that kills,
+partitions or restarts a process starts a cluster of its own (tests.support.cluster).
+The push service and txcheck's worker and beat join the shared cluster the first time a
+test asks for them (`shared_push`, `shared_txcheck`): a worker that runs no such test
+never starts them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import httpx
+import pytest
+
+from tests.support.cluster import FAST_RETRY_LEVELS, QUICK_CIRCUIT, LocalCluster
+
+CORE = ("nameserver", "broker-a", "timer", "gateway")
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The worker's shared cluster, with a cluster token, short retry levels and a quick push circuit (its core
+    processes running; see `shared_push`)."""
+    data_dir = tmp_path_factory.mktemp("shared-cluster") / "data"
+    cluster = LocalCluster(data_dir, FAST_RETRY_LEVELS | QUICK_CIRCUIT, push=True, txcheck=True, token=True)
+    try:
+        cluster.start_now(*CORE)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def shared_push(shared_cluster: LocalCluster) -> LocalCluster:
+    """The shared cluster with its push service running."""
+    shared_cluster.start_now("push")
+    return shared_cluster
+
+
+@pytest.fixture
+def shared_txcheck(shared_cluster: LocalCluster) -> LocalCluster:
+    """The shared cluster with txcheck's worker and beat running (on the real Redis, under the cluster's prefix)."""
+    shared_cluster.start_now("txcheck-worker", "txcheck-beat")
+    return shared_cluster
+
+
+@pytest.fixture
+async def shared_gateway(shared_cluster: LocalCluster) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the shared cluster's gateway."""
+    async with httpx.AsyncClient(base_url=shared_cluster.url, timeout=15) as client:
+        yield client
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    """This test's own names in the shared cluster: `unique("orders")` is "orders-<6 hex digits>", the same digits
+    for every name of one test."""
+    suffix = uuid.uuid4().hex[:6]
+    return lambda name: f"{name}-{suffix}"
