@@ -42,3 +42,17 @@ def warehouse(story_settings: EtlSettings) -> Path:
 def story_runs(spark: SparkSession, story_settings: EtlSettings) -> dict[str, DailyRun]:
     """The 23rd (the late send's folder), then the 22nd; tests that run the job again leave these rows as they were."""
     return {day: run_daily(spark, story_settings, date.fromisoformat(day)) for day in (NEXT_DAY, DAY)}
+
+
+SPARK_TEST_TIMEOUT = 600
+"""pytest-timeout's bound of an ETL test: the first of a worker may run a day's job in a session fixture (about a
+minute while the suite runs, four on a day the machine is 4x slower), then its own; 120 s (the suite's) cut the
+fixture off on a loaded machine, and every test of the module failed with it."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/services/etl without a bound of its own gets SPARK_TEST_TIMEOUT."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SPARK_TEST_TIMEOUT))
