@@ -13,6 +13,7 @@ pytestmark = pytest.mark.e2e
 TINY = Sizes(backlog=500, rate=100.0, latency_warmup_s=0.5, latency_seconds=1.0, rounds=1)
 
 
+@pytest.mark.timeout(180)  # 82 s with the CPU at a quarter (a cgroup quota of half a core of two): twice that
 def test_the_push_bench_pushes_every_message_and_puts_each_figure_beside_its_reference() -> None:
     figures = {(f.name, f.reference_name): f for f in measure(TINY)}
 

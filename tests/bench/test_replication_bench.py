@@ -114,6 +114,7 @@ def test_a_load_with_no_lag_sample_fails_rather_than_report_a_figure() -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.timeout(180)  # 76 s with the CPU at a quarter (a cgroup quota of half a core of two): twice that
 def test_a_sync_master_with_a_slave_is_measured_lag_sampled_under_load_and_every_read_found_on_the_slave() -> None:
     measured = replicated(Timing(warmup=0.2, seconds=0.6), reads=3, async_replication=False)
 

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.support.cluster import FAST_RETRY_LEVELS, QUICK_CIRCUIT, LocalCluster
+from tests.support.waiting import wait_until
 
 CORE = ("nameserver", "broker-a", "timer", "gateway")
 
@@ -43,8 +44,15 @@ def shared_push(shared_cluster: LocalCluster) -> LocalCluster:
 
 @pytest.fixture
 def shared_txcheck(shared_cluster: LocalCluster) -> LocalCluster:
-    """The shared cluster with txcheck's worker and beat running (on the real Redis, under the cluster's prefix)."""
+    """The shared cluster with txcheck's worker and beat running (on the real Redis, under the cluster's prefix),
+    the worker ready for tasks (it serves no port to ask: its log says so)."""
     shared_cluster.start_now("txcheck-worker", "txcheck-beat")
+    wait_until(
+        lambda: " ready." in shared_cluster.log("txcheck-worker"),
+        "txcheck's Celery worker ready",
+        timeout=60,
+        context=lambda: shared_cluster.log("txcheck-worker")[-3000:],
+    )
     return shared_cluster
 
 

@@ -43,6 +43,7 @@ def cluster(tmp_path: Path) -> Iterator[UpCluster]:
         yield running
 
 
+@pytest.mark.timeout(180)  # 76 s with the CPU at a quarter (a cgroup quota of half a core of two): twice that
 def test_cluster_serves_routes_survives_a_dead_broker_and_stops_clean(cluster: UpCluster) -> None:
     pids = cluster.all_pids()
     assert len(pids) == 11, cluster.state()

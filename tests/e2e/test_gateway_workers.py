@@ -75,6 +75,7 @@ def receive_all(cluster: UpCluster, count: int) -> list[dict[str, Any]]:
     return list(received.values())
 
 
+@pytest.mark.timeout(180)  # 74 s with the CPU at a quarter (a cgroup quota of half a core of two): twice that
 def test_two_workers_share_the_port_and_one_killed_leaves_the_other_serving(cluster: UpCluster) -> None:
     pids = {name: cluster.pid_of(name) for name in ("gateway", "gateway-2")}
     assert len(set(pids.values())) == 2, cluster.state()

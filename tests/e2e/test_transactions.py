@@ -182,6 +182,7 @@ async def test_forgotten_transactions_are_resolved_by_check_backs_and_ended_ones
     await eventually(exported, "exactly the check-backs' events exported", 10, context=lambda: f"{answers()}")
 
 
+@pytest.mark.timeout(180)  # 73 s with the CPU at a quarter (a cgroup quota of half a core of two): twice that
 async def test_open_transactions_survive_kill_9_of_beat_worker_and_broker_and_end_exactly_once(
     tmp_path: Path, producer: tuple[Producer, ServedApp]
 ) -> None:

@@ -20,7 +20,7 @@ import pytest
 from pydantic import SecretStr
 
 from libs.errors import PROBLEM_TYPE_BASE
-from libs.http.connection_limits import LINGER_SECONDS
+from libs.http import connection_limits
 from tests.support.raw_http import WAIT, Serve, closes, connect, read_response, refusals, request
 from tests.support.serving import ServedApp
 from tests.support.waiting import eventually, wait_until
@@ -33,10 +33,18 @@ RATE = 1000
 """Their body_min_rate, bytes a second."""
 TRICKLE = 0.05
 """Seconds between a trickling client's bytes: 20 bytes a second, below RATE."""
-CUT_OFF = TIMEOUT + LINGER_SECONDS + 2.0
+LINGER = 0.2
+"""How long a refused connection's further bytes are read here before it is closed (LINGER_SECONDS, 2 s)."""
+CUT_OFF = TIMEOUT + LINGER + 2.0
 """Seconds within which a slow client's connection is gone: its timeout, the lingering close, and slack."""
 
 paths = pytest.mark.parametrize("hot_path", [True, False], ids=["hot-path", "fastapi"])
+
+
+@pytest.fixture(autouse=True)
+def short_linger(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lingering close is a timer these tests wait out: LINGER, not the production 2 s."""
+    monkeypatch.setattr(connection_limits, "LINGER_SECONDS", LINGER)
 
 
 def serve_short(serve: Serve, **settings: object) -> ServedApp:
