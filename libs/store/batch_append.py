@@ -48,13 +48,10 @@ from libs.codec import (
 )
 from libs.errors import PetrelError, StoreFull, StoreReadOnly
 from libs.store.batch_heads import BatchHeads, Head, read_heads
-from libs.store.commitlog import CommitLog
-from libs.store.config import StoreConfig
 from libs.store.consume_queue import UNIT, ConsumeQueue
+from libs.store.dispatched_log import DispatchedLog
 from libs.store.flush import Flusher
-from libs.store.index_service import IndexService
 from libs.store.lookup import MessageLookup
-from libs.store.queue_table import ConsumeQueueTable
 from libs.store.results import PutOutcome, PutResult
 
 log = logging.getLogger(__name__)
@@ -80,21 +77,13 @@ class _QueueRun:
         self.units = bytearray()
 
 
-class AppendTarget(Protocol):
+class AppendTarget(DispatchedLog, Protocol):
     """The parts of the store (libs.store.message_store.MessageStore) a batch is appended to."""
 
-    @property
-    def config(self) -> StoreConfig: ...
     @property
     def store_host(self) -> str: ...
     @property
     def clock(self) -> Callable[[], float]: ...
-    @property
-    def commitlog(self) -> CommitLog: ...
-    @property
-    def queues(self) -> ConsumeQueueTable: ...
-    @property
-    def index(self) -> IndexService: ...
     @property
     def lookup(self) -> MessageLookup: ...
     @property

@@ -14,7 +14,7 @@ look-ups by key and message id, and append's DEDUP look-up (lookup.py), deletion
 of old segments (retention.py), the answers PutResult, PutOutcome, PullResult
 (results.py). Recovery re-dispatches one record at a time (`_dispatch`). Each part is
 given the store typed as a Protocol of just what it uses (AppendTarget, IndexedLog,
-QueuedLog, RetainedStore, replica's DispatchedLog): none imports this module.
+QueuedLog, RetainedStore, and DispatchedLog, which the first and last extend): none imports this module.
 """
 
 from __future__ import annotations

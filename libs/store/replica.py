@@ -15,16 +15,12 @@ as for any store, and replication resumes from it.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from libs.codec import peek_frame
 from libs.errors import CorruptRecord, OffsetOutOfRange, ReplicaDiverged
 from libs.store.checkpoint import Checkpoint
 from libs.store.commitlog import CommitLog
-from libs.store.config import StoreConfig
-from libs.store.index_service import IndexService
+from libs.store.dispatched_log import DispatchedLog
 from libs.store.mapped_file import MappedFile
-from libs.store.queue_table import ConsumeQueueTable
 from libs.store.recovery import Redispatch
 
 MAX_CHUNK_BYTES = 1024 * 1024
@@ -98,20 +94,6 @@ class ReplicaWriter:
         if log.segments and offset < log.segments[-1].end_offset:
             return log.segment_at(offset)
         return log.files.create(offset)
-
-
-class DispatchedLog(Protocol):
-    """What `truncate_log` cuts (of libs.store.message_store.MessageStore): the log, what was dispatched from it
-    (ConsumeQueues, index) and the checkpoint (at `config.checkpoint_path`)."""
-
-    @property
-    def config(self) -> StoreConfig: ...
-    @property
-    def commitlog(self) -> CommitLog: ...
-    @property
-    def queues(self) -> ConsumeQueueTable: ...
-    @property
-    def index(self) -> IndexService: ...
 
 
 def truncate_log(store: DispatchedLog, offset: int) -> int:

@@ -30,28 +30,17 @@ from typing import Protocol
 from libs.codec import decode_record
 from libs.message import MessageRecord, Prop
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
-from libs.store.commitlog import CommitLog
-from libs.store.config import StoreConfig
-from libs.store.index_service import IndexService
-from libs.store.queue_table import ConsumeQueueTable
+from libs.store.dispatched_log import DispatchedLog
 
 log = logging.getLogger(__name__)
 
 
-class RetainedStore(Protocol):
+class RetainedStore(DispatchedLog, Protocol):
     """What retention reads and deletes (of libs.store.message_store.MessageStore): the log's segments, and
     below them the ConsumeQueues' and the index's files; `query_id` finds a scheduled message's later copies."""
 
     @property
-    def config(self) -> StoreConfig: ...
-    @property
     def clock(self) -> Callable[[], float]: ...
-    @property
-    def commitlog(self) -> CommitLog: ...
-    @property
-    def queues(self) -> ConsumeQueueTable: ...
-    @property
-    def index(self) -> IndexService: ...
     def query_id(self, message_id: str, begin: int, end: int) -> list[MessageRecord]: ...
 
 
