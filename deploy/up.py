@@ -127,20 +127,24 @@ def _workers_line(options: UpOptions) -> str:
 
 
 def _print_urls(specs: list[ProcessSpec], options: UpOptions, redis_url: str, auth: bool) -> None:
-    print("\nPetrel is up.", flush=True)
+    """The banner, in one write: a reader that sees "Petrel is up." sees the whole of it (tests wait on that line)."""
+    lines = ["", "Petrel is up."]
     for spec in specs:
         where = spec.url if spec.port else f"(Celery {spec.args[0] if spec.args else 'process'}, no port)"
-        print(f"  {spec.name:15} {where}", flush=True)
-    print(f"  {'redis':15} {masked(redis_url)}")
+        lines.append(f"  {spec.name:15} {where}")
+    lines.append(f"  {'redis':15} {masked(redis_url)}")
     first, *more = _auth_line(options, auth)
-    print(f"\n  auth:      {first}")
-    for line in more:
-        print(f"             {line}")
+    lines += ["", f"  auth:      {first}", *(f"             {line}" for line in more)]
     gateway = f"http://{options.host}:{options.gateway_port}"
     bearer = '-H "Authorization: Bearer $KEY" ' if auth else ""
-    print(f"  gateway:   {_workers_line(options)}")
-    print(f"  API docs:  {gateway}/docs")
-    print(f"  logs:      {options.data_dir / 'logs'}/")
-    print(f"  token:     {options.token_file} (internal calls carry it in x-petrel-internal-token)")
-    print(f"  try:       curl {bearer}-X PUT {gateway}/v1/topics/orders")
-    print("\nCtrl-C stops every process.", flush=True)
+    lines += [
+        f"  gateway:   {_workers_line(options)}",
+        f"  API docs:  {gateway}/docs",
+        f"  logs:      {options.data_dir / 'logs'}/",
+        f"  token:     {options.token_file} (internal calls carry it in x-petrel-internal-token)",
+        f"  try:       curl {bearer}-X PUT {gateway}/v1/topics/orders",
+        "",
+        "Ctrl-C stops every process.",
+    ]
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()

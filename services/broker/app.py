@@ -132,7 +132,9 @@ def create_app(
         heard = on_stopping(app, replication.close)
         try:
             # transport: how it calls the nameservers, TCP unless given (tests give an in-process one)
-            async with InternalClient(ClientOptions(token=token, timeout=3.0, retries=1), transport) as client:
+            async with InternalClient(
+                ClientOptions(token=token, timeout=settings.nameserver_timeout_seconds, retries=1), transport
+            ) as client:
                 registrar = NameserverRegistrar(settings, topics, client)
                 registrar.claim(run.role is not BrokerRole.SLAVE, run.epochs.last_epoch if run.link else 0)
                 topics.on_change(registrar.topic_changed)

@@ -50,6 +50,12 @@ class BrokerSettings(DelayLevelSettings):
     )
     advertised_address: str | None = Field(default=None, description="host:port others use; default host:port")
     register_interval_seconds: float = Field(default=30.0, gt=0, description="the heartbeat to every nameserver")
+    nameserver_timeout_seconds: float = Field(
+        default=3.0,
+        gt=0,
+        description="a call to a nameserver (a registration page, a topic change, a heartbeat) unanswered by then "
+        "fails and is made again at the next heartbeat",
+    )
     default_queues: int = Field(
         default=DEFAULT_QUEUES, ge=1, le=MAX_QUEUES, description="queues of a topic created without a count"
     )

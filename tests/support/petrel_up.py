@@ -102,7 +102,9 @@ def petrel_up(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> 
     named = {flag.removeprefix("--").removesuffix("-port"): port for flag, port in ports.items()}
     cluster = UpCluster(process, data_dir, named, output)
     try:
-        wait_until(lambda: "Petrel is up." in output.read_text() or process.poll() is not None, "cluster up", 90)
+        wait_until(
+            lambda: "Ctrl-C stops every process." in output.read_text() or process.poll() is not None, "cluster up", 90
+        )
         assert process.poll() is None, f"petrel up exited:\n{output.read_text()}"
         yield cluster
     finally:

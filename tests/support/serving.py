@@ -25,7 +25,9 @@ from starlette.types import ASGIApp
 
 from libs.http.stopping import announce_stopping
 
-STARTUP_TIMEOUT = 5.0
+STARTUP_TIMEOUT = 30.0
+"""A bound on a failure only (an app that never starts): a started app returns at once. 5 s was passed on a
+slow day, with the two cores shared by three test runs (a warm-up request timed out)."""
 
 ServeApp = Callable[[ASGIApp], str]
 """Starts an ASGI app under uvicorn on loopback; answers its base URL (the `serve_app` fixture)."""
@@ -187,7 +189,7 @@ def _warm_up(port: int) -> None:
     production, never share it.
     """
     with contextlib.suppress(urllib.error.HTTPError):  # a 404, after matching against every route
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/__warm_up__", timeout=5).close()
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/__warm_up__", timeout=STARTUP_TIMEOUT).close()
 
 
 @contextlib.contextmanager

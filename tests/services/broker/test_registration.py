@@ -73,7 +73,9 @@ async def test_100k_topics_register_and_one_change_sends_only_that_topic(
     recorded: tuple[ServedApp, RequestSizes],
 ) -> None:
     nameserver, recorder = recorded
-    settings = broker_settings(nameserver)
+    # a page of topics is bounded work, but on a slow day (the machine 4x slower, helpers beside it) more than the
+    # production 3 s; this test is about what is sent, not how fast
+    settings = broker_settings(nameserver, nameserver_timeout_seconds=60.0)
     settings.store_dir.mkdir(parents=True, exist_ok=True)
     seed_topics(settings.metadata_url, TOPICS)
 
