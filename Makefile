@@ -23,9 +23,11 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
-# Everything but the e2e tests (real processes on loopback): about two minutes.
+# The developer's quick loop, under two minutes: every test but those marked `e2e` (whole clusters of real
+# processes on loopback, the docs pages run as written) and those marked `spark` (they start a JVM: the ETL job's
+# tests under tests/services/etl and the Spark docs page, tests.support.markers). `make test` runs everything.
 test-fast: $(STAMP)
-	$(BIN)/pytest -n 2 --dist loadfile -m "not e2e" $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 --dist loadfile -m "not e2e and not spark" $(PYTEST_ARGS)
 
 check: $(STAMP)
 	$(BIN)/ruff format --check .
