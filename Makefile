@@ -18,14 +18,21 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/petrel up $(ARGS)
 
+# The tests keep Python's bytecode caches even where the shell turns them off (PYTHONDONTWRITEBYTECODE, as some
+# sandboxes set it): each worker imports ~500 modules and pytest rewrites every test module's asserts, ~5 CPU-s a
+# worker (and more in the processes tests start) when nothing is cached.
+TEST_ENV := PYTHONDONTWRITEBYTECODE=
+
 # Two workers, each test file on one (a module's shared cluster stays with its tests); tests use
 # ephemeral ports, their own Redis key prefixes and PostgreSQL schemas. One process: PYTEST_ARGS=-n0
 test: $(STAMP)
-	$(BIN)/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(TEST_ENV) $(BIN)/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
-# Everything but the e2e tests (real processes on loopback): about two minutes.
+# The developer's quick loop, under two minutes: every test but those marked `e2e` (whole clusters of real
+# processes on loopback, the docs pages run as written) and those marked `spark` (they start a JVM: the ETL job's
+# tests under tests/services/etl and the Spark docs page, tests.support.markers). `make test` runs everything.
 test-fast: $(STAMP)
-	$(BIN)/pytest -n 2 --dist loadfile -m "not e2e" $(PYTEST_ARGS)
+	$(TEST_ENV) $(BIN)/pytest -n 2 --dist loadfile -m "not e2e and not spark" $(PYTEST_ARGS)
 
 check: $(STAMP)
 	$(BIN)/ruff format --check .

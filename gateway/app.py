@@ -44,7 +44,7 @@ from libs.broker_api.nameservers import NameserverClient
 from libs.broker_api.receiver import Receiver
 from libs.broker_api.route_cache import MasterDirectory, RouteCache
 from libs.errors import PetrelError, Unauthorized
-from libs.http.app import register_schemas, service_app
+from libs.http.app import add_routers, register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.http.guards import Guard
 from libs.http.middleware import HostCheck
@@ -161,15 +161,18 @@ def create_app(
         readiness_clock=clock,
     )
     # Starlette tries routes in order, a few microseconds each: the hot paths (send, consume, transactions) first.
-    app.include_router(messages.router)
-    app.include_router(consume.router)
-    app.include_router(transactions.router)
-    app.include_router(topics.router)
-    app.include_router(timers.router)
-    app.include_router(cluster_routes.router)
-    app.include_router(groups.router)
-    app.include_router(push.router)
-    app.include_router(keys.router)
+    add_routers(
+        app,
+        messages.router,
+        consume.router,
+        transactions.router,
+        topics.router,
+        timers.router,
+        cluster_routes.router,
+        groups.router,
+        push.router,
+        keys.router,
+    )
     register_schemas(
         app,
         [

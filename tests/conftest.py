@@ -11,6 +11,7 @@ from services.broker.app import create_app as broker_app
 from services.nameserver.app import create_app as nameserver_app
 from services.nameserver.settings import NameserverSettings
 from tests.support.apps import broker_settings
+from tests.support.markers import starts_spark
 from tests.support.serving import ServedApp, serving
 
 
@@ -45,3 +46,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             for name, value in getattr(report, "user_properties", ()):
                 if name == "fuzz" and getattr(report, "when", "") == "call":
                     terminalreporter.write_line(f"{report.nodeid}: {value}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that start a JVM carry the `spark` marker (tests.support.markers): `make test-fast` leaves them out."""
+    for item in items:
+        if starts_spark(item.path):
+            item.add_marker(pytest.mark.spark)

@@ -4,13 +4,17 @@ A test module imports no other test module (shared helpers live in `tests/suppor
 no test file outside `tests/support` defines its own clock (use `FakeClock`) or waits
 on the wall clock with a sleep (await an event, or poll with `tests.support.waiting`).
 The README stays under README_MAX_LINES lines: what does not fit goes to a page of docs/.
+A module that imports Spark lives where the `spark` marker is given (`make test-fast` leaves those out).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.support.markers import SPARK_IMPORTS, SPARK_PATHS, starts_spark
 
 TESTS = Path(__file__).parent
 SUPPORT = TESTS / "support"
@@ -22,6 +26,12 @@ def suite_files() -> Iterator[Path]:
     for path in sorted(TESTS.rglob("*.py")):
         if SUPPORT not in path.parents:
             yield path
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A test file's syntax tree, parsed once for all the rules here."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def imported_modules(tree: ast.Module) -> Iterator[str]:
@@ -41,8 +51,7 @@ def is_test_module(module: str) -> bool:
 def cross_imports() -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for path in suite_files():
-        tree = ast.parse(path.read_text(), str(path))
-        modules = sorted({m for m in imported_modules(tree) if is_test_module(m)})
+        modules = sorted({m for m in imported_modules(parsed(path)) if is_test_module(m)})
         if modules:
             found[path.relative_to(TESTS).as_posix()] = modules
     return found
@@ -59,7 +68,7 @@ def test_no_test_file_defines_a_clock() -> None:
     clocks = [
         f"{path.relative_to(TESTS).as_posix()}:{node.lineno} class {node.name}"
         for path in suite_files()
-        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        for node in ast.walk(parsed(path))
         if isinstance(node, ast.ClassDef) and node.name.endswith("Clock")
     ]
     assert clocks == [], f"test files define their own clock (use tests.support.clock.FakeClock): {clocks}"
@@ -89,9 +98,7 @@ def sleeps(tree: ast.Module) -> Iterator[int]:
 
 def test_no_test_waits_on_the_wall_clock() -> None:
     found = {
-        path.relative_to(TESTS).as_posix(): lines
-        for path in suite_files()
-        if (lines := list(sleeps(ast.parse(path.read_text(), str(path)))))
+        path.relative_to(TESTS).as_posix(): lines for path in suite_files() if (lines := list(sleeps(parsed(path))))
     }
     offenders = {f: lines for f, lines in found.items() if f not in SLOW_PEERS}
     assert offenders == {}, f"tests sleep (await an event, or use tests.support.waiting): {offenders}"
@@ -103,3 +110,19 @@ def test_the_readme_stays_under_its_line_budget() -> None:
     assert len(lines) < README_MAX_LINES, (
         f"README.md has {len(lines)} lines; it stays under {README_MAX_LINES}: move detail to a page of docs/"
     )
+
+
+def imports_spark(module: str) -> bool:
+    return any(module == name or module.startswith(f"{name}.") for name in SPARK_IMPORTS)
+
+
+def test_every_module_that_imports_spark_is_marked_spark() -> None:
+    """A test module that imports pyspark or the Spark helpers starts a JVM: under tests.support.markers.SPARK_PATHS
+    it carries the `spark` marker, and `make test-fast` (the quick loop) leaves it out."""
+    unmarked = [
+        path.relative_to(TESTS).as_posix()
+        for path in suite_files()
+        if not starts_spark(path) and any(imports_spark(m) for m in imported_modules(parsed(path)))
+    ]
+    assert unmarked == [], f"modules import Spark but are not marked `spark` (tests.support.markers): {unmarked}"
+    assert all(place.exists() for place in SPARK_PATHS), "a path of tests.support.markers.SPARK_PATHS is gone"

@@ -21,7 +21,7 @@ from libs.broker_api.replication import BrokerRole
 from libs.broker_api.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
 from libs.broker_api.transactions import EndBatch, EndRequest
 from libs.events.writer import EventWriter
-from libs.http.app import register_schemas, service_app
+from libs.http.app import add_routers, register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.http.stopping import on_stopping, request_restart
 from libs.http.transport import Transport
@@ -189,9 +189,8 @@ def create_app(
         description="Topics, message storage and pulls.",
         hot_routes=messages.HOT_ROUTES | consume_api.HOT_ROUTES | transaction_api.HOT_ROUTES,
     )
-    for routes in (router, messages.router, timers.router, consume_api.router, transaction_api.router):
-        app.include_router(routes)
-    app.include_router(replication_routes.router)
+    routers = (router, messages.router, timers.router, consume_api.router, transaction_api.router)
+    add_routers(app, *routers, replication_routes.router)
     register_schemas(app, [ReceiveBody, HandleList, NackBody, EndRequest, EndBatch])
     return app
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from prometheus_client import Gauge
 
 from libs.errors import BrokerNotFound, TopicNotFound
-from libs.http.app import service_app
+from libs.http.app import add_routers, service_app
 from libs.problem import PROBLEM_RESPONSES
 from libs.routing import (
     BrokerRegistration,
@@ -155,6 +155,5 @@ def create_app(settings: NameserverSettings, clock: Callable[[], float] = time.t
 
     app = service_app("nameserver", settings, lifespan=lifespan, description="Broker registry and topic routes.")
     app.state.settings = settings
-    app.include_router(router)
-    app.include_router(controller_routes.router)
+    add_routers(app, router, controller_routes.router)
     return app

@@ -12,7 +12,7 @@ from libs.broker_api.nameservers import NameserverClient
 from libs.broker_api.receiver import Receiver
 from libs.broker_api.route_cache import MasterDirectory, RouteCache
 from libs.egress import Resolver, system_resolver
-from libs.http.app import register_schemas, service_app
+from libs.http.app import add_routers, register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.http.transport import Transport
 from services.push import api
@@ -56,6 +56,6 @@ def create_app(
 
     app = service_app("push", settings, lifespan=lifespan, description="Webhook push subscriptions.")
     app.state.settings = settings
-    app.include_router(api.router)
+    add_routers(app, api.router)
     register_schemas(app, list(api.REQUEST_BODIES))
     return app

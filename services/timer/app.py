@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.nameservers import NameserverClient
-from libs.http.app import service_app
+from libs.http.app import add_routers, service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.http.transport import Transport
 from libs.problem import PROBLEM_RESPONSES
@@ -121,7 +121,7 @@ def create_app(settings: TimerSettings, *, transport: Transport | None = None) -
 
     app = service_app("timer", settings, lifespan=lifespan, description="Delay levels and the timer wheel.")
     app.state.settings = settings
-    app.include_router(router)
+    add_routers(app, router)
     return app
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI
 
 from libs.egress import EgressGuard
-from libs.http.app import register_schemas, service_app
+from libs.http.app import add_routers, register_schemas, service_app
 from libs.push_api.schemas import PushAttempt, SubscriptionState, SubscriptionStatus
 from services.push import api
 from services.push.settings import PushSettings
@@ -90,6 +90,6 @@ def subscriptions_app(database_url: str, live: RecordingLive) -> tuple[FastAPI, 
             engine.dispose()
 
     app = service_app("push", PushSettings(), lifespan=lifespan)
-    app.include_router(api.router)
+    add_routers(app, api.router)
     register_schemas(app, list(api.REQUEST_BODIES))
     return app, store
