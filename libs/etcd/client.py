@@ -3,9 +3,9 @@
 It speaks the grpc-gateway every etcd member serves beside gRPC on its client URL
 (`/v3/kv/range`, `/v3/kv/txn`, `/v3/lease/grant` ...; etcd 3.4 and later), through the
 house's httpx client (`libs.http.client.internal_http`: no proxy or certificate file from
-the environment), rather than a Python gRPC client: python-etcd3 has had no release since 2020, and its
-asyncio forks (aetcd, etcd3aio, aioetcd3) are unmaintained too, while the gateway is part of etcd itself
-and needs nothing but httpx.
+the environment), rather than a Python gRPC client: python-etcd3 has had no release since 2020, its
+asyncio forks (aetcd, aioetcd3) are unmaintained too, and what is alive brings a native binding or grpcio
+for a handful of calls, while the gateway is part of etcd itself and needs nothing but httpx.
 
 Members: a call goes to the member that answered last; when it cannot be reached, times out
 or says it cannot serve now (no leader, leader changed, request timed out), the call goes to
