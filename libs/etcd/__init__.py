@@ -9,6 +9,8 @@ The contract (what the controller and the masters build on):
   given and answered without the prefix. Calls move to the next member when one fails.
 - `Election(client, key, lease=..., value=...)`: `try_campaign`, `campaign`, `leader`,
   `is_leader`, `leads_compare`, `proclaim`, `resign`.
+- `LeaseKeeper` (libs.etcd.lease_keeper): keeps a lease alive and says, on the holder's monotonic clock,
+  until when etcd cannot have expired it (counted from each keep-alive's send, less a margin).
 - Every failure is an `EtcdError` (libs.etcd.errors).
 """
 
@@ -22,6 +24,7 @@ from libs.etcd.errors import (
     EtcdRequestFailed,
     EtcdUnavailable,
 )
+from libs.etcd.lease_keeper import LeaseKeeper
 from libs.etcd.settings import EtcdSettings
 from libs.etcd.txn import Compare, Delete, Get, Put, Txn
 from libs.etcd.wire import DeleteResult, KeyValue, Lease, LeaseStatus, PutResult, RangeResult, TxnResult, WatchEvent
@@ -43,6 +46,7 @@ __all__ = [
     "KeyValue",
     "Leader",
     "Lease",
+    "LeaseKeeper",
     "LeaseStatus",
     "Put",
     "PutResult",
