@@ -6,7 +6,8 @@ The contract (what the controller and the masters build on):
 - `EtcdClient(settings)`: `get`, `get_prefix`, `range`, `put` (optionally on a lease), `delete`,
   `txn()` (a `Txn`: `.when(Compare...)`, `.then(ops)`, `.otherwise(ops)`, `.commit()`),
   leases (`grant`, `keep_alive_once`, `revoke`, `time_to_live`) and `watch_once`. Keys are
-  given and answered without the prefix. Calls move to the next member when one fails.
+  given and answered without the prefix. Calls move to the next member when one fails, and go round
+  the members again while `retry_seconds` last.
 - `Election(client, key, lease=..., value=...)`: `try_campaign`, `campaign`, `leader`,
   `is_leader`, `leads_compare`, `proclaim`, `resign`.
 - `LeaseKeeper` (libs.etcd.lease_keeper): keeps a lease alive and says, on the holder's monotonic clock,

@@ -9,7 +9,8 @@ for a handful of calls, while the gateway is part of etcd itself and needs nothi
 
 Members: a call goes to the member that answered last; when it cannot be reached, times out
 or says it cannot serve now (no leader, leader changed, request timed out), the call goes to
-the next, once round all of them, then `EtcdUnavailable`. A call whose answer was lost may
+the next; after a round of all of them it pauses and goes round again while `retry_seconds`
+last (etcd electing a leader), then `EtcdUnavailable`. A call whose answer was lost may
 have been applied (see libs.etcd.errors). Credentials: traded for a token at the first call
 and again when etcd says the token is no longer valid. Keys: every key is under the
 settings' prefix on the wire, and without it here.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -57,6 +59,10 @@ from libs.etcd.wire import (
 from libs.http.client import internal_http
 
 T = TypeVar("T")
+
+RETRY_PAUSE = 0.1
+MAX_RETRY_PAUSE = 1.0
+"""Seconds between two rounds of the members: doubling from RETRY_PAUSE up to MAX_RETRY_PAUSE."""
 
 UNREACHABLE = (httpx.TransportError, OSError)
 """A member that could not be reached or answered nothing; OSError: an ssl alert httpx lets through (under TLS 1.3 a
@@ -224,20 +230,29 @@ class EtcdClient:
         return await self._on_some_member(path, lambda member: self._exchange(member, path, payload, extra_headers))
 
     async def _on_some_member(self, path: str, attempt: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
-        tried: list[str] = []
-        for step in range(len(self._members)):
-            index = (self._current + step) % len(self._members)
-            try:
-                answer = await attempt(self._members[index])
-            except UNREACHABLE as exc:
-                tried.append(f"{self.endpoints[index]}: {type(exc).__name__} {exc}".rstrip())
-                continue
-            except EtcdUnavailable as exc:
-                tried.append(f"{self.endpoints[index]}: {exc}")
-                continue
-            self._current = index
-            return answer
-        raise EtcdUnavailable(f"no etcd member answered {path}: {'; '.join(tried)}", tried=tried)
+        """`attempt` on each member in turn from the last that answered; rounds again after a pause while
+        `retry_seconds` last (a leader election, a member restarting), then EtcdUnavailable with the last round's
+        reasons."""
+        deadline = time.monotonic() + self.settings.retry_seconds
+        pause = RETRY_PAUSE
+        while True:
+            tried: list[str] = []
+            for step in range(len(self._members)):
+                index = (self._current + step) % len(self._members)
+                try:
+                    answer = await attempt(self._members[index])
+                except UNREACHABLE as exc:
+                    tried.append(f"{self.endpoints[index]}: {type(exc).__name__} {exc}".rstrip())
+                    continue
+                except EtcdUnavailable as exc:
+                    tried.append(f"{self.endpoints[index]}: {exc}")
+                    continue
+                self._current = index
+                return answer
+            if time.monotonic() + pause > deadline:
+                raise EtcdUnavailable(f"no etcd member answered {path}: {'; '.join(tried)}", tried=tried)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, MAX_RETRY_PAUSE)
 
     async def _exchange(
         self, member: httpx.AsyncClient, path: str, payload: bytes, extra_headers: dict[str, str] | None

@@ -52,6 +52,12 @@ class EtcdSettings(BaseSettings):
         "from its cluster's majority holds calls until then)",
     )
     connect_timeout_seconds: float = Field(default=1.0, gt=0, description="how long connecting to a member may take")
+    retry_seconds: float = Field(
+        default=3.0,
+        ge=0,
+        description="how long a call goes on trying the members, round after round with a short pause, while none "
+        "can serve it (etcd electing a leader takes one to two election timeouts, 1-2 s by default); 0: one round",
+    )
 
     @field_validator("endpoints", mode="before")
     @classmethod

@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from libs.etcd import Election, EtcdClient, EtcdUnavailable
+from libs.etcd import Election, EtcdClient, EtcdSettings, EtcdUnavailable
 from tests.support.etcd import EtcdCluster, etcd_cluster
 from tests.support.waiting import eventually
 
@@ -72,7 +73,7 @@ async def test_without_a_majority_calls_fail_as_unavailable(three: EtcdCluster, 
         member.kill()
     try:
         # the member left holds the write (it has no leader to send it to) until the call's timeout
-        async with EtcdClient(three.settings("/test/minority/", timeout_seconds=1.0)) as hurried:
+        async with EtcdClient(three.settings("/test/minority/", timeout_seconds=1.0, retry_seconds=0)) as hurried:
             with pytest.raises(EtcdUnavailable) as raised:
                 await hurried.put("routes/broker-a", b"nowhere to go")
         assert len(raised.value.tried) == 3
@@ -81,3 +82,30 @@ async def test_without_a_majority_calls_fail_as_unavailable(three: EtcdCluster, 
             member.start()
         three.wait_healthy()
     await client.put("routes/broker-a", b"after")
+
+
+async def test_a_call_goes_round_the_members_again_while_etcd_elects_a_leader() -> None:
+    """Stand-in members: for their first two rounds one says "leader changed", the other "no leader"."""
+    asked: list[str] = []
+
+    def member(name: str) -> httpx.MockTransport:
+        def answer(request: httpx.Request) -> httpx.Response:
+            asked.append(name)
+            if len(asked) <= 4:
+                error = "etcdserver: leader changed" if name == "a" else "etcdserver: no leader"
+                return httpx.Response(503, json={"error": error, "message": error, "code": 14})
+            return httpx.Response(200, json={"header": {"revision": "9"}})
+
+        return httpx.MockTransport(answer)
+
+    settings = EtcdSettings(endpoints=["10.0.0.5:2379", "10.0.0.6:2379"], retry_seconds=5)
+    async with EtcdClient(settings, transports=[member("a"), member("b")]) as client:
+        assert (await client.put("routes/broker-a", b"x")).revision == 9
+    assert asked == ["a", "b", "a", "b", "a"]
+
+    settings = EtcdSettings(endpoints=["10.0.0.5:2379", "10.0.0.6:2379"], retry_seconds=0)
+    asked.clear()
+    async with EtcdClient(settings, transports=[member("a"), member("b")]) as client:
+        with pytest.raises(EtcdUnavailable, match="no leader"):
+            await client.put("routes/broker-a", b"x")
+    assert asked == ["a", "b"]

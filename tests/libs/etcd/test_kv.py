@@ -65,7 +65,7 @@ async def test_a_put_on_a_lease_that_is_gone_is_refused(client: EtcdClient) -> N
 
 async def test_no_member_answering_is_unavailable_naming_each_member() -> None:
     endpoints = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
-    async with EtcdClient(EtcdSettings(endpoints=endpoints)) as client:
+    async with EtcdClient(EtcdSettings(endpoints=endpoints, retry_seconds=0.5)) as client:
         with pytest.raises(EtcdUnavailable) as raised:
             await client.get("anything")
     assert len(raised.value.tried) == 2

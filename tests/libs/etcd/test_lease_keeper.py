@@ -68,7 +68,7 @@ async def test_the_lease_is_counted_from_the_keep_alives_send_not_its_answer() -
 
 async def test_while_etcd_cannot_be_reached_the_holder_stops_holding_before_the_lease_can_expire() -> None:
     clock = FakeClock(0.0)
-    settings = EtcdSettings(endpoints=[f"127.0.0.1:{free_port()}"])
+    settings = EtcdSettings(endpoints=[f"127.0.0.1:{free_port()}"], retry_seconds=0)
     async with EtcdClient(settings) as unreachable:
         keeper = LeaseKeeper(unreachable, Lease(7, 5), granted_at=0.0, margin=1.0, clock=clock)
         clock.now = 3.0

@@ -28,7 +28,7 @@ async def test_with_the_ca_and_a_client_certificate_calls_go_over_tls(tls_etcd: 
 
 
 async def test_without_a_client_certificate_the_member_refuses(tls_etcd: EtcdCluster) -> None:
-    settings = tls_etcd.settings("/petrel/", cert_file=None, key_file=None)
+    settings = tls_etcd.settings("/petrel/", cert_file=None, key_file=None, retry_seconds=0)
     async with EtcdClient(settings) as client:
         with pytest.raises(EtcdUnavailable) as raised:
             await client.get("controller/leader")
@@ -37,6 +37,6 @@ async def test_without_a_client_certificate_the_member_refuses(tls_etcd: EtcdClu
 
 async def test_a_member_whose_certificate_the_ca_did_not_sign_is_not_trusted(tls_etcd: EtcdCluster) -> None:
     other_ca = make_tls_files(Path(tls_etcd.members[0].log).parent / "other-tls").ca
-    async with EtcdClient(tls_etcd.settings("/petrel/", ca_file=other_ca)) as client:
+    async with EtcdClient(tls_etcd.settings("/petrel/", ca_file=other_ca, retry_seconds=0)) as client:
         with pytest.raises(EtcdUnavailable, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
             await client.get("controller/leader")
