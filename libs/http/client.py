@@ -16,7 +16,7 @@ Whatever the transport:
   long poll never doubles.)
 - No proxy: whatever HTTP_PROXY, HTTPS_PROXY or ALL_PROXY say, a call goes straight
   to its peer (LeanTransport reads no environment). The few internal calls made with
-  httpx instead (a slave's replication stream, epoch sync, the controller link) use
+  httpx instead (a slave's replication stream, epoch sync, the controller link, the etcd client) use
   `internal_http`, which reads none either: through a proxy, the token would go too.
 - A peer's problem+json comes back as the same `PetrelError` subclass;
   transport failures become `ServiceUnavailable`, whose `request_sent` extension
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -179,12 +180,20 @@ def internal_http(
     timeout: float | httpx.Timeout,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> httpx.AsyncClient:
-    """An httpx client calling the internal service at `peer` (host:port), for what InternalClient does not do
-    (a stream read as it comes): the token on every call; no proxy, netrc or certificate file from the
-    environment (trust_env=False). `transport`: tests give an in-process one."""
+    """An httpx client calling the internal service at `peer` (host:port, or a base URL such as an etcd member's
+    https://host:port), for what InternalClient does not do (a stream read as it comes, TLS): the token on every
+    call when there is one; no proxy, netrc or certificate file from the environment (trust_env=False), so
+    `verify` says which CAs an https peer is checked against. `transport`: tests give an in-process one."""
+    base_url = peer if "://" in peer else f"http://{peer}"
     return httpx.AsyncClient(
-        base_url=f"http://{peer}", headers=token_header(token), timeout=timeout, transport=transport, trust_env=False
+        base_url=base_url,
+        headers=token_header(token),
+        timeout=timeout,
+        transport=transport,
+        trust_env=False,
+        verify=verify,
     )
 
 
