@@ -13,8 +13,9 @@ is kept, who must record a shrink first, and the writes waiting on it are servic
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
@@ -27,10 +28,9 @@ class SlaveProgress:
     in_sync: bool = False
     caught_up_at: float | None = None
     """When it last had the master's whole log (None: never, in this master's run)."""
-    master_end_before: int | None = None
-    """The master's log end when this slave last said how far it is..."""
-    heard_before: float = 0.0
-    """...and when: having that end now, it was caught up then."""
+    ends_seen: deque[tuple[int, float]] = field(default_factory=deque)
+    """The master's log end at this slave's earlier words, and when, that its acks have not reached yet: having
+    one of those ends now, it was caught up then (those older than the lag bound are forgotten)."""
 
 
 class InSyncRules:
@@ -43,15 +43,24 @@ class InSyncRules:
         """The slave has written everything below `offset`; the master's log ends at `master_end`."""
         now = self.clock()
         # Its word, not the most it ever said: a slave restarted on a log that lost its unflushed tail says less.
-        slave.acked = offset
+        slave.acked, slave.heard_at = offset, now
+        seen = slave.ends_seen
         if offset >= master_end:
             slave.caught_up_at = now
-        elif slave.master_end_before is not None and offset >= slave.master_end_before:
-            # Kafka's rule: under a steady load a slave never has the end of *now*, but having the end of its
-            # last word, it was caught up when it said it.
-            before = slave.heard_before
-            slave.caught_up_at = before if slave.caught_up_at is None else max(slave.caught_up_at, before)
-        slave.master_end_before, slave.heard_before, slave.heard_at = master_end, now, now
+            seen.clear()
+            return
+        # Kafka's rule: under a steady load a slave never has the end of *now*, but having the end the master had
+        # at one of its earlier words, it was caught up then. Not only the last word's: its acks trail its stream
+        # by a few acks in flight. The ends only grow, so those reached are the oldest ones (amortised O(1)).
+        while seen and seen[0][0] <= offset:
+            _, then = seen.popleft()
+            slave.caught_up_at = then if slave.caught_up_at is None else max(slave.caught_up_at, then)
+        while seen and now - seen[0][1] > self.lag_max:  # reached later, it would say "caught up too long ago"
+            seen.popleft()
+        if seen and seen[-1][0] == master_end:
+            seen[-1] = (master_end, now)  # the same end, later: reaching it says more
+        else:
+            seen.append((master_end, now))
 
     def may_join(self, slave: SlaveProgress, high_watermark: int) -> bool:
         """Whether a slave outside the set joins: it has every write already answered, and caught up lately."""

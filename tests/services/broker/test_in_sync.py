@@ -63,17 +63,29 @@ async def test_a_slave_that_keeps_acking_but_stays_behind_leaves_after_the_lag_b
     in_sync.acked(1, "s1", 100, master_end=100)
     in_sync.acked(2, "s2", 100, master_end=100)
     assert in_sync.in_sync() == [1, 2]
-    end = 100
-    for _ in range(int(LAG_MAX) + 2):  # both ack every second; slave 2 has only part of the end of its last word
+    for t in range(1, 2 * int(LAG_MAX) + 3):  # both ack every second; slave 2 copies half as fast as the master writes
         clock.advance(1.0)
-        in_sync.acked(1, "s1", end, master_end=end + 100)
-        in_sync.acked(2, "s2", end - 50, master_end=end + 100)
-        end += 100
-        if clock.now - 1_700_000_000.0 < LAG_MAX:
-            await in_sync.drop_lagging(end)
-            assert in_sync.in_sync() == [1, 2], "behind for less than the bound: still in sync"
-    await in_sync.drop_lagging(end)
-    assert in_sync.in_sync() == [1], "slave 1 caught up at every word; slave 2 never did"
+        end = 100 + 100 * t
+        in_sync.acked(1, "s1", end - 100, master_end=end)  # a second behind, always
+        in_sync.acked(2, "s2", 100 + 50 * t, master_end=end)  # has the master's end of t/2 seconds ago
+        await in_sync.drop_lagging(end)
+        if t <= 2 * LAG_MAX:
+            assert in_sync.in_sync() == [1, 2], f"at {t} s, slave 2 is behind by less than the bound: still in sync"
+        else:
+            assert in_sync.in_sync() == [1], f"at {t} s, slave 2 has not caught up for more than the bound"
+
+
+async def test_a_slave_that_has_the_masters_end_of_some_earlier_word_stays_however_long_the_load(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    in_sync = replicas(tmp_path, timeout=3.0, clock=clock, answered=None)
+    in_sync.acked(1, "s1", 100, master_end=100)
+    for n in range(1, 4 * int(LAG_MAX)):  # its acks trail its stream: each has the end seen two acks before
+        clock.advance(0.5)
+        in_sync.acked(1, "s1", 100 * n - 100, master_end=100 * n + 100)
+    await in_sync.drop_lagging(100 * n + 100)
+    assert in_sync.in_sync() == [1], "caught up a second ago, at every word: not lagging"
 
 
 async def test_a_lagging_slave_leaves_only_once_the_shrink_is_recorded_and_only_then_is_the_write_released(
