@@ -227,7 +227,12 @@ async def _replication(
     consumers: ConsumerMirror,
 ) -> tuple[Replication, list[asyncio.Task[None]]]:
     """This broker's part in replication; a slave's follower of its master, started (none for a master)."""
-    in_sync = InSyncReplicas(settings.broker_name, settings.sync_replication_timeout_ms / 1000, events)
+    in_sync = InSyncReplicas(
+        settings.broker_name,
+        settings.sync_replication_timeout_ms / 1000,
+        events,
+        lag_max=settings.replica_lag_max_ms / 1000,
+    )
     replication = Replication(
         run.role,
         settings.broker_name,

@@ -142,7 +142,7 @@ class ControllerLink:
 
     async def run(self, in_sync: InSyncReplicas | None, restart: Callable[[str], None]) -> None:
         """Report every `heartbeat` until cancelled; a master also tells the controller of slaves that joined,
-        and drops those gone silent."""
+        and drops those gone silent or behind for longer than the lag bound (services.broker.in_sync_rules)."""
         while True:
             await asyncio.sleep(self.heartbeat)
             try:
@@ -157,7 +157,7 @@ class ControllerLink:
                 restart(why)
                 return
             if in_sync is not None and self.is_master:
-                await in_sync.drop_silent(self.store.commitlog.write_offset)
+                await in_sync.drop_lagging(self.store.commitlog.write_offset)
                 ours = sorted({self.broker_id, *in_sync.in_sync()})
                 if ours != assignment.in_sync:
                     await self.change_in_sync([i for i in ours if i != self.broker_id])

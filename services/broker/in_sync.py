@@ -1,14 +1,17 @@
-"""InSyncReplicas: a SYNC_MASTER's slaves that have its log, and the puts that wait for them.
+"""InSyncReplicas: a master's slaves that have its log, and a SYNC_MASTER's puts that wait for them.
 
 Each slave says how far it has written (`PUT /internal/replication/slaves/{id}`, after each
-chunk and at each heartbeat; a SYNC_FLUSH slave only once its copy is on its disk). A slave
-joins the in-sync set when it has caught up: it has everything the master had written
-when it said so. Under SYNC_MASTER every write (`MessageStore.put_reporting`: sends,
-transaction ends, retries, timers) is answered only once every in-sync slave has it. A slave
-that does not confirm a put within `timeout` leaves the set, said in the log, by the
-`replica_out_of_sync` event and by `GET /internal/replication`: from then on the puts no
-longer wait for it (RocketMQ 5's in-sync state set shrinking). With no slave in sync, a put is
-answered once the master has it, as under ASYNC_MASTER.
+chunk and at each heartbeat; a SYNC_FLUSH slave only once its copy is on its disk). When a
+slave joins the in-sync set and when it leaves is services.broker.in_sync_rules' (Kafka's
+rules: it joins once it has the master's high watermark, everything already answered; it
+leaves once it has not caught up for `lag_max`, or been silent for `timeout`). Under
+SYNC_MASTER every write (`MessageStore.put_reporting`: sends, transaction ends, retries,
+timers) is answered only once every in-sync slave has it. A slave that does not confirm a put
+within `timeout` leaves the set, said in the log, by the `replica_out_of_sync` event and by
+`GET /internal/replication`: from then on the puts no longer wait for it (RocketMQ 5's in-sync
+state set shrinking). Under a controller, every shrink is recorded there first (`confirm`),
+before any put stops waiting for the slave that left. With no slave in sync, a put is answered
+once the master has it, as under ASYNC_MASTER.
 """
 
 from __future__ import annotations
@@ -18,35 +21,33 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from libs.errors import ReplicationTimeout
 from libs.events.writer import EventWriter
+from services.broker.in_sync_rules import InSyncRules, SlaveProgress
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class SlaveProgress:
-    slave_id: int
-    address: str
-    acked: int = 0
-    """Everything below this CommitLog offset is written on the slave (flushed, for a SYNC_FLUSH slave)."""
-    heard_at: float = 0.0
-    in_sync: bool = False
-    master_end_before: int | None = None
-    """The master's log end when this slave last said how far it is: having that, it has caught up."""
-
-
 class InSyncReplicas:
     def __init__(
-        self, broker: str, timeout: float, events: EventWriter, clock: Callable[[], float] = time.monotonic
+        self,
+        broker: str,
+        timeout: float,
+        events: EventWriter,
+        clock: Callable[[], float] = time.monotonic,
+        lag_max: float = 15.0,
     ) -> None:
         self.broker = broker
         self.timeout = timeout
         self.events = events
         self.clock = clock
+        self.rules = InSyncRules(lag_max, timeout, clock)
         self.slaves: dict[int, SlaveProgress] = {}
+        self.answered: int | None = None
+        """A SYNC_MASTER's high watermark: everything below it was answered to a client (at start: its whole log,
+        answered in earlier runs, maybe). None: an ASYNC_MASTER's, which answers whatever it stores at once."""
+        self._shrinking = asyncio.Lock()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._joined = asyncio.Event()
         self.confirm: Callable[[list[int]], Awaitable[bool]] | None = None
@@ -61,11 +62,9 @@ class InSyncReplicas:
         slave = self.slaves.get(slave_id)
         if slave is None:
             slave = self.slaves[slave_id] = SlaveProgress(slave_id, address)
-        # Its word, not the most it ever said: a slave restarted on a log that lost its unflushed tail says less.
-        slave.address, slave.acked, slave.heard_at = address, offset, self.clock()
-        behind_then, slave.master_end_before = slave.master_end_before, master_end
-        caught_up = slave.acked >= master_end or (behind_then is not None and slave.acked >= behind_then)
-        if not slave.in_sync and caught_up:
+        slave.address = address
+        self.rules.heard(slave, offset, master_end)
+        if self.rules.may_join(slave, master_end if self.answered is None else self.answered):
             slave.in_sync = True
             self._joined.set()
             log.info("slave %d (%s) of %s is in sync at %d", slave_id, address, self.broker, offset)
@@ -97,7 +96,11 @@ class InSyncReplicas:
     async def wait(self, offset: int) -> None:
         """Until every in-sync slave has everything below `offset`; those that don't within `timeout` leave the set."""
         done = self.replicated_to()
+        if done is not None and done < offset and any(self.rules.must_leave(s) for s in self.slaves.values()):
+            await self.drop_lagging(offset)  # not kept waiting for a slave already past the lag bound
+            done = self.replicated_to()
         if done is None or done >= offset:
+            self._answer(offset)
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((offset, future))
@@ -120,13 +123,15 @@ class InSyncReplicas:
             )
         self._drop(behind, offset)
 
-    async def drop_silent(self, master_end: int) -> None:
-        """Under a controller: in-sync slaves not heard from for `timeout` leave the set (the controller told
-        first), so that it never promotes a slave long gone, under ASYNC_MASTER too, where no write waits."""
-        now = self.clock()
-        silent = [s for s in self.slaves.values() if s.in_sync and now - s.heard_at > self.timeout]
-        if silent and await self._confirm_without(silent):
-            self._drop(silent, master_end)
+    async def drop_lagging(self, master_end: int) -> None:
+        """In-sync slaves that have not caught up for `lag_max`, or said nothing for `timeout`, leave the set (the
+        controller told first), so that it never promotes a slave long gone or far behind, under ASYNC_MASTER too,
+        where no write waits (a controller's master checks at each report; a SYNC_MASTER's put too, before it
+        waits)."""
+        async with self._shrinking:  # one shrink at a time: the report's and a put's would tell the controller twice
+            leaving = [s for s in self.slaves.values() if self.rules.must_leave(s)]
+            if leaving and await self._confirm_without(leaving):
+                self._drop(leaving, master_end)
 
     async def _confirm_without(self, leaving: list[SlaveProgress]) -> bool:
         if self.confirm is None:
@@ -139,12 +144,14 @@ class InSyncReplicas:
             if slave.in_sync:
                 slave.in_sync = False
                 log.warning(
-                    "slave %d (%s) of %s did not confirm offset %d within %.1f s (it has %d): out of the in-sync set",
+                    "slave %d (%s) of %s did not confirm offset %d within %.1f s, or caught up within %.1f s "
+                    "(it has %d): out of the in-sync set",
                     slave.slave_id,
                     slave.address,
                     self.broker,
                     offset,
                     self.timeout,
+                    self.rules.lag_max,
                     slave.acked,
                 )
                 self._event("replica_out_of_sync", slave, offset)
@@ -156,7 +163,12 @@ class InSyncReplicas:
         done = self.replicated_to()
         for offset, future in self._waiters:
             if not future.done() and (done is None or done >= offset):
+                self._answer(offset)  # now, not when the put resumes: a slave joining meanwhile must have it
                 future.set_result(None)
+
+    def _answer(self, offset: int) -> None:
+        if self.answered is not None and offset > self.answered:
+            self.answered = offset
 
     def _event(self, name: str, slave: SlaveProgress, master_offset: int) -> None:
         self.events.emit(

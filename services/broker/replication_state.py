@@ -159,6 +159,8 @@ class Replication:
         self.topics_version = topics_version
         if role is BrokerRole.SYNC_MASTER and in_sync is not None:
             store.replication_wait = in_sync.wait
+            # What it stored before this run may have been answered: a slave joins once it has all of it.
+            in_sync.answered = store.commitlog.write_offset
 
     @property
     def master(self) -> str | None:

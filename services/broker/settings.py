@@ -36,6 +36,14 @@ class BrokerSettings(DelayLevelSettings):
         ge=10,
         description="SYNC_MASTER: an in-sync slave that has not confirmed a put by then leaves the in-sync set",
     )
+    replica_lag_max_ms: int = Field(
+        default=15_000,
+        ge=10,
+        description="a slave that has not caught up with its master's log (had its end as of some moment) for this "
+        "long leaves the in-sync set (which a controller promotes from), under ASYNC_MASTER too: the most an "
+        "ASYNC_MASTER's failover may lose, short of a silent slave (Kafka's replica.lag.time.max.ms, RocketMQ's "
+        "haMaxTimeSlaveNotCatchup)",
+    )
     controller_address: str | None = Field(
         default=None,
         description="host:port of the nameserver that runs the controller: it decides which broker of this broker "

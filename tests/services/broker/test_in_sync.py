@@ -12,18 +12,112 @@ from libs.events.writer import EventWriter
 from services.broker.in_sync import InSyncReplicas
 from tests.support.clock import FakeClock
 
-
-def replicas(tmp_path: Path, timeout: float = 0.05) -> InSyncReplicas:
-    return InSyncReplicas("broker-a", timeout, EventWriter(tmp_path / "export", "broker", enabled=False))
+LAG_MAX = 10.0
 
 
-async def test_a_slave_joins_once_it_has_what_the_master_had_at_its_last_word(tmp_path: Path) -> None:
-    in_sync = replicas(tmp_path)
-    in_sync.acked(1, "s1", 100, master_end=500)  # behind
-    in_sync.acked(1, "s1", 400, master_end=900)  # still behind what the master had at its last word (500)
-    assert in_sync.in_sync() == []
-    in_sync.acked(1, "s1", 950, master_end=1200)  # has the 900 of its last word: caught up under a steady load
+def replicas(
+    tmp_path: Path, timeout: float = 0.05, clock: FakeClock | None = None, answered: int | None = 0
+) -> InSyncReplicas:
+    """A master's in-sync set; `answered`: a SYNC_MASTER's high watermark at start, None: an ASYNC_MASTER's."""
+    in_sync = InSyncReplicas(
+        "broker-a", timeout, EventWriter(tmp_path / "export", "broker", enabled=False), clock or FakeClock(), LAG_MAX
+    )
+    in_sync.answered = answered
+    return in_sync
+
+
+async def test_a_slave_joins_only_once_it_has_every_write_already_answered(tmp_path: Path) -> None:
+    clock = FakeClock()
+    in_sync = replicas(tmp_path, clock=clock)
+    await in_sync.wait(900)  # no slave in sync: answered at once
+    in_sync.acked(1, "s1", 400, master_end=900)
+    clock.advance(0.5)
+    await in_sync.wait(1200)  # answered at once too: the high watermark is 1200
+    in_sync.acked(1, "s1", 950, master_end=1200)  # has the 900 of its last word, not the answered 1200
+    assert in_sync.in_sync() == [], "promoted now, it would lose answered writes"
+    clock.advance(0.5)
+    in_sync.acked(1, "s1", 1200, master_end=1300)  # has all that was answered; 1300 is not answered yet
     assert in_sync.in_sync() == [1]
+    waiting = asyncio.ensure_future(in_sync.wait(1300))  # the write in flight now waits for it
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    in_sync.acked(1, "s1", 1300, master_end=1300)
+    await asyncio.wait_for(waiting, 1)
+
+
+async def test_under_async_master_a_slave_joins_once_it_has_the_masters_end(tmp_path: Path) -> None:
+    in_sync = replicas(tmp_path, answered=None)  # every write is answered as it is stored
+    in_sync.acked(1, "s1", 100, master_end=500)
+    in_sync.acked(1, "s1", 550, master_end=900)  # has its last word's 500, not what was answered since
+    assert in_sync.in_sync() == []
+    in_sync.acked(1, "s1", 900, master_end=900)
+    assert in_sync.in_sync() == [1]
+
+
+@pytest.mark.parametrize("answered", [0, None], ids=["SYNC_MASTER", "ASYNC_MASTER"])
+async def test_a_slave_that_keeps_acking_but_stays_behind_leaves_after_the_lag_bound(
+    tmp_path: Path, answered: int | None
+) -> None:
+    clock = FakeClock()
+    in_sync = replicas(tmp_path, timeout=3.0, clock=clock, answered=answered)
+    in_sync.acked(1, "s1", 100, master_end=100)
+    in_sync.acked(2, "s2", 100, master_end=100)
+    assert in_sync.in_sync() == [1, 2]
+    for t in range(1, 2 * int(LAG_MAX) + 3):  # both ack every second; slave 2 copies half as fast as the master writes
+        clock.advance(1.0)
+        end = 100 + 100 * t
+        in_sync.acked(1, "s1", end - 100, master_end=end)  # a second behind, always
+        in_sync.acked(2, "s2", 100 + 50 * t, master_end=end)  # has the master's end of t/2 seconds ago
+        await in_sync.drop_lagging(end)
+        if t <= 2 * LAG_MAX:
+            assert in_sync.in_sync() == [1, 2], f"at {t} s, slave 2 is behind by less than the bound: still in sync"
+        else:
+            assert in_sync.in_sync() == [1], f"at {t} s, slave 2 has not caught up for more than the bound"
+
+
+async def test_a_slave_that_has_the_masters_end_of_some_earlier_word_stays_however_long_the_load(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    in_sync = replicas(tmp_path, timeout=3.0, clock=clock, answered=None)
+    in_sync.acked(1, "s1", 100, master_end=100)
+    for n in range(1, 4 * int(LAG_MAX)):  # its acks trail its stream: each has the end seen two acks before
+        clock.advance(0.5)
+        in_sync.acked(1, "s1", 100 * n - 100, master_end=100 * n + 100)
+    await in_sync.drop_lagging(100 * n + 100)
+    assert in_sync.in_sync() == [1], "caught up a second ago, at every word: not lagging"
+
+
+async def test_a_lagging_slave_leaves_only_once_the_shrink_is_recorded_and_only_then_is_the_write_released(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    in_sync = replicas(tmp_path, timeout=60.0, clock=clock)
+    recording = asyncio.Event()
+    recorded = asyncio.Event()
+    told: list[list[int]] = []
+
+    async def controller(kept: list[int]) -> bool:
+        told.append(kept)
+        recording.set()
+        await recorded.wait()
+        return True
+
+    in_sync.confirm = controller
+    in_sync.acked(1, "s1", 100, master_end=100)
+    waiting = asyncio.ensure_future(in_sync.wait(200))
+    for _ in range(int(LAG_MAX) + 1):  # it keeps acking 150 of 200
+        clock.advance(1.0)
+        in_sync.acked(1, "s1", 150, master_end=200)
+    shrinking = asyncio.ensure_future(in_sync.drop_lagging(200))
+    await asyncio.wait_for(recording.wait(), 1)
+    await asyncio.sleep(0)
+    assert not waiting.done(), "released before the controller took the smaller set"
+    assert in_sync.in_sync() == [1]
+    recorded.set()
+    await asyncio.wait_for(shrinking, 1)
+    await asyncio.wait_for(waiting, 1)
+    assert (told, in_sync.in_sync()) == ([[]], [])
 
 
 async def test_a_write_waits_for_every_in_sync_slave_and_one_that_does_not_confirm_leaves(tmp_path: Path) -> None:
@@ -57,7 +151,7 @@ async def test_under_a_controller_a_slave_leaves_only_once_the_controller_took_t
     tmp_path: Path,
 ) -> None:
     clock = FakeClock()
-    in_sync = InSyncReplicas("broker-a", 3.0, EventWriter(tmp_path / "export", "broker", enabled=False), clock)
+    in_sync = replicas(tmp_path, timeout=3.0, clock=clock)
     told: list[list[int]] = []
     answers = [False, True]
 
@@ -71,9 +165,9 @@ async def test_under_a_controller_a_slave_leaves_only_once_the_controller_took_t
     clock.advance(2.0)
     in_sync.acked(1, "s1", 100, master_end=100)
     clock.advance(2.0)  # slave 2 silent for 4 s
-    await in_sync.drop_silent(100)
+    await in_sync.drop_lagging(100)
     assert in_sync.in_sync() == [1, 2], "the controller did not take it: slave 2 stays (it may be promoted)"
-    await in_sync.drop_silent(100)
+    await in_sync.drop_lagging(100)
     assert in_sync.in_sync() == [1]
     assert told == [[1], [1]]
 
