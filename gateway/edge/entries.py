@@ -10,9 +10,12 @@ from libs.problem import entry_problem
 
 
 def entry_error(exc: PetrelError) -> EntryError:
-    """A batch entry's error; a flush timeout also says where the message is stored."""
-    stored = SendResult.model_validate(exc.extensions) if isinstance(exc, FlushTimeout) else None
-    return EntryError(**entry_problem(exc), stored=stored)
+    """A batch entry's error; one that may have been stored (a flush timeout, a refusal after the append) also says
+    where."""
+    placed = isinstance(exc, FlushTimeout) or (exc.extensions.get("maybe_stored") and "message_id" in exc.extensions)
+    stored = SendResult.model_validate(exc.extensions) if placed else None
+    maybe_stored = True if exc.extensions.get("maybe_stored") else None
+    return EntryError(**entry_problem(exc), maybe_stored=maybe_stored, stored=stored)
 
 
 def failed_handle(handle: str, exc: PetrelError) -> dict[str, Any]:

@@ -116,10 +116,15 @@ class EntryError(BaseModel):
     title: str
     status: int
     detail: str
+    maybe_stored: bool | None = Field(
+        default=None,
+        description="true: the message may be stored all the same (flush-timeout, a not-master or "
+        "replication-timeout after the append, or no answer); send it again only with the same Idempotency-Key",
+    )
     stored: SendResult | None = Field(
         default=None,
-        description="flush-timeout only: where the message IS stored (not yet confirmed on disk); "
-        "do not send it again without the same Idempotency-Key",
+        description="flush-timeout, and not-master or replication-timeout after the append: where the message is "
+        "(or may be) stored; do not send it again without the same Idempotency-Key",
     )
 
 

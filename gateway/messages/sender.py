@@ -7,9 +7,10 @@ while and its messages go to another broker (up to two retries), except
 messages with a `message_group`, which must stay on their queue to stay in order.
 
 Only a put that certainly stored nothing is sent again (RocketMQ's
-retryAnotherBrokerWhenNotStoreOK, false by default): a flush timeout (stored,
-not confirmed by the disk) and a put that reached the broker but got no answer
-are answered as they are, never sent to another broker. A send with an
+retryAnotherBrokerWhenNotStoreOK, false by default): a flush timeout, a refusal
+after the append (not-master, replication-timeout: the master lost its lease or
+its slaves while the put waited) and a put that reached the broker but got no
+answer are answered as they are, with `maybe_stored`, never sent elsewhere. A send with an
 Idempotency-Key passes `Pins`: its messages keep their ids across retries, and
 one that may already be on a broker goes to that broker only, which keeps one copy.
 
@@ -321,13 +322,21 @@ class Sender:
                 if entry is None:
                     results.append(self._failed(route, target, stored))
                     continue
-                self.avoidance.failed(target.broker)  # a disk that does not keep up: send elsewhere for a while
-                where = self._result(route, prepared[i], t, entry)
-                results.append(FlushTimeout(f"{stored.detail} (message {where.message_id})", **where.fields()))
+                results.append(self._maybe_stored(route, prepared[i], t, stored, entry))
                 continue
             self.avoidance.succeeded(target.broker)
             results.append(self._result(route, prepared[i], t, stored))
         return results
+
+    def _maybe_stored(
+        self, route: TopicRoute, prepared: Prepared, target: QueueTarget, error: PetrelError, entry: PutEntry
+    ) -> PetrelError:
+        """A record appended, then not confirmed or refused: the same problem, saying where it may be stored."""
+        self.avoidance.failed(target.broker)  # a slow disk, a master replaced: other messages go elsewhere a while
+        if isinstance(error, NotMaster):
+            self.routes.invalidate(route.topic)
+        where = self._result(route, prepared, target, entry).fields() | {"maybe_stored": True}
+        return type(error).rebuild(f"{error.detail} (message {where['message_id']})", where)
 
     @staticmethod
     def _result(route: TopicRoute, prepared: Prepared, target: QueueTarget, stored: PutEntry) -> Sent:
@@ -344,7 +353,10 @@ class Sender:
         )
 
     def _failed(self, route: TopicRoute, target: QueueTarget, error: PetrelError) -> PetrelError:
-        if isinstance(error, BrokerUnavailable):
+        if unsettled(error):  # may be stored there: answered as it is, never turned into a reason to send again
+            self.avoidance.failed(target.broker)
+            self.routes.invalidate(route.topic)
+        elif isinstance(error, BrokerUnavailable):
             self.avoidance.failed(target.broker)
             if not isinstance(error, PutQueueFull):  # (that one is this gateway's own queue: the route is right)
                 self.routes.invalidate(route.topic)  # its master may have been replaced (a failover): ask again

@@ -362,12 +362,15 @@ class BrokerClient:
 
 @contextlib.contextmanager
 def _naming(broker: str, address: str) -> Iterator[None]:
-    """A transport failure as BrokerUnavailable naming the broker (a FlushTimeout stays one: the records are stored)."""
+    """A transport failure as BrokerUnavailable naming the broker (a FlushTimeout stays one, as does a refusal
+    that says `maybe_stored`, a replication-timeout: the records are, or may be, stored)."""
     try:
         yield
     except FlushTimeout:
         raise
     except ServiceUnavailable as exc:
+        if exc.extensions.get("maybe_stored"):
+            raise
         raise BrokerUnavailable(f"broker {broker} at {address} did not answer: {exc.detail}", broker=broker) from exc
 
 

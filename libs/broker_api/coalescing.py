@@ -104,6 +104,8 @@ class PutCoalescer:
             self.in_flight -= 1
             if self._queue:
                 self._start()
+        if isinstance(outcome, PetrelError):
+            outcome = refused_per_record(outcome, sum(w.count for w in batch))
         position = 0
         for waiting in batch:
             mine: Outcome
@@ -129,13 +131,23 @@ def per_record(answer: PutAnswer, count: int) -> Outcome:
     return results
 
 
+def refused_per_record(refusal: PetrelError, count: int) -> Outcome | PetrelError:
+    """A put refused after its records were appended (`maybe_stored`, with `stored`: libs.store.results): per
+    record, the refusal carrying where that record is (`stored_entry`); any other refusal as it is."""
+    stored = refusal.extensions.get("stored")
+    if not refusal.extensions.get("maybe_stored") or not isinstance(stored, list) or len(stored) != count:
+        return refusal
+    kept = {k: v for k, v in refusal.extensions.items() if k != "stored"}
+    return [type(refusal).rebuild(refusal.detail, kept | {"stored_entry": PutEntry.model_validate(e)}) for e in stored]
+
+
 def not_durable(detail: str, entry: PutEntry) -> FlushTimeout:
     """A stored record the disk did not confirm in time: the error, carrying where it is stored."""
     return FlushTimeout(detail, stored_entry=entry)
 
 
 def stored_entry(error: PetrelError) -> PutEntry | None:
-    """Where a record that failed with `error` is stored anyway (a flush timeout), else None."""
+    """Where a record that failed with `error` is (a flush timeout), or may be (a refusal after the append)."""
     entry = error.extensions.get("stored_entry")
     return entry if isinstance(entry, PutEntry) else None
 

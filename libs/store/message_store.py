@@ -42,7 +42,7 @@ from libs.store.queue_scan import MAX_PULL_BYTES, MAX_UNITS_SCANNED, QueueScan
 from libs.store.queue_table import ConsumeQueueTable
 from libs.store.recovery import RecoveryReport, Redispatch, recover
 from libs.store.replica import ReplicaWriter
-from libs.store.results import KeyQueryResult, PullResult, PutOutcome, PutResult
+from libs.store.results import KeyQueryResult, PullResult, PutOutcome, PutResult, refused_after_append
 from libs.store.retention import Retention
 
 __all__ = [
@@ -136,14 +136,23 @@ class MessageStore:
         `dedupe`: a record marked DEDUP is answered with the copy stored before, if any (see lookup.py).
         """
         outcome = self.append(batch, dedupe=dedupe)
-        if outcome.stored and self.config.flush_mode is FlushMode.SYNC_FLUSH:
+        if not outcome.stored:
+            return outcome
+        end = self.commitlog.write_offset
+        not_durable = None
+        if self.config.flush_mode is FlushMode.SYNC_FLUSH:
             try:
-                await self.flusher.wait_durable(self.commitlog.write_offset)
+                await self.flusher.wait_durable(end)
             except FlushTimeout as exc:
-                return replace(outcome, not_durable=exc)
-        if outcome.stored and self.replication_wait is not None:
-            await self.replication_wait(self.commitlog.write_offset)
-        return outcome
+                not_durable = exc
+        if self.replication_wait is not None:
+            # A flush timeout waits too: its answer says "stored", which a master that lost its lease or its
+            # slaves may not say. Refused now, the records are appended all the same: the refusal says so.
+            try:
+                await self.replication_wait(end)
+            except PetrelError as exc:
+                raise refused_after_append(exc, outcome) from None
+        return outcome if not_durable is None else replace(outcome, not_durable=not_durable)
 
     def append(self, batch: Readable, *, dedupe: bool = False) -> PutOutcome:
         """Store every record of the batch (records laid end to end), in order (see batch_append.py)."""

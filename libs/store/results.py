@@ -43,6 +43,33 @@ class PutOutcome:
     """SYNC_FLUSH only: the records are stored (in the CommitLog, found by reads) but the disk did not confirm them."""
 
 
+def stored_entries(stored: list[PutResult], scheduled: dict[int, int] | None = None) -> list[dict[str, object]]:
+    """Where each record of a put is, as the broker answers it (PutEntry's fields as plain data).
+
+    `scheduled`: index -> when a record kept back by this put is due (ms).
+    """
+    due = scheduled or {}
+    return [
+        {
+            "topic": r.topic,
+            "queue_id": r.queue_id,
+            "queue_offset": r.queue_offset,
+            "physical_offset": r.physical_offset,
+            "store_timestamp": r.store_timestamp,
+            "message_id": r.message_id,
+            "deliver_at": r.due_at if r.duplicate else due.get(index),
+        }
+        for index, r in enumerate(stored)
+    ]
+
+
+def refused_after_append(refusal: PetrelError, outcome: PutOutcome) -> PetrelError:
+    """`refusal` (its problem type unchanged) of a put whose records are appended: they may survive, so it says
+    `maybe_stored` and where they are (`stored`), and a producer must not send them anywhere else."""
+    refusal.extensions.update(maybe_stored=True, stored=stored_entries(outcome.stored))
+    return refusal
+
+
 @dataclass(frozen=True, slots=True)
 class PullResult:
     records: list[bytes]

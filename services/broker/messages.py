@@ -23,7 +23,7 @@ from libs.broker_api.schemas import (
 from libs.broker_api.wire import BINARY, TRUNCATED
 from libs.codec import encode_record, peek_head
 from libs.delay import is_scheduled
-from libs.errors import InvalidRequest, QueueNotFound, TopicNotFound
+from libs.errors import InvalidRequest, PetrelError, QueueNotFound, TopicNotFound
 from libs.filters import FilterLimits, FilterType, MessageFilter, compile_filter
 from libs.http.app import binary_body
 from libs.http.disconnect import client_gone
@@ -32,6 +32,7 @@ from libs.message import Prop
 from libs.names import is_public_topic
 from libs.problem import PROBLEM_RESPONSES
 from libs.store.message_store import PullResult, PutOutcome
+from libs.store.results import stored_entries
 from services.broker.context import Context, broker_context
 from services.broker.schedule import schedule_batch
 
@@ -55,14 +56,28 @@ async def put_messages(ctx: Context, request: Request) -> Response:
     held = check_destinations(ctx, body)
     if held.half:
         body = ctx.transactions.to_half_batch(body)
-    if held.scheduled:
-        body, scheduled = schedule_batch(body, ctx.settings.delay_levels)
-        outcome = await ctx.store.put_reporting(body, dedupe=True)
-        _emit_scheduled(request, body, outcome, scheduled)
-    else:
-        outcome = await ctx.store.put_reporting(body, dedupe=True)
+    try:
+        if held.scheduled:
+            body, scheduled = schedule_batch(body, ctx.settings.delay_levels)
+            outcome = await ctx.store.put_reporting(body, dedupe=True)
+            _emit_scheduled(request, body, outcome, scheduled)
+        else:
+            outcome = await ctx.store.put_reporting(body, dedupe=True)
+    except PetrelError as exc:
+        if exc.extensions.get("maybe_stored"):  # appended, then refused: say where, as a stored answer would
+            _where_refused(exc, ctx.settings.broker_name, scheduled)
+        raise
     _emit_stored(request, ctx, outcome)
     return Response(jsonutil.dumps(answer_put(outcome, scheduled)), media_type="application/json")
+
+
+def _where_refused(refusal: PetrelError, broker: str, scheduled: dict[int, int]) -> None:
+    """A refusal of records already appended (libs.store.results.refused_after_append) names this broker, and
+    when its kept-back records are due."""
+    refusal.extensions["broker"] = broker
+    for index, entry in enumerate(refusal.extensions.get("stored") or ()):
+        if index in scheduled and entry.get("deliver_at") is None:
+            entry["deliver_at"] = scheduled[index]
 
 
 def _bind_put(request: Request) -> dict[str, Any]:
@@ -161,19 +176,7 @@ def answer_put(outcome: PutOutcome, scheduled: dict[int, int]) -> dict[str, obje
         exc = outcome.failure
         failure = {"index": len(outcome.stored), "type": exc.problem_type(), "status": exc.status, "detail": exc.detail}
     not_durable = outcome.not_durable.detail if outcome.not_durable is not None else None
-    stored = [
-        {
-            "topic": r.topic,
-            "queue_id": r.queue_id,
-            "queue_offset": r.queue_offset,
-            "physical_offset": r.physical_offset,
-            "store_timestamp": r.store_timestamp,
-            "message_id": r.message_id,
-            "deliver_at": r.due_at if r.duplicate else scheduled.get(index),
-        }
-        for index, r in enumerate(outcome.stored)
-    ]
-    return {"stored": stored, "failure": failure, "not_durable": not_durable}
+    return {"stored": stored_entries(outcome.stored, scheduled), "failure": failure, "not_durable": not_durable}
 
 
 def _filter(tag: str | None, sql: str | None, limits: FilterLimits) -> MessageFilter | None:

@@ -61,6 +61,7 @@ async def test_a_flush_timeout_is_answered_with_where_the_message_is_and_not_sen
     assert problem_type(answer) == "flush-timeout"
     problem = answer.json()
     assert "stored but not known to be durable" in problem["detail"]
+    assert problem["maybe_stored"] is True
     (stored,) = await copies(gateway, "slow", "pay-1")
     assert (problem["message_id"], problem["broker"]) == (stored["message_id"], stored["broker"])
     assert (problem["queue_id"], problem["queue_offset"]) == (stored["queue_id"], stored["queue_offset"])
@@ -79,7 +80,7 @@ async def test_a_batch_answers_a_flush_timeout_per_entry_with_where_each_is(
     for i, entry in enumerate(answer.json()["results"]):
         assert entry["result"] is None
         assert entry["error"]["type"].endswith("/flush-timeout")
-        assert entry["error"]["status"] == 503
+        assert (entry["error"]["status"], entry["error"]["maybe_stored"]) == (503, True)
         (stored,) = await copies(gateway, "slow", f"batch-{i}")
         where = entry["error"]["stored"]
         assert (where["message_id"], where["broker"], where["queue_offset"]) == (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 from asgi_lifespan import LifespanManager
@@ -30,7 +31,13 @@ def broker_settings(nameserver: ServedApp | str, name: str = "broker-a", **overr
 
 async def in_process(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client calling the app in-process, with its lifespan running."""
+    async for client, _ in in_process_with_state(app):
+        yield client
+
+
+async def in_process_with_state(app: FastAPI) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, Any]]]:
+    """As `in_process`, with the state its lifespan yielded (a broker's: {"broker": BrokerContext})."""
     async with LifespanManager(app) as manager:
         transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            yield client
+            yield client, manager._state  # asgi-lifespan keeps it there (no public name for it)
