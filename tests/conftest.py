@@ -13,6 +13,9 @@ from services.nameserver.settings import NameserverSettings
 from tests.support.apps import broker_settings
 from tests.support.serving import ServedApp, serving
 
+# A test of the suite's own plugins (tests.support.spark_session_guard) runs a pytest of its own.
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
