@@ -41,8 +41,9 @@ REPLICATED_MARK = "<!-- replicated cluster -->"
 """A page that holds it runs on a cluster whose broker-a has a slave under the controller (on port 10912)."""
 
 
-async def run_page_as_written(page: str, tmp_path: Path) -> None:
-    """Run the page's blocks in order on a fresh cluster; fail naming the block and its output."""
+async def run_page_as_written(page: str, tmp_path: Path, env: dict[str, str] | None = None) -> None:
+    """Run the page's blocks in order on a fresh cluster (`env` added to their shell's); fail naming the block
+    and its output."""
     blocks = shell_blocks(ROOT / page, page)
     with_txcheck = any("checkback-receiver" in b.text for b in blocks)
     with_push = any("webhook-receiver" in b.text for b in blocks)
@@ -59,7 +60,7 @@ async def run_page_as_written(page: str, tmp_path: Path) -> None:
             10931: cluster.specs["timer"].port,
             9000: free_port(),
         } | ({10912: cluster.specs["broker-a@1"].port} if replicated else {})
-        result = run_page(blocks, ports, tmp_path, shell_env(), PAGE_TIMEOUT_SECONDS)
+        result = run_page(blocks, ports, tmp_path, shell_env() | (env or {}), PAGE_TIMEOUT_SECONDS)
     failure = result.failure()
     assert failure is None, failure
     assert [r.block.number for r in result.runs] == [b.number for b in blocks], f"{page}: not every block ran"

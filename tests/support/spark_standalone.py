@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.serving import free_port
+from tests.support.spark import TEST_JAVA_OPTIONS
 from tests.support.waiting import wait_until
 
 
@@ -46,6 +47,7 @@ def standalone_cluster(workdir: Path, cores: int = 1, memory: str = "1g") -> Ite
         "SPARK_HOME": str(home),
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_DAEMON_JAVA_OPTS": TEST_JAVA_OPTIONS,  # the master and the worker; executors take the job's own
     }
     spark_class = str(home / "bin" / "spark-class")
     master_log = logs / "master.log"

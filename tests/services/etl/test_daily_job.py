@@ -27,6 +27,7 @@ from services.etl.settings import EtlSettings
 from services.etl.traffic import group_hourly_schema, topic_hourly_schema
 from services.etl.transactions import transaction_daily_schema
 from tests.support.event_files import DAY, at
+from tests.support.spark import spark_test_env
 from tests.support.spark_standalone import standalone_cluster
 
 D = DAY
@@ -264,7 +265,7 @@ def test_a_spark_standalone_cluster_writes_the_same_rows_as_local(
         command = [str(Path(sys.executable).with_name("petrel")), "etl", "daily", "--date", D]
         command += ["--events", story_settings.events, "--warehouse", on_cluster.as_uri()]
         command += ["--master", cluster.master_url, "--lookback-days", "1"]
-        env = {**os.environ, "SPARK_HOME": str(cluster.spark_home)}
+        env = {**os.environ, "SPARK_HOME": str(cluster.spark_home), **spark_test_env()}
         run = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=240)
 
     assert run.returncode == 0, (
