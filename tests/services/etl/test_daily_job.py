@@ -1,5 +1,5 @@
-"""The daily job on 2026-11-22's stories (tests.support.event_files): each table row for row as written, reruns
-replacing exactly their day, the late send, the quarantine, an empty day.
+"""The daily job on 2026-11-22's stories (tests.support.event_files): each table row for row as written, the late
+send, the quarantine, an empty day (a rerun replacing exactly its day: test_cli.py, through `petrel etl daily`).
 
 One file, so the story's runs (a session fixture) are made once, on one worker.
 """
@@ -198,25 +198,6 @@ def rows_raw(rows: list[Row], reason: str) -> str:
 
 
 TABLES = ["topic_hourly", "group_hourly", "delay_daily", "transaction_daily", "message_journey", "data_quality"]
-
-
-def files(partition: Path) -> dict[str, int]:
-    return {p.name: p.stat().st_mtime_ns for p in partition.iterdir()}
-
-
-def test_a_rerun_writes_the_same_rows_and_leaves_other_days_alone(
-    spark: SparkSession, story_settings: EtlSettings, warehouse: Path, story_runs: dict[str, DailyRun]
-) -> None:
-    before = {table: spark.read.parquet(str(warehouse / table)).collect() for table in TABLES}
-    next_day = files(warehouse / "data_quality" / f"dt={NEXT_DAY}")
-
-    again = run_daily(spark, story_settings, date.fromisoformat(DAY))
-
-    assert again.tables == story_runs[DAY].tables
-    for table in TABLES:
-        assertDataFrameEqual(spark.read.parquet(str(warehouse / table)), before[table])
-    assert files(warehouse / "data_quality" / f"dt={NEXT_DAY}") == next_day
-    assert sorted(p.name for p in (warehouse / "data_quality").glob("dt=*")) == [f"dt={DAY}", f"dt={NEXT_DAY}"]
 
 
 def test_the_late_send_counts_in_its_own_day_not_in_its_folders(
