@@ -22,6 +22,8 @@ PAGE_TIMEOUT_SECONDS = 240
 """A bound for a hung page, not a speed target: docs/etl.md starts three Spark JVMs, a minute each under load."""
 CLUSTER_SETTINGS = re.compile(r"<!-- cluster: (PETREL_\w+)=(\S+) -->")
 """A page that needs its cluster set otherwise says so, e.g. `<!-- cluster: PETREL_AUTH=required -->`."""
+SPARK_PAGE_TIMEOUT_SECONDS = 480
+"""The bound of a page that starts Spark: docs/etl.md takes about 2 min on an idle machine, so 4x that on a slow day."""
 SPARK_PAGES = ["docs/etl.md"]
 """Pages that start Spark: a test module of their own, so the suite's workers can run them beside the others."""
 
@@ -41,7 +43,9 @@ REPLICATED_MARK = "<!-- replicated cluster -->"
 """A page that holds it runs on a cluster whose broker-a has a slave under the controller (on port 10912)."""
 
 
-async def run_page_as_written(page: str, tmp_path: Path, env: dict[str, str] | None = None) -> None:
+async def run_page_as_written(
+    page: str, tmp_path: Path, env: dict[str, str] | None = None, timeout: float = PAGE_TIMEOUT_SECONDS
+) -> None:
     """Run the page's blocks in order on a fresh cluster (`env` added to their shell's); fail naming the block
     and its output."""
     blocks = shell_blocks(ROOT / page, page)
@@ -60,7 +64,7 @@ async def run_page_as_written(page: str, tmp_path: Path, env: dict[str, str] | N
             10931: cluster.specs["timer"].port,
             9000: free_port(),
         } | ({10912: cluster.specs["broker-a@1"].port} if replicated else {})
-        result = run_page(blocks, ports, tmp_path, shell_env() | (env or {}), PAGE_TIMEOUT_SECONDS)
+        result = run_page(blocks, ports, tmp_path, shell_env() | (env or {}), timeout)
     failure = result.failure()
     assert failure is None, failure
     assert [r.block.number for r in result.runs] == [b.number for b in blocks], f"{page}: not every block ran"

@@ -7,7 +7,6 @@ One file, so the story's runs (a session fixture) are made once, on one worker.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from datetime import date, datetime
 from pathlib import Path
@@ -28,7 +27,7 @@ from services.etl.traffic import group_hourly_schema, topic_hourly_schema
 from services.etl.transactions import transaction_daily_schema
 from tests.support.event_files import DAY, at
 from tests.support.spark import spark_test_env
-from tests.support.spark_standalone import standalone_cluster
+from tests.support.spark_standalone import run_job, standalone_cluster
 
 D = DAY
 NEXT_DAY = "2026-11-23"
@@ -233,7 +232,7 @@ def test_an_empty_day_writes_empty_tables_and_deletes_what_a_run_before_left(
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(540)  # 1.5 min on an idle machine; the job's own bound (420 s) fails first, with its output
 def test_a_spark_standalone_cluster_writes_the_same_rows_as_local(
     spark: SparkSession,
     story_settings: EtlSettings,
@@ -247,7 +246,7 @@ def test_a_spark_standalone_cluster_writes_the_same_rows_as_local(
         command += ["--events", story_settings.events, "--warehouse", on_cluster.as_uri()]
         command += ["--master", cluster.master_url, "--lookback-days", "1"]
         env = {**os.environ, "SPARK_HOME": str(cluster.spark_home), **spark_test_env()}
-        run = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=240)
+        run = run_job(command, env, timeout=420)
 
     assert run.returncode == 0, (
         f"petrel etl daily on {cluster.master_url} failed:\n{run.stdout[-3000:]}{run.stderr[-3000:]}"

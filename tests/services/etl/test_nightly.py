@@ -269,7 +269,7 @@ def running(pid: int) -> bool:
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(480)  # a minute on an idle machine: a Spark JVM of its own
 def test_the_task_runs_petrel_etl_daily_in_its_own_process_and_writes_yesterdays_tables(
     settings: EtlSettings, monkeypatch: pytest.MonkeyPatch, nightly_log: pytest.LogCaptureFixture
 ) -> None:
