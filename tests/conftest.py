@@ -12,7 +12,11 @@ from services.nameserver.app import create_app as nameserver_app
 from services.nameserver.settings import NameserverSettings
 from tests.support.apps import broker_settings
 from tests.support.markers import starts_spark
+from tests.support.scheduling import HeavyFirstFileScheduling
 from tests.support.serving import ServedApp, serving
+
+# A test of the suite's own plugins (tests.support.spark_session_guard) runs a pytest of its own.
+pytest_plugins = ["pytester"]
 
 
 @pytest.fixture(autouse=True)
@@ -37,6 +41,12 @@ def broker(nameserver: ServedApp) -> Iterator[ServedApp]:
     settings = broker_settings(nameserver)
     with serving(broker_app(settings), settings.port) as served:
         yield served
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: absent under `-p no:xdist`
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> HeavyFirstFileScheduling | None:
+    """`--dist loadfile` (make test) spreads the heavy files over the workers (tests.support.scheduling)."""
+    return HeavyFirstFileScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -9,7 +9,8 @@
 # The driver runs here (client mode) with PETREL_PYTHON (default: ./.venv/bin/python), a Python with
 # Petrel and pyspark installed; spark-submit is $SPARK_HOME's, else the one pyspark ships. The executors
 # run no Petrel code, but read the events and write the tables: give URIs every node reaches.
-# PETREL_ETL_LOOKBACK_DAYS, _SHUFFLE_PARTITIONS and _UI_ENABLED are read as `petrel etl daily` reads them.
+# PETREL_ETL_LOOKBACK_DAYS, _SHUFFLE_PARTITIONS, _UI_ENABLED and _JAVA_OPTIONS are read as `petrel etl daily`
+# reads them.
 set -euo pipefail
 
 day=${1:?usage: deploy/etl/spark-submit.sh YYYY-MM-DD}
@@ -19,6 +20,11 @@ warehouse=${PETREL_ETL_WAREHOUSE_URI:?set PETREL_ETL_WAREHOUSE_URI: where the ta
 python=${PETREL_PYTHON:-$PWD/.venv/bin/python}
 
 spark_submit=$("$python" -c 'from services.etl.submit import spark_submit; print(spark_submit())')
+java=()
+if [ -n "${PETREL_ETL_JAVA_OPTIONS:-}" ]; then
+    java=(--conf "spark.driver.extraJavaOptions=$PETREL_ETL_JAVA_OPTIONS"
+          --conf "spark.executor.extraJavaOptions=$PETREL_ETL_JAVA_OPTIONS")
+fi
 job=$("$python" -c 'import pathlib, services.etl; print(pathlib.Path(services.etl.__file__).with_name("job.py"))')
 
 exec "$spark_submit" \
@@ -30,6 +36,7 @@ exec "$spark_submit" \
     --conf spark.sql.parquet.compression.codec=zstd \
     --conf "spark.sql.shuffle.partitions=${PETREL_ETL_SHUFFLE_PARTITIONS:-8}" \
     --conf "spark.ui.enabled=${PETREL_ETL_UI_ENABLED:-false}" \
+    "${java[@]}" \
     --conf "spark.pyspark.driver.python=$python" \
     "$job" \
     --date "$day" \

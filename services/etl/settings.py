@@ -49,6 +49,12 @@ class EtlSettings(ServiceSettings):
     )
     shuffle_partitions: int = Field(default=8, ge=1, description="spark.sql.shuffle.partitions of the job")
     ui_enabled: bool = Field(default=False, description="start the Spark web UI while the job runs")
+    java_options: str | None = Field(
+        default=None,
+        description="JVM options of the job's driver and executors (spark.driver/executor.extraJavaOptions), "
+        "e.g. `-XX:TieredStopAtLevel=1` on a small machine running short days: no C2 compiler threads taking "
+        "the cores, but long days run slower",
+    )
     nightly: bool = Field(
         default=True,
         description="`petrel up` starts the nightly run's Celery worker and beat (false: leaves them out, "
@@ -97,6 +103,15 @@ class EtlSettings(ServiceSettings):
             "spark.sql.parquet.compression.codec": "zstd",
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
             "spark.ui.enabled": str(self.ui_enabled).lower(),
+        } | self.java_conf()
+
+    def java_conf(self) -> dict[str, str]:
+        """`java_options` for the driver (read when spark-submit or pyspark starts its JVM) and the executors."""
+        if not self.java_options:
+            return {}
+        return {
+            "spark.driver.extraJavaOptions": self.java_options,
+            "spark.executor.extraJavaOptions": self.java_options,
         }
 
     @property

@@ -70,7 +70,12 @@ def test_the_cron_line_does_nothing_while_a_run_holds_the_lock(tmp_path: Path) -
     "extra",
     [
         {},
-        {"PETREL_ETL_LOOKBACK_DAYS": "3", "PETREL_ETL_SHUFFLE_PARTITIONS": "64", "PETREL_ETL_UI_ENABLED": "true"},
+        {
+            "PETREL_ETL_LOOKBACK_DAYS": "3",
+            "PETREL_ETL_SHUFFLE_PARTITIONS": "64",
+            "PETREL_ETL_UI_ENABLED": "true",
+            "PETREL_ETL_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -Xss512k",
+        },
     ],
     ids=["defaults", "settings"],
 )

@@ -22,6 +22,9 @@ PAGE_TIMEOUT_SECONDS = 240
 """A bound for a hung page, not a speed target: docs/etl.md starts three Spark JVMs, a minute each under load."""
 CLUSTER_SETTINGS = re.compile(r"<!-- cluster: (PETREL_\w+)=(\S+) -->")
 """A page that needs its cluster set otherwise says so, e.g. `<!-- cluster: PETREL_AUTH=required -->`."""
+SPARK_PAGE_TIMEOUT_SECONDS = 720
+"""The bound of a page that starts Spark (its three JVMs in one bound): docs/etl.md takes about 2 min on an idle
+machine; under a 0.5-core quota beside other load it passed 480 s in its last block."""
 SPARK_PAGES = ["docs/etl.md"]
 """Pages that start Spark: a test module of their own, so the suite's workers can run them beside the others."""
 
@@ -41,8 +44,11 @@ REPLICATED_MARK = "<!-- replicated cluster -->"
 """A page that holds it runs on a cluster whose broker-a has a slave under the controller (on port 10912)."""
 
 
-async def run_page_as_written(page: str, tmp_path: Path) -> None:
-    """Run the page's blocks in order on a fresh cluster; fail naming the block and its output."""
+async def run_page_as_written(
+    page: str, tmp_path: Path, env: dict[str, str] | None = None, timeout: float = PAGE_TIMEOUT_SECONDS
+) -> None:
+    """Run the page's blocks in order on a fresh cluster (`env` added to their shell's); fail naming the block
+    and its output."""
     blocks = shell_blocks(ROOT / page, page)
     with_txcheck = any("checkback-receiver" in b.text for b in blocks)
     with_push = any("webhook-receiver" in b.text for b in blocks)
@@ -59,7 +65,7 @@ async def run_page_as_written(page: str, tmp_path: Path) -> None:
             10931: cluster.specs["timer"].port,
             9000: free_port(),
         } | ({10912: cluster.specs["broker-a@1"].port} if replicated else {})
-        result = run_page(blocks, ports, tmp_path, shell_env(), PAGE_TIMEOUT_SECONDS)
+        result = run_page(blocks, ports, tmp_path, shell_env() | (env or {}), timeout)
     failure = result.failure()
     assert failure is None, failure
     assert [r.block.number for r in result.runs] == [b.number for b in blocks], f"{page}: not every block ran"

@@ -1,4 +1,5 @@
-"""The one local Spark session the ETL tests share (local[2], 2 shuffle partitions, UTC, no UI, small driver)."""
+"""The one local Spark session the ETL tests share (local[2], 2 shuffle partitions, UTC, no UI, small driver), and the
+JVM options of every Spark JVM a test starts."""
 
 from __future__ import annotations
 
@@ -7,11 +8,22 @@ from pyspark.sql import SparkSession
 from services.etl.session import local_python_workers
 from services.etl.settings import EtlSettings
 
+TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""A test's JVM lives for seconds to minutes on small data: the client compiler alone (no C2 compiler threads
+taking the 2 cores for code that would pay off only in a long run) and the serial collector (no parallel GC
+threads for a heap of a few hundred MB). The job's `java_options` setting; a standalone cluster's daemons too."""
+
+
+def spark_test_env() -> dict[str, str]:
+    """The environment that gives a `petrel etl ...` process a test starts (and its executors) TEST_JAVA_OPTIONS."""
+    return {"PETREL_ETL_JAVA_OPTIONS": TEST_JAVA_OPTIONS}
+
 
 def local_session() -> SparkSession:
     """Python workers run this venv's Python, as in the job's own local session."""
     builder = SparkSession.builder.master("local[2]").appName("petrel-etl-tests")
-    conf = EtlSettings(shuffle_partitions=2).spark_conf() | local_python_workers()
+    settings = EtlSettings(shuffle_partitions=2, java_options=TEST_JAVA_OPTIONS)
+    conf = settings.spark_conf() | local_python_workers()
     for key, value in conf.items():
         builder = builder.config(key, value)
     builder = (

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.serving import free_port
+from tests.support.spark import TEST_JAVA_OPTIONS
 from tests.support.waiting import wait_until
 
 
@@ -46,6 +47,7 @@ def standalone_cluster(workdir: Path, cores: int = 1, memory: str = "1g") -> Ite
         "SPARK_HOME": str(home),
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_DAEMON_JAVA_OPTS": TEST_JAVA_OPTIONS,  # the master and the worker; executors take the job's own
     }
     spark_class = str(home / "bin" / "spark-class")
     master_log = logs / "master.log"
@@ -84,3 +86,18 @@ def _tail(log: Path) -> str:
 def _start(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def run_job(command: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """`petrel etl daily` on the cluster; past `timeout`, stopped with the spark-submit driver it started (killing
+    only `petrel` left the driver running, holding the worker's core for the tests after)."""
+    with subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as job:
+        try:
+            stdout, stderr = job.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            stdout, stderr = job.communicate()
+            stderr += f"\n(stopped after {timeout} s)"
+    return subprocess.CompletedProcess(command, job.returncode, stdout, stderr)

@@ -13,6 +13,7 @@ from services.etl.job import DailyRun, run_daily
 from services.etl.settings import EtlSettings
 from tests.support.event_files import DAY, write_november_22
 from tests.support.spark import local_session
+from tests.support.spark_session_guard import pytest_runtest_makereport  # noqa: F401  # a timeout leaves `spark` usable
 
 NEXT_DAY = "2026-11-23"
 

@@ -1,5 +1,5 @@
-"""`petrel etl daily` end to end on local[2] (in this process's shared session): its summary, its Parquet tables;
-the spark-submit command a cluster master gets."""
+"""`petrel etl daily` end to end on local[2] (in this process's shared session): its summary, its Parquet tables, a
+rerun replacing exactly its day; the spark-submit command a cluster master gets."""
 
 from __future__ import annotations
 
@@ -11,24 +11,48 @@ from pathlib import Path
 import pyspark
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.testing import assertDataFrameEqual
 
 from deploy.cli import main
 from services.etl import job as job_module
+from services.etl.job import DailyRun
 from services.etl.settings import EtlSettings
 from services.etl.submit import submit_command
-from tests.support.event_files import DAY, write_november_22
+from tests.support.event_files import DAY
+
+NEXT_DAY = "2026-11-23"  # story_runs' other day
 
 
-def test_petrel_etl_daily_writes_the_tables_and_sums_up(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+TABLES = ["topic_hourly", "group_hourly", "delay_daily", "transaction_daily", "message_journey", "data_quality"]
+
+
+def files(partition: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in partition.iterdir()}
+
+
+def days(warehouse: Path) -> list[str]:
+    return sorted(p.name for p in (warehouse / "data_quality").glob("dt=*"))
+
+
+def test_petrel_etl_daily_reruns_a_day_in_place_and_sums_up(
+    spark: SparkSession,
+    story_settings: EtlSettings,
+    warehouse: Path,
+    story_runs: dict[str, DailyRun],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    events, warehouse = tmp_path / "events", tmp_path / "warehouse"
-    write_november_22(events)
+    """The 22nd again, into the story's warehouse (the 22nd and 23rd written by story_runs): the command's summary,
+    the same rows, the other day's files untouched. (Was two tests, each running the 22nd once more: this one into
+    a warehouse of its own, test_daily_job's rerun test by `run_daily`.)"""
+    before = {table: spark.read.parquet(str(warehouse / table)).collect() for table in TABLES}
+    next_day = files(warehouse / "data_quality" / f"dt={NEXT_DAY}")
+    days_before = days(warehouse)  # the 22nd, the 23rd, and any day another test of this worker wrote
     monkeypatch.setenv("PETREL_ETL_SHUFFLE_PARTITIONS", "2")
-    argv = ["etl", "daily", "--date", DAY, "--events", events.as_uri(), "--warehouse", warehouse.as_uri()]
+    argv = ["etl", "daily", "--date", DAY, "--events", story_settings.events, "--warehouse", story_settings.warehouse]
 
     with pytest.raises(SystemExit) as exited:
-        main([*argv, "--master", "local[2]"])
+        main([*argv, "--master", "local[2]", "--lookback-days", "1"])
 
     assert exited.value.code == 0
     summary = capsys.readouterr().out.splitlines()
@@ -37,7 +61,7 @@ def test_petrel_etl_daily_writes_the_tables_and_sums_up(
         "  lines read           39",
         "  events in            36",
         "  quarantined           4",
-        f"tables written under {warehouse.as_uri()}:",
+        f"tables written under {story_settings.warehouse}:",
         "  topic_hourly                7 rows",
         "  group_hourly               15 rows",
         "  delay_daily                 2 rows",
@@ -47,10 +71,16 @@ def test_petrel_etl_daily_writes_the_tables_and_sums_up(
         "  audit_daily                 0 rows",
         "  data_quality               10 rows",
         "  quarantine                  4 rows",
-        f"report: {warehouse.as_uri()}/reports/dt={DAY}/index.html",
+        f"report: {story_settings.warehouse}/reports/dt={DAY}/index.html",
     ]
+    rows = {line.split()[0]: int(line.split()[1]) for line in summary[5:-1]}
+    assert rows == story_runs[DAY].tables, "the rerun counted other rows than the first run"
     for table in ("topic_hourly", "group_hourly", "message_journey", "data_quality", "quarantine"):
         assert list((warehouse / table / f"dt={DAY}").glob("*.zstd.parquet")), f"no {table} Parquet for {DAY}"
+    for table in TABLES:
+        assertDataFrameEqual(spark.read.parquet(str(warehouse / table)), before[table])
+    assert files(warehouse / "data_quality" / f"dt={NEXT_DAY}") == next_day
+    assert days(warehouse) == days_before, "the rerun added or removed a day's partition"
     assert not spark.sparkContext._jsc.sc().isStopped(), "the job stopped a session it did not start"
 
 

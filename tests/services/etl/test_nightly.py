@@ -35,6 +35,7 @@ from services.etl.nightly import (
 from services.etl.settings import EtlSettings
 from tests.support.clock import FakeClock
 from tests.support.event_files import DAY, write_november_22
+from tests.support.spark import spark_test_env
 from tests.support.waiting import wait_until
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -268,12 +269,14 @@ def running(pid: int) -> bool:
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(480)  # a minute on an idle machine: a Spark JVM of its own
 def test_the_task_runs_petrel_etl_daily_in_its_own_process_and_writes_yesterdays_tables(
     settings: EtlSettings, monkeypatch: pytest.MonkeyPatch, nightly_log: pytest.LogCaptureFixture
 ) -> None:
     write_november_22(Path(settings.events.removeprefix("file://")))
     monkeypatch.setenv("PETREL_ETL_SHUFFLE_PARTITIONS", "2")
+    for name, value in spark_test_env().items():
+        monkeypatch.setenv(name, value)
     app = create_celery(settings, clock=FakeClock(FIVE_PAST_MIDNIGHT_ON_THE_23RD))
 
     result = app.tasks[NIGHTLY_TASK].apply()
