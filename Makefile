@@ -35,9 +35,10 @@ test: $(STAMP) etcd
 
 # The developer's quick loop, under two minutes: every test but those marked `e2e` (whole clusters of real
 # processes on loopback, the docs pages run as written) and those marked `spark` (they start a JVM: the ETL job's
-# tests under tests/services/etl and the Spark docs page, tests.support.markers). `make test` runs everything.
+# tests under tests/services/etl and the Spark docs page, tests.support.markers); property and fuzz tests try a quarter
+# of their generated inputs (tests.support.examples). `make test` runs everything, every input.
 test-fast: $(STAMP) etcd
-	$(TEST_ENV) $(BIN)/pytest -n 2 --dist loadfile -m "not e2e and not spark" $(PYTEST_ARGS)
+	$(TEST_ENV) TESTS_QUICK=1 $(BIN)/pytest -n 2 --dist loadfile -m "not e2e and not spark" $(PYTEST_ARGS)
 
 check: $(STAMP)
 	$(BIN)/ruff format --check .

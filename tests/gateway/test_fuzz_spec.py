@@ -51,10 +51,11 @@ from services.timer.app import create_app as timer_app
 from services.timer.settings import TimerSettings
 from tests.support.api_keys import bearer, issue_key
 from tests.support.apps import in_process
+from tests.support.examples import examples
 from tests.support.push_subscriptions import RecordingLive, subscriptions_app
 from tests.support.serving import ServedApp, free_port
 
-EXAMPLES = 12
+EXAMPLES = examples(12)
 """Generated requests per operation and generation mode: the run stays within about a minute on two cores."""
 LONG_POLL_MS = 50
 """A generated long poll waits at most this long: the spec allows 30 s, the run's budget does not."""

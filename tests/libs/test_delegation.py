@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from libs.auth.delegation import delegate
 from libs.auth.grants import Action, Grant, Policy, pattern_within
 from libs.errors import Forbidden
+from tests.support.examples import examples
 
 ACTIONS = [action.value for action in Action]
 # patterns of few letters, so that they often meet, made of pieces so that character
@@ -43,7 +44,7 @@ def narrowed(draw: st.DrawFn, grant: str) -> str:
     return f"{action}:{kind}{slash}{pattern[:cut]}{draw(patterns)}"
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     maker_allow=st.lists(grants, min_size=1, max_size=3),
     maker_deny=st.lists(grants, max_size=2),
@@ -69,7 +70,7 @@ def test_whatever_a_made_key_permits_its_maker_permits(
                     assert maker.permits(action, kind, name), (action, kind, name, made)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(prefix=patterns | st.just(""), suffix=patterns, other=patterns, data=st.data())
 def test_a_pattern_within_another_matches_no_name_the_other_does_not(
     prefix: str, suffix: str, other: str, data: st.DataObject

@@ -27,6 +27,13 @@ HEAVY_FILES = {
     "tests/e2e/test_chaos.py": 60,
     "tests/e2e/test_replication.py": 45,
     "tests/e2e/test_failover.py": 45,
+    # the longest files of `make test-fast`, so that none of them starts last
+    "tests/gateway/test_fuzz_spec.py": 15,
+    "tests/gateway/test_consume.py": 13,
+    "tests/gateway/test_messages.py": 11,
+    "tests/deploy/test_serve.py": 9,
+    "tests/gateway/test_flush_timeout.py": 9,
+    "tests/gateway/test_transactions.py": 8,
 }
 """Files whose first minutes go to starting Spark or clusters. A file missing here only runs in loadfile's
 order; the weights only order the heavy ones among themselves."""

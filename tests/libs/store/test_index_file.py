@@ -26,6 +26,7 @@ from libs.store.index_file import (
 )
 from libs.store.index_service import IndexService
 from tests.support.clock import FakeClock
+from tests.support.examples import examples
 
 T0 = 1_700_000_000_000  # ms
 REPO = Path(__file__).resolve().parents[3]
@@ -445,5 +446,5 @@ class IndexServiceModel(RuleBasedStateMachine):
 
 TestIndexServiceModel = IndexServiceModel.TestCase
 TestIndexServiceModel.settings = settings(
-    max_examples=60, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(60), stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from libs.store.message_store import MessageStore
 from tests.support.clock import FakeClock
+from tests.support.examples import examples
 from tests.support.store import bodies, crash, make_config, record
 
 TOPICS = st.sampled_from(["A", "B"])
@@ -105,7 +106,7 @@ class CrashingStoreModel(StoreModel):
 
 
 SETTINGS = settings(
-    max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(40), stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 TestStoreModel = StoreModel.TestCase

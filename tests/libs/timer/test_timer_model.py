@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from libs.timer import Action, MessageRef, TimerStore
+from tests.support.examples import examples
 from tests.support.timer_store import SMALL, T0
 
 PRECISION = SMALL["precision_ms"]
@@ -55,7 +56,7 @@ def open_store(directory: Path) -> TimerStore:
     return TimerStore(directory, now_ms=T0, **SMALL)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops)
 def test_every_entry_not_cancelled_comes_due_once_and_not_early(steps: list[tuple[str, int]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
