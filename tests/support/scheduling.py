@@ -6,7 +6,8 @@ refills a worker whenever it has two tests or fewer left: a file of one long tes
 queue on one worker while the other ran the quick ones. Here the known-heavy files (HEAVY_FILES, rough
 seconds on an idle machine) are shared out first, heaviest first, each to the worker with the least heavy
 work so far; a worker runs its own heavy files before anything else, then the other files in loadfile's order,
-and takes another worker's heavy file only when nothing else is left.
+and takes another worker's heavy file only when nothing else is left. Files that share a costly session fixture
+(TOGETHER) go to one worker as one unit, so that the fixture is made once.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
 
 HEAVY_FILES = {
     "tests/docs/test_spark_pages.py": 120,  # docs/etl.md: three Spark JVMs beside a cluster
-    "tests/services/etl/test_daily_job.py": 110,  # the story's days, the standalone cluster
-    "tests/services/etl/test_nightly.py": 60,  # `petrel etl daily` in a process of its own
+    "tests/services/etl/test_daily_job.py": 110,  # the story's days, the nightly task on a standalone cluster
     "tests/services/etl/test_bench_reference.py": 50,
     "tests/services/etl/test_report.py": 45,
     "tests/services/etl/test_live_story.py": 45,
@@ -39,15 +39,32 @@ HEAVY_FILES = {
 order; the weights only order the heavy ones among themselves."""
 
 
-def share_heavy_files(files: Iterable[str], workers: int, heavy: dict[str, int] = HEAVY_FILES) -> dict[str, int]:
-    """Which worker (0..workers-1) runs each heavy file of `files`, heaviest first (the order of the answer), each
-    to the worker with the least heavy work so far."""
+TOGETHER = ["tests/services/etl/"]
+"""Folders whose files share a worker's costly session fixtures: tests/services/etl/conftest.py's Spark session
+(a JVM, about 12 s to start and 15 s more to warm up in its first job) and the story's runs (about 45 s). All on
+one worker, each is made once. A folder's files are one unit: their weights add up, a light file weighs nothing."""
+
+
+def share_heavy_files(
+    files: Iterable[str],
+    workers: int,
+    heavy: dict[str, int] = HEAVY_FILES,
+    together: Sequence[str] = TOGETHER,
+) -> dict[str, int]:
+    """Which worker (0..workers-1) runs each heavy file of `files` (and each file of a `together` folder), heaviest
+    unit first (the order of the answer), each to the worker with the least heavy work so far."""
+    present = sorted(set(files))
+    units: list[list[str]] = [[f for f in present if f.startswith(folder)] for folder in together]
+    units = [u for u in units if any(f in heavy for f in u)]
+    grouped = {f for u in units for f in u}
+    units += [[f] for f in present if f in heavy and f not in grouped]
     loads = [0] * workers
     owners: dict[str, int] = {}
-    for file in sorted((f for f in files if f in heavy), key=lambda f: (-heavy[f], f)):
+    for unit in sorted(units, key=lambda u: (-sum(heavy.get(f, 0) for f in u), u[0])):
         worker = loads.index(min(loads))
-        owners[file] = worker
-        loads[worker] += heavy[file]
+        for file in sorted(unit, key=lambda f: (-heavy.get(f, 0), f)):
+            owners[file] = worker
+        loads[worker] += sum(heavy.get(f, 0) for f in unit)
     return owners
 
 

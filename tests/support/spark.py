@@ -15,8 +15,10 @@ threads for a heap of a few hundred MB). The job's `java_options` setting; a sta
 
 
 def spark_test_env() -> dict[str, str]:
-    """The environment that gives a `petrel etl ...` process a test starts (and its executors) TEST_JAVA_OPTIONS."""
-    return {"PETREL_ETL_JAVA_OPTIONS": TEST_JAVA_OPTIONS}
+    """The environment of a `petrel etl ...` process a test starts: TEST_JAVA_OPTIONS for its JVMs (and its
+    executors'), and the shared session's 2 shuffle partitions (2 cores; the default 8 make 4x the tasks of a
+    stage on a test's few hundred rows)."""
+    return {"PETREL_ETL_JAVA_OPTIONS": TEST_JAVA_OPTIONS, "PETREL_ETL_SHUFFLE_PARTITIONS": "2"}
 
 
 def local_session() -> SparkSession:

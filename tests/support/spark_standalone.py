@@ -86,18 +86,3 @@ def _tail(log: Path) -> str:
 def _start(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def run_job(command: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    """`petrel etl daily` on the cluster; past `timeout`, stopped with the spark-submit driver it started (killing
-    only `petrel` left the driver running, holding the worker's core for the tests after)."""
-    with subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    ) as job:
-        try:
-            stdout, stderr = job.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(job.pid, signal.SIGKILL)
-            stdout, stderr = job.communicate()
-            stderr += f"\n(stopped after {timeout} s)"
-    return subprocess.CompletedProcess(command, job.returncode, stdout, stderr)

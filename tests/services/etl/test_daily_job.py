@@ -1,17 +1,20 @@
 """The daily job on 2026-11-22's stories (tests.support.event_files): each table row for row as written, the late
 send, the quarantine, an empty day (a rerun replacing exactly its day: test_cli.py, through `petrel etl daily`).
 
-One file, so the story's runs (a session fixture) are made once, on one worker.
+The nightly task's real run is here too: it submits the 22nd's job to a standalone cluster and its rows are
+compared with the story's. The files of tests/services/etl run on one worker (tests.support.scheduling), so the
+Spark session and the story's runs (session fixtures) are made once.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-from datetime import date, datetime
+import logging
+import uuid
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
+import redis
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual
@@ -21,17 +24,21 @@ from services.etl.events import read_event_log
 from services.etl.frames import schema
 from services.etl.job import DailyRun, run_daily, tables
 from services.etl.journey import message_journey_schema
+from services.etl.nightly import NIGHTLY_TASK, create_celery
 from services.etl.quality import data_quality_schema
 from services.etl.settings import EtlSettings
 from services.etl.traffic import group_hourly_schema, topic_hourly_schema
 from services.etl.transactions import transaction_daily_schema
+from tests.support.clock import FakeClock
 from tests.support.event_files import DAY, at
 from tests.support.spark import spark_test_env
-from tests.support.spark_standalone import run_job, standalone_cluster
+from tests.support.spark_standalone import standalone_cluster
 
 D = DAY
 NEXT_DAY = "2026-11-23"
 HOUR = 3_600_000
+REDIS_URL = "redis://127.0.0.1:6379/0"
+FIVE_PAST_MIDNIGHT_ON_THE_23RD = datetime(2026, 11, 23, 0, 5, tzinfo=UTC).timestamp()
 
 
 @pytest.fixture
@@ -232,27 +239,52 @@ def test_an_empty_day_writes_empty_tables_and_deletes_what_a_run_before_left(
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(540)  # 1.5 min on an idle machine; the job's own bound (420 s) fails first, with its output
-def test_a_spark_standalone_cluster_writes_the_same_rows_as_local(
+@pytest.mark.timeout(540)  # 1.5 min on an idle machine; the run's own time limit (420 s) stops it first
+def test_the_nightly_task_submits_yesterdays_job_to_a_standalone_cluster_and_writes_the_same_rows_as_local(
     spark: SparkSession,
     story_settings: EtlSettings,
     warehouse: Path,
     story_runs: dict[str, DailyRun],
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Two promises in one Spark run (each JVM costs the suite a minute): the nightly Celery task runs `petrel etl
+    daily` for yesterday in a process of its own and relays its summary, and a job submitted to a standalone
+    master writes row for row what the local session wrote."""
+    caplog.set_level(logging.INFO, logger="petrel.etl.nightly")
     on_cluster = tmp_path / "cluster-warehouse"
-    with standalone_cluster(tmp_path) as cluster:
-        command = [str(Path(sys.executable).with_name("petrel")), "etl", "daily", "--date", D]
-        command += ["--events", story_settings.events, "--warehouse", on_cluster.as_uri()]
-        command += ["--master", cluster.master_url, "--lookback-days", "1"]
-        env = {**os.environ, "SPARK_HOME": str(cluster.spark_home), **spark_test_env()}
-        run = run_job(command, env, timeout=420)
+    client = redis.Redis.from_url(REDIS_URL)
+    prefix = f"petrel-test:etl:{uuid.uuid4().hex[:12]}:"
+    try:
+        with standalone_cluster(tmp_path) as cluster:
+            settings = story_settings.model_copy(
+                update={
+                    "data_dir": tmp_path,
+                    "redis_url": REDIS_URL,
+                    "redis_key_prefix": prefix,
+                    "warehouse_uri": on_cluster.as_uri(),
+                    "master": cluster.master_url,
+                    "nightly_time_limit_seconds": 420,
+                }
+            )
+            for name, value in {"SPARK_HOME": str(cluster.spark_home), **spark_test_env()}.items():
+                monkeypatch.setenv(name, value)
+            app = create_celery(settings, clock=FakeClock(FIVE_PAST_MIDNIGHT_ON_THE_23RD))
+            status = app.tasks[NIGHTLY_TASK].apply().get()
+            master_log = cluster.master_log()
+    finally:
+        keys = list(client.scan_iter(match=prefix + "*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
 
-    assert run.returncode == 0, (
-        f"petrel etl daily on {cluster.master_url} failed:\n{run.stdout[-3000:]}{run.stderr[-3000:]}"
-    )
-    assert f"petrel etl daily {D}: done" in run.stdout + run.stderr
-    assert "Registering app petrel-etl" in cluster.master_log(), "the job did not run on the standalone master"
+    assert status == 0, caplog.text[-6000:]
+    job_lines = "\n".join(r.getMessage().removeprefix("| ") for r in caplog.records if r.getMessage().startswith("| "))
+    assert f"petrel etl daily {D}: done in " in job_lines, "the job's summary is not in the nightly log"
+    assert f"nightly run of {D} done" in caplog.text
+    assert "Registering app petrel-etl" in master_log, "the job did not run on the standalone master"
+    assert sorted(p.name for p in (on_cluster / "topic_hourly").iterdir() if p.is_dir()) == [f"dt={D}"]
     for table in [*TABLES, "quarantine"]:
         assertDataFrameEqual(
             spark.read.parquet(str(on_cluster / table)).where(f"dt = '{D}'"),

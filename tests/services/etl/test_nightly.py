@@ -1,6 +1,7 @@
 """The nightly run (services.etl.nightly) on the real Redis: yesterday's date from the clock, the lock that makes
-a second run skip, the beat schedule from the settings, the job's exit status and time limit, and one real run
-of `petrel etl daily` in a process of its own writing the warehouse."""
+a second run skip, the beat schedule from the settings, the job's exit status and time limit. Its one real run of
+`petrel etl daily` in a process of its own is test_daily_job.py's, submitted to a standalone cluster there (one
+Spark run for both), and `python -m services.etl now` in docs/etl.md runs one on a local master."""
 
 from __future__ import annotations
 
@@ -34,8 +35,6 @@ from services.etl.nightly import (
 )
 from services.etl.settings import EtlSettings
 from tests.support.clock import FakeClock
-from tests.support.event_files import DAY, write_november_22
-from tests.support.spark import spark_test_env
 from tests.support.waiting import wait_until
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -266,27 +265,3 @@ def running(pid: int) -> bool:
         return False
     status = Path(f"/proc/{pid}/status")
     return status.exists() and "zombie" not in status.read_text().lower()
-
-
-@pytest.mark.e2e
-@pytest.mark.timeout(480)  # a minute on an idle machine: a Spark JVM of its own
-def test_the_task_runs_petrel_etl_daily_in_its_own_process_and_writes_yesterdays_tables(
-    settings: EtlSettings, monkeypatch: pytest.MonkeyPatch, nightly_log: pytest.LogCaptureFixture
-) -> None:
-    write_november_22(Path(settings.events.removeprefix("file://")))
-    monkeypatch.setenv("PETREL_ETL_SHUFFLE_PARTITIONS", "2")
-    for name, value in spark_test_env().items():
-        monkeypatch.setenv(name, value)
-    app = create_celery(settings, clock=FakeClock(FIVE_PAST_MIDNIGHT_ON_THE_23RD))
-
-    result = app.tasks[NIGHTLY_TASK].apply()
-
-    assert result.get() == 0, nightly_log.text
-    job_lines = [r.getMessage().removeprefix("| ") for r in nightly_log.records if r.getMessage().startswith("| ")]
-    assert f"petrel etl daily {DAY}: done in " in "\n".join(job_lines), "the job's summary is not in the log"
-    assert "  topic_hourly                7 rows" in job_lines
-    assert "  message_journey            10 rows" in job_lines
-    warehouse = Path(settings.warehouse.removeprefix("file://"))
-    assert sorted(p.name for p in (warehouse / "topic_hourly").iterdir() if p.is_dir()) == [f"dt={DAY}"]
-    assert list((warehouse / "group_hourly" / f"dt={DAY}").glob("*.zstd.parquet"))
-    assert f"nightly run of {DAY} done" in nightly_log.text
