@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import Final
 
 from libs.store.mapped_file import fsync_directory
-from libs.timer.models import Action, MessageRef, TimerEntry, TimerStats
 from libs.timer import legacy_log
+from libs.timer.models import Action, MessageRef, TimerEntry, TimerStats
 from libs.timer.recovery import rebuild_wheel
 from libs.timer.timer_checkpoint import TimerCheckpoint
 from libs.timer.timer_log import (

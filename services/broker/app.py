@@ -49,6 +49,7 @@ from services.broker.registration import NameserverRegistrar
 from services.broker.replica_follower import ReplicaFollower
 from services.broker.replication_state import FollowerState, Replication, WriteFence, watch_replication
 from services.broker.schedule import ScheduleQueuesAtStart, guard_scheduled
+from services.broker.scheduled_check import ScheduledChecks
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable, ensure_system_topics
 from services.broker.transactions import Transactions
@@ -155,6 +156,7 @@ def create_app(
                             transactions,
                             schedule_at_start,
                             replication,
+                            ScheduledChecks(store, app.state.events, app.state.metrics.registry),
                         )
                     }
                 finally:

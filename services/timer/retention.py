@@ -113,7 +113,7 @@ class RetentionKeeper:
                 self._carry_cancellation(broker, unit.physical_offset, result["new_offset"])
                 self.rolled += 1
             elif result["status"] == "refused":
-                ref = MessageRef(cursors.store_id, unit.physical_offset, unit.size)
+                ref = MessageRef(cursors.store_id, unit.physical_offset, unit.size, unit.message_id)
                 self.store.enqueue(min(unit.due_ms, now + self.store.max_delay_ms), ref, now)
             self.progress.cancelled.discard((broker, unit.physical_offset))
             passed += 1
