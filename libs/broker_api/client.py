@@ -357,9 +357,12 @@ class BrokerClient:
         answer = await self._json(broker, address, "POST", "/internal/timers/progress", body)
         return int(answer["roll_below"]), int(answer["log_start"])
 
-    async def roll(self, broker: str, address: str, physical_offsets: list[int]) -> list[dict[str, Any]]:
-        """Re-put pending messages at the log's end; one result per offset (RollResult's fields)."""
-        body = {"physical_offsets": physical_offsets}
+    async def roll(
+        self, broker: str, address: str, physical_offsets: list[int], expected: list[ExpectedRecord]
+    ) -> list[dict[str, Any]]:
+        """Re-put pending messages at the log's end, each checked to be the message expected; one result per
+        offset (RollResult's fields)."""
+        body = {"physical_offsets": physical_offsets, "expected": [e.model_dump() for e in expected]}
         return list((await self._json(broker, address, "POST", "/internal/timers/rolls", body))["results"])
 
 

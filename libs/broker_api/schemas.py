@@ -182,9 +182,13 @@ class RollResult(BaseModel):
     physical_offset: int
     status: str = Field(
         description="rolled (re-put at the log's end; a flush timeout counts as stored), refused (cannot be), "
+        "lost (the offset holds another message than the one expected, which is nowhere in this log), "
         "failed (store refused)"
     )
     new_offset: int | None = Field(default=None, description="where the rolled copy is, when rolled")
+    found_at: int | None = Field(
+        default=None, description="the offset holds another message: the one expected was found here and rolled"
+    )
     message_id: str | None = None
     type: str | None = Field(default=None, description="the problem type, when refused or failed")
     detail: str | None = None

@@ -167,17 +167,27 @@ async def roll_scheduled(ctx: Context, body: DeliveryRequest, request: Request) 
     """Re-put pending scheduled messages (by CommitLog offset) at the log's end, in the timer topic, due as before.
 
     Seed 003's roll: the copy's retention starts again. Same message id; the timer
-    drops its entry for the old offset once the copy is stored.
+    drops its entry for the old offset once the copy is stored. With `expected`, the record
+    at each offset is checked as a delivery's is (scheduled_check.py): the message is rolled
+    from where its id finds it (`found_at`), or answered `lost`.
     """
     results: list[dict[str, object]] = []
     records = []
-    for offset in body.physical_offsets:
+    expected: list[ExpectedRecord | None] = [*body.expected] if body.expected else [None] * len(body.physical_offsets)
+    for offset, wanted in zip(body.physical_offsets, expected, strict=True):
         entry: dict[str, object] = {"physical_offset": offset, "status": "pending"}
         results.append(entry)
         try:
-            records.append((entry, rolled(ctx.store.read(offset))))
+            located = ctx.scheduled.locate(offset, wanted)
+            if isinstance(located, Lost):
+                entry.update(status="lost", detail=located.detail, message_id=wanted.message_id if wanted else None)
+                continue
+            records.append((entry, rolled(located.raw)))
         except PetrelError as exc:
             entry.update(status="refused", type=exc.problem_type(), detail=exc.detail)
+            continue
+        if located.moved:
+            entry["found_at"] = located.physical_offset
     if records:
         outcome = await ctx.store.put_reporting(b"".join(encode_record(r) for _, r in records))
         if outcome.not_durable is not None:  # stored: rolling it again would only make another copy
