@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import struct
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -62,10 +63,15 @@ def _units(raw: bytes) -> list[tuple[bytes, int]]:
 
 
 def _message_id_at(ctx: BrokerContext, offset: int) -> str | None:
-    """The id of the message at a CommitLog offset (None when it has none, or it cannot be read)."""
+    """The id of the message at a CommitLog offset (None when it has none, or it cannot be read), read in place:
+    its body is not copied."""
+    commitlog = ctx.store.commitlog
+    if not commitlog.min_offset <= offset < commitlog.write_offset:
+        return None
     try:
-        return peek_property(ctx.store.read(offset), Prop.UNIQ_KEY)
-    except PetrelError:
+        segment = commitlog.segment_at(offset)
+        return peek_property(segment.map, Prop.UNIQ_KEY, offset - segment.start_offset)
+    except (PetrelError, struct.error, ValueError):
         return None
 
 
