@@ -340,7 +340,7 @@ class BrokerClient:
         path = internal_path("/internal/topics/{topic}/queues/{queue_id}/units", topic=topic, queue_id=queue_id)
         params: dict[str, str | int] = {"offset": offset, "max": count, "ids": "true"}
         response = await self._binary(broker, address, "GET", path, params=params)
-        return read_units(response.body, response.headers, with_ids=True)
+        return read_units(response.body, response.headers)
 
     async def deliver(
         self, broker: str, address: str, physical_offsets: list[int], expected: list[ExpectedRecord]

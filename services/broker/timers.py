@@ -19,7 +19,7 @@ from libs.broker_api.schemas import (
     TimerProgressReport,
     TopicOffsets,
 )
-from libs.broker_api.wire import BINARY
+from libs.broker_api.wire import BINARY, UNIT_IDS
 from libs.codec import decode_record, encode_record, peek_property
 from libs.errors import PetrelError
 from libs.message import MessageRecord, Prop, packed_message_id
@@ -53,9 +53,11 @@ async def read_units(
     """ConsumeQueue units (20 bytes: CommitLog offset, size, tag code or due time) from `offset`."""
     check_queue(ctx, topic, queue_id)
     raw, result = ctx.store.units(topic, queue_id, offset, max)
+    headers = offset_headers(result)
     if ids:
         raw = b"".join(unit + packed_message_id(_message_id_at(ctx, offset)) for unit, offset in _units(raw))
-    return Response(raw, media_type=BINARY, headers=offset_headers(result))
+        headers[UNIT_IDS] = "true"
+    return Response(raw, media_type=BINARY, headers=headers)
 
 
 def _units(raw: bytes) -> list[tuple[bytes, int]]:

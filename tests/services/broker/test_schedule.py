@@ -179,7 +179,7 @@ async def test_an_offset_holding_another_message_delivers_and_rolls_the_one_expe
         stored[name] = answer.json()["stored"][0]
     a, b = stored["a"], stored["b"]
     answer = await broker.get(f"/internal/topics/{TIMER_TOPIC}/queues/0/units", params={"offset": 0, "ids": "true"})
-    units = read_units(answer.content, answer.headers, with_ids=True)
+    units = read_units(answer.content, answer.headers)
     assert [u.message_id for u in units] == [a["message_id"], b["message_id"]]
     expecting_a = {"message_id": a["message_id"], "size": units[0].size, "due_ms": int(due)}
     at_b = {"physical_offsets": [b["physical_offset"]], "expected": [expecting_a]}
