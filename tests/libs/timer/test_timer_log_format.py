@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import signal
 import struct
+import subprocess
+import sys
+import textwrap
 import zlib
 from pathlib import Path
+
+import pytest
 
 from libs.timer import MessageRef
 from libs.timer.timer_checkpoint import TimerCheckpoint
 from libs.timer.timer_log import ATTEMPTS_SHIFT, CANCELLED
-from tests.support.timer_store import T0, StoreFactory
+from tests.support.timer_store import SMALL, T0, StoreFactory
+
+ROOT = Path(__file__).resolve().parents[3]
 
 MESSAGE_ID = "0191A2B3C4D5E6F708192A3B00000007"
 
@@ -65,4 +73,34 @@ def test_an_upgrade_a_crash_interrupted_is_made_again(tmp_path: Path, open_store
     store = open_store()
     assert [e.ref.phy_offset for e in store.due(T0 + 1000)] == [1000, 3000]
     assert not partial.exists()
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "killed_at",
+    [
+        "legacy_log.fsync_directory",  # the copy written, not yet renamed into place
+        "legacy_log.shutil.rmtree",  # renamed into place, the first-format log not yet removed
+    ],
+)
+def test_an_upgrade_killed_midway_opens_with_each_entry_once(
+    tmp_path: Path, open_store: StoreFactory, killed_at: str
+) -> None:
+    write_first_format_store(tmp_path / "timer")
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from pathlib import Path
+        from libs.timer import TimerStore, legacy_log
+        {killed_at} = lambda *_: os.kill(os.getpid(), signal.SIGKILL)
+        TimerStore(Path({str(tmp_path / "timer")!r}), now_ms={T0}, **{SMALL!r})
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, check=False)
+    assert result.returncode == -signal.SIGKILL, result.stderr.decode()
+    assert (tmp_path / "timer" / "timerlog").exists()
+    store = open_store()
+    assert store.stats().pending == 2
+    assert [e.ref.phy_offset for e in store.due(T0 + 1000)] == [1000, 3000]
+    assert not (tmp_path / "timer" / "timerlog").exists()
     store.close()
