@@ -55,12 +55,13 @@ async def read_units(
     raw, result = ctx.store.units(topic, queue_id, offset, max)
     headers = offset_headers(result)
     if ids:
-        raw = b"".join(unit + packed_message_id(_message_id_at(ctx, offset)) for unit, offset in _units(raw))
+        raw = b"".join(unit + packed_message_id(_message_id_at(ctx, physical)) for unit, physical in _units(raw))
         headers[UNIT_IDS] = "true"
     return Response(raw, media_type=BINARY, headers=headers)
 
 
 def _units(raw: bytes) -> list[tuple[bytes, int]]:
+    """Each unit of a units read, and the CommitLog offset it names."""
     return [(raw[i : i + UNIT.size], UNIT.unpack_from(raw, i)[0]) for i in range(0, len(raw), UNIT.size)]
 
 
