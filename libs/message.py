@@ -135,6 +135,28 @@ def is_message_id(text: str) -> bool:
     return _MESSAGE_ID.fullmatch(text) is not None
 
 
+MESSAGE_ID_BYTES: Final = 16
+NO_MESSAGE_ID: Final = bytes(MESSAGE_ID_BYTES)
+
+
+def packed_message_id(message_id: str | None) -> bytes:
+    """A message id in 16 bytes (where a fixed-size record keeps it); zeros for none, or one not of our form."""
+    if message_id is None or not is_message_id(message_id):
+        return NO_MESSAGE_ID
+    return bytes.fromhex(message_id)
+
+
+def unpacked_message_id(raw: bytes | memoryview) -> str | None:
+    """The message id `packed_message_id` packed (upper case, as MessageIdFactory makes them); None for zeros."""
+    raw = bytes(raw)
+    return None if raw == NO_MESSAGE_ID else raw.hex().upper()
+
+
+def same_message_id(a: str | None, b: str | None) -> bool:
+    """Two spellings of one message id (ids are taken back in either case)."""
+    return a is not None and b is not None and a.upper() == b.upper()
+
+
 class MessageIdFactory:
     """Makes message ids: 32 upper-case hex digits, unique and roughly time-ordered.
 

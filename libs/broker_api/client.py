@@ -21,7 +21,7 @@ from libs import jsonutil
 from libs.broker_api.consume import RedriveBody
 from libs.broker_api.frames import DueUnit, KeyQueryAnswer, Lease, PulledBatch, decode_leased, read_units
 from libs.broker_api.groups import GroupConfigAnswer, GroupConfigList, GroupUpdate
-from libs.broker_api.schemas import BrokerTopic, PutAnswer, TopicOffsets
+from libs.broker_api.schemas import BrokerTopic, ExpectedRecord, PutAnswer, TopicOffsets
 from libs.codec import decode_record
 from libs.errors import BrokerUnavailable, FlushTimeout, PetrelError, ServiceUnavailable
 from libs.http.client import BINARY_TYPE, JSON_TYPE, BinaryResponse, InternalClient
@@ -336,14 +336,17 @@ class BrokerClient:
     async def units(
         self, broker: str, address: str, topic: str, queue_id: int, offset: int, count: int
     ) -> list[DueUnit]:
-        """ConsumeQueue units of one queue from `offset` (a schedule queue's: due times, no bodies)."""
+        """ConsumeQueue units of one queue from `offset` (a schedule queue's: due times and message ids, no bodies)."""
         path = internal_path("/internal/topics/{topic}/queues/{queue_id}/units", topic=topic, queue_id=queue_id)
-        response = await self._binary(broker, address, "GET", path, params={"offset": offset, "max": count})
+        params: dict[str, str | int] = {"offset": offset, "max": count, "ids": "true"}
+        response = await self._binary(broker, address, "GET", path, params=params)
         return read_units(response.body, response.headers)
 
-    async def deliver(self, broker: str, address: str, physical_offsets: list[int]) -> list[dict[str, Any]]:
-        """Deliver due messages; one result per offset (DeliveryResult's fields)."""
-        body = {"physical_offsets": physical_offsets}
+    async def deliver(
+        self, broker: str, address: str, physical_offsets: list[int], expected: list[ExpectedRecord]
+    ) -> list[dict[str, Any]]:
+        """Deliver due messages, each checked to be the message expected; one result per offset (DeliveryResult's)."""
+        body = {"physical_offsets": physical_offsets, "expected": [e.model_dump() for e in expected]}
         return list((await self._json(broker, address, "POST", "/internal/timers/deliveries", body))["results"])
 
     async def report(
@@ -354,9 +357,12 @@ class BrokerClient:
         answer = await self._json(broker, address, "POST", "/internal/timers/progress", body)
         return int(answer["roll_below"]), int(answer["log_start"])
 
-    async def roll(self, broker: str, address: str, physical_offsets: list[int]) -> list[dict[str, Any]]:
-        """Re-put pending messages at the log's end; one result per offset (RollResult's fields)."""
-        body = {"physical_offsets": physical_offsets}
+    async def roll(
+        self, broker: str, address: str, physical_offsets: list[int], expected: list[ExpectedRecord]
+    ) -> list[dict[str, Any]]:
+        """Re-put pending messages at the log's end, each checked to be the message expected; one result per
+        offset (RollResult's fields)."""
+        body = {"physical_offsets": physical_offsets, "expected": [e.model_dump() for e in expected]}
         return list((await self._json(broker, address, "POST", "/internal/timers/rolls", body))["results"])
 
 

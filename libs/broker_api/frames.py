@@ -6,6 +6,10 @@
 - ConsumeQueue units (`GET .../queues/{q}/units`): the queue's 20-byte units as the
   store keeps them (`libs.store.consume_queue.UNIT`: CommitLog offset, size, tag code
   or, in a schedule queue, the due time); NEXT_OFFSET is one past the last unit.
+  With `ids=true` (answered with the header UNIT_IDS "true") each unit is followed by its
+  message's id in 16 bytes (`libs.message.packed_message_id`, zeros when it has none of
+  Petrel's form): the timer keeps it with its entry, and the broker checks it before a
+  delivery.
 - Records found by key (`GET /internal/messages`): records end to end; the header
   TRUNCATED says "true" when the broker read as many index entries as it may.
 - Leased messages (`POST /internal/groups/{g}/topics/{t}/receive`)::
@@ -23,10 +27,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from libs import jsonutil
-from libs.broker_api.wire import MAX_OFFSET, MIN_OFFSET, NEXT_OFFSET, TRUNCATED
+from libs.broker_api.wire import MAX_OFFSET, MIN_OFFSET, NEXT_OFFSET, TRUNCATED, UNIT_IDS
+from libs.message import MESSAGE_ID_BYTES, unpacked_message_id
 from libs.store.consume_queue import UNIT
 
 _U32: Final = struct.Struct(">I")
+UNIT_WITH_ID: Final = struct.Struct(f"{UNIT.format}{MESSAGE_ID_BYTES}s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +74,19 @@ class DueUnit:
     physical_offset: int
     size: int
     due_ms: int
+    message_id: str | None = None
 
 
 def read_units(body: bytes, headers: Mapping[str, str]) -> list[DueUnit]:
-    """The units of a units read's answer, each with its queue offset."""
-    start = int(headers[NEXT_OFFSET]) - len(body) // UNIT.size
-    return [DueUnit(start + i, physical, size, due) for i, (physical, size, due) in enumerate(UNIT.iter_unpack(body))]
+    """The units of a units read's answer, each with its queue offset (and its message id, when it has them)."""
+    if headers.get(UNIT_IDS) != "true":
+        start = int(headers[NEXT_OFFSET]) - len(body) // UNIT.size
+        return [DueUnit(start + i, phy, size, due) for i, (phy, size, due) in enumerate(UNIT.iter_unpack(body))]
+    start = int(headers[NEXT_OFFSET]) - len(body) // UNIT_WITH_ID.size
+    return [
+        DueUnit(start + i, phy, size, due, unpacked_message_id(packed))
+        for i, (phy, size, due, packed) in enumerate(UNIT_WITH_ID.iter_unpack(body))
+    ]
 
 
 @dataclass(frozen=True, slots=True)

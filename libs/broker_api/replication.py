@@ -101,14 +101,36 @@ class SubscriptionEntry(BaseModel):
     retry_queue_id: int
 
 
+class RedrivenEntry(BaseModel):
+    """A dead letter a redrive by id sent back, past its group's redrive cursor (its DLQ offset)."""
+
+    group: str
+    dlq_offset: int
+
+
+class AttemptEntry(BaseModel):
+    """Failed attempts of a message redelivered in place (FIFO, broadcast), not yet done."""
+
+    owner: str = Field(description="a group, or `group@client` of a broadcast group")
+    topic: str
+    queue_id: int
+    queue_offset: int
+    failed: int = Field(ge=1)
+
+
 class ConsumerMetadata(BaseModel):
     """What a master's consumers need kept beside its log, copied by its slaves every second: the groups'
-    offsets, the groups and their subscriptions, and the key receipt handles are signed with."""
+    offsets, the groups and their subscriptions, the key receipt handles are signed with, the dead letters
+    redriven by id, and the failed attempts of messages redelivered in place.
+
+    A retried message's attempts are in its retry copy (`reconsume_times`), in the CommitLog itself."""
 
     offsets: list[OffsetEntry]
     groups: list[GroupConfig]
     subscriptions: list[SubscriptionEntry]
     receipt_key: str = Field(description="base64")
+    redriven: list[RedrivenEntry] = Field(default_factory=list, description="every redrive mark")
+    attempts: list[AttemptEntry] = Field(default_factory=list, description="every in-place attempt count")
 
 
 class EpochHistory(BaseModel):

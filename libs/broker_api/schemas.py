@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from libs.topic import MAX_QUEUES, MessageType, Perm, TopicConfig
 
@@ -103,10 +103,34 @@ class ConsumerOffsetCommit(BaseModel):
     offset: int = Field(ge=0)
 
 
+class ExpectedRecord(BaseModel):
+    """What the timer knows of a due scheduled record: the broker delivers the record at its offset only if it is it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message_id: str | None = Field(
+        default=None, description="its message id; when the offset holds another, the message is looked up by it"
+    )
+    size: int | None = Field(default=None, ge=1, description="its stored size")
+    due_ms: int | None = Field(default=None, description="its due time: which of the message's scheduled copies")
+
+
 class DeliveryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     physical_offsets: list[int] = Field(min_length=1, max_length=1024, description="scheduled records now due")
+    expected: list[ExpectedRecord] | None = Field(
+        default=None,
+        max_length=1024,
+        description="one per offset, in order: what each record must be (issue 27: after a failover the new "
+        "master's log may hold another message at an offset); none: only that each is a scheduled record",
+    )
+
+    @model_validator(mode="after")
+    def _one_expected_per_offset(self) -> DeliveryRequest:
+        if self.expected is not None and len(self.expected) != len(self.physical_offsets):
+            raise ValueError("expected must hold one entry per physical offset")
+        return self
 
 
 class DeliveryResult(BaseModel):
@@ -114,7 +138,13 @@ class DeliveryResult(BaseModel):
     status: str = Field(
         description="delivered (stored in its topic, or stored there before: see duplicate; a flush timeout "
         "counts as stored); refused (this one cannot be delivered, the others are not held back); "
+        "lost (the offset holds another message, or none, and the one expected is nowhere in this log: "
+        "never to be delivered); "
         "failed (the store refused the write: this one and every later one were not stored)"
+    )
+    found_at: int | None = Field(
+        default=None,
+        description="the offset holds another message: the one expected was found here by its id and delivered",
     )
     topic: str | None = None
     queue_id: int | None = None
@@ -152,9 +182,13 @@ class RollResult(BaseModel):
     physical_offset: int
     status: str = Field(
         description="rolled (re-put at the log's end; a flush timeout counts as stored), refused (cannot be), "
+        "lost (the offset holds another message than the one expected, which is nowhere in this log), "
         "failed (store refused)"
     )
     new_offset: int | None = Field(default=None, description="where the rolled copy is, when rolled")
+    found_at: int | None = Field(
+        default=None, description="the offset holds another message: the one expected was found here and rolled"
+    )
     message_id: str | None = None
     type: str | None = Field(default=None, description="the problem type, when refused or failed")
     detail: str | None = None

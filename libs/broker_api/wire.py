@@ -13,6 +13,9 @@ NEXT_OFFSET: Final = "x-petrel-next-offset"
 MIN_OFFSET: Final = "x-petrel-min-offset"
 MAX_OFFSET: Final = "x-petrel-max-offset"
 """Headers of a pull's (and a units read's) answer: where the next read starts, and the queue's ends."""
+UNIT_IDS: Final = "x-petrel-unit-ids"
+"""Header of a units read's answer, "true" when each unit is followed by its message id (asked with `ids`): a
+broker older than ids answers bare units, which the reader then takes as such."""
 TRUNCATED: Final = "x-petrel-truncated"
 """Header of a query by key's answer, "true" when the broker stopped reading its index at its bound."""
 

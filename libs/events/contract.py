@@ -65,7 +65,8 @@ EVENTS: dict[str, EventSpec] = {
         ),
         _spec(
             "delay_lost",
-            "disk pressure deleted a pending scheduled message's segment before it could be rolled",
+            "a pending scheduled message is gone: disk pressure deleted its segment before it could be rolled, "
+            "or after a failover the new master's log does not hold it",
             _MESSAGE + " deliver_at physical_offset reason",
         ),
         _spec("delay_cancelled", "a scheduled message was cancelled", _MESSAGE + " deliver_at"),

@@ -8,11 +8,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class MessageRef:
-    """Where the timed message itself lives: which CommitLog, at what offset, how long."""
+    """Where the timed message itself lives: which CommitLog, at what offset, how long; and which message it is.
+
+    `message_id` (None for an entry written before ids were kept, or a message without a
+    id of Petrel's form) lets the broker check that the record at `phy_offset` is still
+    this message before delivering it: after a failover another may sit there.
+    """
 
     store_id: int
     phy_offset: int
     size: int
+    message_id: str | None = None
 
 
 class Action(enum.Enum):

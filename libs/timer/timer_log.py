@@ -4,12 +4,12 @@ The log is a directory of segment files, a MappedFileQueue as the CommitLog's
 segments are (libs.store.mapped_file_queue): each named by the 20-digit
 position of its first byte and preallocated to `segment_bytes` (a multiple of
 the record size, so a record never straddles two segments and no blank filler
-is needed). A position is a byte offset into the whole log; record n is at n * 56.
+is needed). A position is a byte offset into the whole log; record n is at n * 72.
 
-Record layout, big-endian, 56 bytes (asserted below)::
+Record layout, big-endian, 72 bytes (asserted below)::
 
     offset  size  field
-         0     2  magic        0x544D ("TM"); zero bytes mean "never written": the end of the log
+         0     2  magic        0x544E ("TN"); zero bytes mean "never written": the end of the log
          2     2  flags        bit 0 ROLLED: put in a slot before its real due time, to be rolled
                                bit 1 CANCELLED: set in place by `cancel`; never delivered
                                bits 8-15: refused deliveries so far (see `attempts`)
@@ -20,8 +20,15 @@ Record layout, big-endian, 56 bytes (asserted below)::
         32     8  prev_pos     the record put before this one in the same slot, -1 ends the chain
         40     4  store_id     which CommitLog (broker or store name id) holds the message
         44     4  size         the message's size in the CommitLog
-        48     4  crc          CRC32 of bytes [0, 48)
-        52     4  reserved     zero
+        48    16  message_id   the message's id (libs.message.packed_message_id), zeros when not known:
+                               the broker checks that the record at phy_offset is this message
+                               before it delivers it (after a failover another may sit there)
+        64     4  crc          CRC32 of bytes [0, 64)
+        68     4  reserved     zero
+
+Format 1 (56-byte records, magic 0x544D "TM", no message id) was kept in the
+directory `timerlog`; TimerStore copies such a log into this format when it opens
+it (libs.timer.legacy_log), its entries without ids.
 
 Chains run newest to oldest (as in RocketMQ: the wheel slot keeps the last
 position and each record the one before), so an append touches only the new
@@ -39,26 +46,30 @@ import logging
 import struct
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
+from libs.message import MESSAGE_ID_BYTES, packed_message_id, unpacked_message_id
 from libs.store.mapped_file import MappedFile
 from libs.store.mapped_file_queue import BrokenFileQueue, MappedFileQueue
 
 log = logging.getLogger(__name__)
 
-MAGIC: Final = 0x544D
+MAGIC: Final = 0x544E
 ROLLED: Final = 0x1
 CANCELLED: Final = 0x2
 ATTEMPTS_SHIFT: Final = 8
 MAX_ATTEMPTS: Final = 0xFF
-BODY: Final = struct.Struct(">HHIqqqqII")
-RECORD: Final = struct.Struct(">HHIqqqqIIII")
-assert BODY.size == 48
-assert RECORD.size == 56
+HEAD: Final = struct.Struct(">HHIqqqqII")
+"""The fields before the message id (format 1's whole body)."""
+BODY: Final = struct.Struct(f">HHIqqqqII{MESSAGE_ID_BYTES}s")
+RECORD: Final = struct.Struct(f">HHIqqqqII{MESSAGE_ID_BYTES}sII")
+assert HEAD.size == 48
+assert BODY.size == 64
+assert RECORD.size == 72
 RECORD_SIZE: Final = RECORD.size
-DEFAULT_SEGMENT_BYTES: Final = RECORD_SIZE * 1_048_576  # 1 Mi records, 56 MiB
+DEFAULT_SEGMENT_BYTES: Final = RECORD_SIZE * 1_048_576  # 1 Mi records, 72 MiB
 
 
 class CorruptTimerLog(Exception):
@@ -76,6 +87,7 @@ class TimerRecord:
     prev_pos: int
     store_id: int
     size: int
+    message_id: str | None = None
 
     @property
     def rolled(self) -> bool:
@@ -96,16 +108,27 @@ def attempts_flags(attempts: int) -> int:
 
 
 def encode(r: TimerRecord) -> bytes:
-    body = BODY.pack(MAGIC, r.flags, r.roll_count, r.due_ms, r.slot_ms, r.phy_offset, r.prev_pos, r.store_id, r.size)
+    body = BODY.pack(
+        MAGIC,
+        r.flags,
+        r.roll_count,
+        r.due_ms,
+        r.slot_ms,
+        r.phy_offset,
+        r.prev_pos,
+        r.store_id,
+        r.size,
+        packed_message_id(r.message_id),
+    )
     return body + struct.pack(">II", zlib.crc32(body), 0)
 
 
 def decode(position: int, raw: bytes | memoryview) -> TimerRecord | None:
     """The record in `raw`, or None when it is blank or damaged."""
-    magic, flags, rolls, due, slot, phy, prev, store, size, crc, _ = RECORD.unpack(raw)
-    if magic != MAGIC or zlib.crc32(raw[:48]) != crc:
+    magic, flags, rolls, due, slot, phy, prev, store, size, message_id, crc, _ = RECORD.unpack(raw)
+    if magic != MAGIC or zlib.crc32(raw[: BODY.size]) != crc:
         return None
-    return TimerRecord(position, flags, rolls, due, slot, phy, prev, store, size)
+    return TimerRecord(position, flags, rolls, due, slot, phy, prev, store, size, unpacked_message_id(message_id))
 
 
 class TimerLog:
@@ -182,36 +205,13 @@ class TimerLog:
 
     def set_flags(self, position: int, flags: int) -> TimerRecord:
         """Rewrite the flags (and CRC) of the record at `position`; returns the new record."""
-        old = self.read(position)
-        new = TimerRecord(
-            position,
-            flags,
-            old.roll_count,
-            old.due_ms,
-            old.slot_ms,
-            old.phy_offset,
-            old.prev_pos,
-            old.store_id,
-            old.size,
-        )
+        new = replace(self.read(position), flags=flags)
         self._write_at(position, encode(new))
         return new
 
     def set_prev(self, position: int, prev_pos: int) -> None:
         """Relink a record (recovery, when its chain must be repaired)."""
-        old = self.read(position)
-        fixed = TimerRecord(
-            position,
-            old.flags,
-            old.roll_count,
-            old.due_ms,
-            old.slot_ms,
-            old.phy_offset,
-            prev_pos,
-            old.store_id,
-            old.size,
-        )
-        self._write_at(position, encode(fixed))
+        self._write_at(position, encode(replace(self.read(position), prev_pos=prev_pos)))
 
     def sync(self) -> None:
         """Make every record written so far durable (blocks; safe from any thread)."""

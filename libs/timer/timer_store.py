@@ -2,7 +2,8 @@
 
 Directory layout::
 
-    timerlog/<20-digit position>   TimerLog segments (see timer_log.py)
+    timerlog2/<20-digit position>  TimerLog segments (see timer_log.py; a first-format `timerlog/` is
+                                   copied into it at open, libs.timer.legacy_log)
     timerwheel                     the wheel (see timer_wheel.py)
     checkpoint                     committed read position, log end, counters (see timer_checkpoint.py)
     abort                          exists while the store is open; at open it means a crash
@@ -38,9 +39,9 @@ and needs nothing at recovery. After a roll the message has a new position
 (the one the re-enqueue returned); cancelling the old one returns False.
 
 Memory: no per-entry Python objects. Resident memory is the interpreter plus
-the pages of the maps that are touched: 56 bytes of TimerLog and at most 32
+the pages of the maps that are touched: 72 bytes of TimerLog and at most 32
 bytes of wheel per entry, page cache that the kernel can drop once synced.
-1,000,000 pending entries are a 56 MB log and, at the default geometry, a
+1,000,000 pending entries are a 72 MB log and, at the default geometry, a
 194 MB wheel file. `due` builds a list of the entries it returns.
 
 Not thread-safe: one thread enqueues, fires and checkpoints; only
@@ -54,12 +55,14 @@ from pathlib import Path
 from typing import Final
 
 from libs.store.mapped_file import fsync_directory
+from libs.timer import legacy_log
 from libs.timer.models import Action, MessageRef, TimerEntry, TimerStats
 from libs.timer.recovery import rebuild_wheel
 from libs.timer.timer_checkpoint import TimerCheckpoint
 from libs.timer.timer_log import (
     CANCELLED,
     DEFAULT_SEGMENT_BYTES,
+    RECORD_SIZE,
     ROLLED,
     CorruptTimerLog,
     TimerLog,
@@ -97,7 +100,13 @@ class TimerStore:
         self.directory = directory
         self._checkpoint_path = directory / "checkpoint"
         self._abort_path = directory / "abort"
-        self.log = TimerLog(directory / "timerlog", segment_bytes=segment_bytes)
+        segment_bytes = max(RECORD_SIZE, segment_bytes - segment_bytes % RECORD_SIZE)
+        if legacy_log.has_legacy_log(directory):
+            # The copy moves every record: open it as after a crash, which rebuilds the wheel from the log.
+            self._abort_path.touch()
+            fsync_directory(directory)
+        legacy_log.upgrade(directory, segment_bytes)
+        self.log = TimerLog(directory / legacy_log.LOG_DIR, segment_bytes=segment_bytes)
         try:
             self.wheel = TimerWheel(directory / "timerwheel", precision_ms=precision_ms, window_ms=window_ms)
         except BaseException:
@@ -166,6 +175,7 @@ class TimerStore:
             slot.last_pos,
             ref.store_id,
             ref.size,
+            ref.message_id,
         )
         position = self.log.append(record)
         self.wheel.put(tick, position if slot.count == 0 else slot.first_pos, position, slot.count + 1)
@@ -201,7 +211,7 @@ class TimerStore:
             self._pending -= 1
             self._rolled -= record.rolled
             action = Action.DELIVER if record.due_ms // self.precision_ms <= tick else Action.ROLL
-            ref = MessageRef(record.store_id, record.phy_offset, record.size)
+            ref = MessageRef(record.store_id, record.phy_offset, record.size, record.message_id)
             entries.append(
                 TimerEntry(
                     record.position, record.due_ms, record.slot_ms, ref, record.roll_count, action, record.attempts

@@ -43,12 +43,13 @@ from services.broker.epoch_sync import RoleOfRun, decide_role
 from services.broker.in_sync import InSyncReplicas
 from services.broker.long_polling import PullWaiters
 from services.broker.memory import watch_memory
-from services.broker.metadata import OffsetStore, RedrivenStore, TopicStore, open_engine
+from services.broker.metadata import AttemptStore, OffsetStore, RedrivenStore, TopicStore, open_engine
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
 from services.broker.replica_follower import ReplicaFollower
 from services.broker.replication_state import FollowerState, Replication, WriteFence, watch_replication
 from services.broker.schedule import ScheduleQueuesAtStart, guard_scheduled
+from services.broker.scheduled_check import ScheduledChecks
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable, ensure_system_topics
 from services.broker.transactions import Transactions
@@ -126,7 +127,13 @@ def create_app(
         watch_memory(app.state.metrics.registry, pop, transactions)
         leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
         replication, follower = await _replication(
-            settings, run, store, topics, token, app.state.events, ConsumerMirror(offsets, groups, settings.store_dir)
+            settings,
+            run,
+            store,
+            topics,
+            token,
+            app.state.events,
+            await _consumer_mirror(settings, engine, offsets, pop, redriven),
         )
         follower.extend(_take_role(app, fence, run, replication))
         heard = on_stopping(app, replication.close)
@@ -155,6 +162,7 @@ def create_app(
                             transactions,
                             schedule_at_start,
                             replication,
+                            ScheduledChecks(store, app.state.events, app.state.metrics.registry),
                         )
                     }
                 finally:
@@ -309,6 +317,16 @@ async def _open_metadata(
     redriven = RedrivenMarks(RedrivenStore(engine))
     await redriven.load()
     return engine, topics, offsets, groups, redriven
+
+
+async def _consumer_mirror(
+    settings: BrokerSettings, engine: Engine, offsets: ConsumerOffsets, pop: PopService, redriven: RedrivenMarks
+) -> ConsumerMirror:
+    """A slave's copy of its master's consumer state; the in-place attempts copied before are counted on here
+    (this broker may be a promoted slave)."""
+    attempts = AttemptStore(engine)
+    pop.inherited_attempts = await asyncio.to_thread(attempts.load)
+    return ConsumerMirror(offsets, pop.groups, settings.store_dir, redriven, attempts)
 
 
 def _consumers(

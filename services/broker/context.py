@@ -16,6 +16,7 @@ from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
 from services.broker.replication_state import Replication
 from services.broker.schedule import ScheduleQueuesAtStart
+from services.broker.scheduled_check import ScheduledChecks
 from services.broker.settings import BrokerSettings
 from services.broker.topics import TopicTable
 from services.broker.transactions import Transactions
@@ -35,6 +36,7 @@ class BrokerContext:
     transactions: Transactions
     schedule_at_start: ScheduleQueuesAtStart
     replication: Replication
+    scheduled: ScheduledChecks
 
 
 def broker_context(request: Request) -> BrokerContext:

@@ -1,7 +1,7 @@
 """The broker's metadata tables (SQLAlchemy): SQLite in its store dir by default.
 
-Topics, consumer offsets and the dead letters redriven by id (subscription groups join them
-with consumer groups).
+Topics, consumer offsets, the dead letters redriven by id and a slave's copy of its master's
+in-place attempt counts (subscription groups join them with consumer groups).
 Calls are synchronous: the app runs them in a worker thread.
 """
 
@@ -122,3 +122,42 @@ class RedrivenStore:
                 )
             for offset in added:
                 session.merge(RedrivenDeadLetterRow(group=group, dlq_offset=offset))
+
+
+class InPlaceAttemptRow(Base):
+    __tablename__ = "in_place_attempts"
+
+    owner: Mapped[str] = mapped_column(String(255), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(255), primary_key=True)
+    queue_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    queue_offset: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    failed: Mapped[int] = mapped_column(Integer)
+
+
+AttemptCounts = dict[OffsetKey, dict[int, int]]
+"""(owner, topic, queue id) -> queue offset -> failed attempts."""
+
+
+class AttemptStore:
+    """A slave's copy of its master's in-place attempt counts (FIFO, broadcast): what it counts on if promoted."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def load(self) -> AttemptCounts:
+        with Session(self.engine) as session:
+            counts: AttemptCounts = {}
+            for row in session.scalars(select(InPlaceAttemptRow)).all():
+                counts.setdefault((row.owner, row.topic, row.queue_id), {})[row.queue_offset] = row.failed
+            return counts
+
+    def replace(self, counts: AttemptCounts) -> None:
+        with Session(self.engine) as session, session.begin():
+            session.execute(delete(InPlaceAttemptRow))
+            for (owner, topic, queue_id), failed in counts.items():
+                for queue_offset, count in failed.items():
+                    session.add(
+                        InPlaceAttemptRow(
+                            owner=owner, topic=topic, queue_id=queue_id, queue_offset=queue_offset, failed=count
+                        )
+                    )

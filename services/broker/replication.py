@@ -81,4 +81,4 @@ async def get_epochs(ctx: Context) -> EpochHistory:
 @router.get(CONSUMERS_PATH, operation_id="getConsumerMetadata", response_model=ConsumerMetadata)
 async def get_consumers(ctx: Context) -> ConsumerMetadata:
     """The consumers' offsets, groups, subscriptions and receipt key: what a slave copies every second."""
-    return snapshot(ctx.offsets, ctx.pop.groups, ctx.pop.receipt_key)
+    return snapshot(ctx.offsets, ctx.pop, ctx.dead_letters.redriven)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import struct
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -11,21 +12,24 @@ from libs import jsonutil
 from libs.broker_api.schemas import (
     DeliveryRequest,
     DeliveryResults,
+    ExpectedRecord,
     QueueOffsetsOf,
     RetentionAdvice,
     RollResults,
     TimerProgressReport,
     TopicOffsets,
 )
-from libs.broker_api.wire import BINARY
-from libs.codec import decode_record, encode_record
+from libs.broker_api.wire import BINARY, UNIT_IDS
+from libs.codec import decode_record, encode_record, peek_property
 from libs.errors import PetrelError
-from libs.message import MessageRecord, Prop
+from libs.message import MessageRecord, Prop, packed_message_id
 from libs.names import SCHEDULE_TOPIC
 from libs.problem import PROBLEM_RESPONSES
-from services.broker.context import Context
+from libs.store.consume_queue import UNIT
+from services.broker.context import BrokerContext, Context
 from services.broker.messages import BINARY_BODY, check_queue, offset_headers
 from services.broker.schedule import delivery, needed_offset, rolled
+from services.broker.scheduled_check import Lost
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +48,34 @@ async def read_units(
     queue_id: int,
     offset: Annotated[int, Query(ge=0)],
     max: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    ids: Annotated[bool, Query(description="each unit followed by its message's id in 16 bytes")] = False,
 ) -> Response:
     """ConsumeQueue units (20 bytes: CommitLog offset, size, tag code or due time) from `offset`."""
     check_queue(ctx, topic, queue_id)
     raw, result = ctx.store.units(topic, queue_id, offset, max)
-    return Response(raw, media_type=BINARY, headers=offset_headers(result))
+    headers = offset_headers(result)
+    if ids:
+        raw = b"".join(unit + packed_message_id(_message_id_at(ctx, physical)) for unit, physical in _units(raw))
+        headers[UNIT_IDS] = "true"
+    return Response(raw, media_type=BINARY, headers=headers)
+
+
+def _units(raw: bytes) -> list[tuple[bytes, int]]:
+    """Each unit of a units read, and the CommitLog offset it names."""
+    return [(raw[i : i + UNIT.size], UNIT.unpack_from(raw, i)[0]) for i in range(0, len(raw), UNIT.size)]
+
+
+def _message_id_at(ctx: BrokerContext, offset: int) -> str | None:
+    """The id of the message at a CommitLog offset (None when it has none, or it cannot be read), read in place:
+    its body is not copied."""
+    commitlog = ctx.store.commitlog
+    if not commitlog.min_offset <= offset < commitlog.write_offset:
+        return None
+    try:
+        segment = commitlog.segment_at(offset)
+        return peek_property(segment.map, Prop.UNIQ_KEY, offset - segment.start_offset)
+    except (PetrelError, struct.error, ValueError):
+        return None
 
 
 @router.get("/topics/{topic}/offsets", operation_id="getTopicOffsets", response_model=TopicOffsets)
@@ -72,18 +99,27 @@ async def deliver_scheduled(ctx: Context, body: DeliveryRequest, request: Reques
     the store answers the copy it holds instead of storing another (`duplicate`).
     `delivered`: stored in its topic (a SYNC_FLUSH flush timeout too: the record IS stored, it
     must not be put again). `refused`: this one cannot be delivered (no record at
-    the offset, its topic is gone ...); the others are not held back. `failed`: the store
+    the offset, its topic is gone ...); the others are not held back. `lost`: the offset holds
+    another message than the one `expected`, and it is nowhere in this log (scheduled_check.py;
+    found elsewhere, it is delivered from there: `found_at`). `failed`: the store
     refused the write (full, read-only ...): it and every later one were not stored.
     """
     results: list[dict[str, object]] = [{"physical_offset": o, "status": "pending"} for o in body.physical_offsets]
+    expected: list[ExpectedRecord | None] = [*body.expected] if body.expected else [None] * len(results)
     records = []
-    for entry in results:
+    for entry, wanted in zip(results, expected, strict=True):
         offset = int(str(entry["physical_offset"]))
         try:
-            delivered, due = delivery(ctx.store.read(offset), ctx.topics)
+            located = ctx.scheduled.locate(offset, wanted)
+            if isinstance(located, Lost):
+                entry.update(status="lost", detail=located.detail, message_id=wanted.message_id if wanted else None)
+                continue
+            delivered, due = delivery(located.raw, ctx.topics)
         except PetrelError as exc:
             entry.update(status="refused", type=exc.problem_type(), detail=exc.detail, **_identity(ctx, offset))
             continue
+        if located.moved:
+            entry["found_at"] = located.physical_offset
         records.append((entry, delivered, due))
     if records:
         await _put(ctx, records, request)
@@ -140,17 +176,27 @@ async def roll_scheduled(ctx: Context, body: DeliveryRequest, request: Request) 
     """Re-put pending scheduled messages (by CommitLog offset) at the log's end, in the timer topic, due as before.
 
     Seed 003's roll: the copy's retention starts again. Same message id; the timer
-    drops its entry for the old offset once the copy is stored.
+    drops its entry for the old offset once the copy is stored. With `expected`, the record
+    at each offset is checked as a delivery's is (scheduled_check.py): the message is rolled
+    from where its id finds it (`found_at`), or answered `lost`.
     """
     results: list[dict[str, object]] = []
     records = []
-    for offset in body.physical_offsets:
+    expected: list[ExpectedRecord | None] = [*body.expected] if body.expected else [None] * len(body.physical_offsets)
+    for offset, wanted in zip(body.physical_offsets, expected, strict=True):
         entry: dict[str, object] = {"physical_offset": offset, "status": "pending"}
         results.append(entry)
         try:
-            records.append((entry, rolled(ctx.store.read(offset))))
+            located = ctx.scheduled.locate(offset, wanted)
+            if isinstance(located, Lost):
+                entry.update(status="lost", detail=located.detail, message_id=wanted.message_id if wanted else None)
+                continue
+            records.append((entry, rolled(located.raw)))
         except PetrelError as exc:
             entry.update(status="refused", type=exc.problem_type(), detail=exc.detail)
+            continue
+        if located.moved:
+            entry["found_at"] = located.physical_offset
     if records:
         outcome = await ctx.store.put_reporting(b"".join(encode_record(r) for _, r in records))
         if outcome.not_durable is not None:  # stored: rolling it again would only make another copy

@@ -22,6 +22,11 @@ class TimerCollector(Collector):
             ("cancelled", counters.cancelled, "Scheduled messages cancelled before their time"),
             ("retried", counters.retried, "Deliveries tried again (broker away, or it refused the entry)"),
             ("failed", counters.failed, "Scheduled messages dropped after max refused deliveries"),
+            (
+                "lost",
+                counters.lost + self.scheduler.keeper.lost,
+                "Scheduled messages their broker's log no longer holds (after a failover)",
+            ),
             ("retention_rolled", self.scheduler.keeper.rolled, "Messages re-put before their broker's retention"),
         ):
             yield CounterMetricFamily(f"petrel_timer_{name}", text, value=value)

@@ -15,6 +15,11 @@ pending, so every `interval_ms`, right after a checkpoint, for each broker it:
 Only a checkpointed state is reported, so a crash never makes the timer need
 an offset it said it did not. A crash between a re-put and the checkpoint that
 records it leaves both the old entry and the copy: a duplicate, after a crash only.
+
+A roll carries what the timer knows of each message (id, size, due time), as a delivery
+does: the broker rolls the message from where its id finds it, or answers it `lost` (a
+failover gave the broker name a log with another message at the offset): the entry is
+dropped, logged and counted (`lost`), never rolled as the other message.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ import logging
 
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.frames import DueUnit
+from libs.broker_api.schemas import ExpectedRecord
 from libs.errors import PetrelError
 from libs.names import SCHEDULE_TOPIC
-from libs.timer import MessageRef, TimerStore
+from libs.timer import MessageRef, TimerRecord, TimerStore
 from services.timer.progress import TimerProgress
 
 log = logging.getLogger(__name__)
@@ -44,6 +50,7 @@ class RetentionKeeper:
         self.brokers = brokers
         self.interval_ms = interval_ms
         self.rolled = 0
+        self.lost = 0
         self._roll_below: dict[str, tuple[int, int]] = {}
         """broker -> (roll below, log start) of its last answer."""
         self._kept_at = -(10**18)
@@ -82,12 +89,16 @@ class RetentionKeeper:
                 live.append((position, offset))
         for start in range(0, len(live), ROLL_CHUNK):
             chunk = live[start : start + ROLL_CHUNK]
-            results = await self.brokers.roll(broker, address, [offset for _, offset in chunk])
+            expected = [_expected(self.store.log.read(position)) for position, _ in chunk]
+            results = await self.brokers.roll(broker, address, [offset for _, offset in chunk], expected)
             for (position, offset), result in zip(chunk, results, strict=True):
                 if result["status"] == "rolled":
                     self.store.cancel(position)
                     self._carry_cancellation(broker, offset, result["new_offset"])
                     self.rolled += 1
+                elif result["status"] == "lost":
+                    self.store.cancel(position)
+                    self._lost(broker, offset, result)
 
     async def _roll_level(self, broker: str, address: str, queue_id: int, below: int, now: int) -> None:
         """Roll the level's leading units below `below`, and move its cursor past those rolled.
@@ -101,7 +112,9 @@ class RetentionKeeper:
         units = await self.brokers.units(broker, address, SCHEDULE_TOPIC, queue_id, cursor, ROLL_CHUNK)
         old = list(itertools.takewhile(lambda u: u.physical_offset < below, units))
         wanted = [u for u in old if not self._cancelled(broker, u)]
-        results = await self.brokers.roll(broker, address, [u.physical_offset for u in wanted]) if wanted else []
+        expected = [ExpectedRecord(message_id=u.message_id, size=u.size, due_ms=u.due_ms) for u in wanted]
+        offsets = [u.physical_offset for u in wanted]
+        results = await self.brokers.roll(broker, address, offsets, expected) if wanted else []
         outcome = {u.physical_offset: r for u, r in zip(wanted, results, strict=True)}
         passed = 0
         for unit in old:
@@ -112,12 +125,18 @@ class RetentionKeeper:
             if result["status"] == "rolled":
                 self._carry_cancellation(broker, unit.physical_offset, result["new_offset"])
                 self.rolled += 1
+            elif result["status"] == "lost":
+                self._lost(broker, unit.physical_offset, result)
             elif result["status"] == "refused":
-                ref = MessageRef(cursors.store_id, unit.physical_offset, unit.size)
+                ref = MessageRef(cursors.store_id, unit.physical_offset, unit.size, unit.message_id)
                 self.store.enqueue(min(unit.due_ms, now + self.store.max_delay_ms), ref, now)
             self.progress.cancelled.discard((broker, unit.physical_offset))
             passed += 1
         cursors.levels[queue_id] = cursor + passed
+
+    def _lost(self, broker: str, offset: int, result: dict[str, object]) -> None:
+        self.lost += 1
+        log.error("timer: %s lost the scheduled message at %d, not rolled: %s", broker, offset, result.get("detail"))
 
     def _carry_cancellation(self, broker: str, old: int, new: int) -> None:
         """A cancellation that came in while the message was being rolled applies to its copy."""
@@ -127,3 +146,7 @@ class RetentionKeeper:
 
     def _cancelled(self, broker: str, unit: DueUnit) -> bool:
         return (broker, unit.physical_offset) in self.progress.cancelled
+
+
+def _expected(record: TimerRecord) -> ExpectedRecord:
+    return ExpectedRecord(message_id=record.message_id, size=record.size, due_ms=record.due_ms)

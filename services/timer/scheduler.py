@@ -13,6 +13,11 @@
   One the broker refused (no record at the offset, topic gone) goes to the wheel
   to be tried again after a backoff (1, 2, 4 ... 60 s), and after `max_attempts`
   refusals is dropped with a `delay_failed` event, a log line and a metric.
+- Each delivery carries what the timer knows of the message (its id, size and due
+  time, read with the units): the broker delivers the record at the offset only if
+  it is that message, else the message from where its id finds it, else answers it
+  lost (a failover gave the broker name a log with other bytes there, issue 27). A
+  lost one is dropped, counted and logged here (the broker emits `delay_lost`).
   Entries that were stored are never put again (except after a crash).
 - Progress (cursors, the wheel's read position) is saved after the deliveries
   it covers, every checkpoint interval: a crash repeats at most what was in
@@ -37,6 +42,7 @@ from typing import Any
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.frames import DueUnit
 from libs.broker_api.nameservers import NameserverClient
+from libs.broker_api.schemas import ExpectedRecord
 from libs.errors import PetrelError
 from libs.events import EventWriter
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
@@ -66,6 +72,7 @@ class TimerCounters:
     cancelled: int = 0
     retried: int = 0
     failed: int = 0
+    lost: int = 0
     lateness_ms: deque[int] = field(default_factory=lambda: deque(maxlen=LATENESS_WINDOW))
     level_pending: dict[tuple[str, int], int] = field(default_factory=dict)
 
@@ -73,6 +80,7 @@ class TimerCounters:
 class Result(enum.Enum):
     DELIVERED = "delivered"
     LATER = "later"  # not tried or not stored for a reason of the broker's: try again in RETRY_MS
+    LOST = "lost"  # the message is not in the broker's log any more (a failover): dropped, counted, logged
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,12 +200,15 @@ class TimerScheduler:
     async def _deliver_units(self, broker: str, address: str, due: list[DueUnit], now: int) -> int:
         """Deliver in order; how many units are passed (delivered, refused and handed to the wheel, cancelled)."""
         wanted = [u for u in due if not self._is_cancelled(broker, u.physical_offset)]
-        results = await self._deliver(broker, address, [(u.physical_offset, u.due_ms) for u in wanted], now)
-        held = next((i for i, r in enumerate(results) if r is Result.LATER), len(wanted))
         store_id = self.progress.cursors(broker).store_id
-        for unit, result in zip(wanted[:held], results[:held], strict=True):
+        refs = [MessageRef(store_id, u.physical_offset, u.size, u.message_id) for u in wanted]
+        results = await self._deliver(
+            broker, address, [(ref, u.due_ms) for ref, u in zip(refs, wanted, strict=True)], now
+        )
+        held = next((i for i, r in enumerate(results) if r is Result.LATER), len(wanted))
+        for ref, result in zip(refs[:held], results[:held], strict=True):
             if isinstance(result, Refusal):
-                self._refused(MessageRef(store_id, unit.physical_offset, unit.size), 0, 0, result, now)
+                self._refused(ref, 0, 0, result, now)
         done = len(due) if held == len(wanted) else due.index(wanted[held])
         for unit in due[:done]:  # a cancellation is forgotten only once its unit is passed
             self._forget_cancelled(broker, unit.physical_offset)
@@ -219,7 +230,8 @@ class TimerScheduler:
                 break
             for unit in units:
                 due = min(unit.due_ms, now + self.max_delay_ms)
-                self.store.enqueue(due, MessageRef(cursors.store_id, unit.physical_offset, unit.size), now)
+                ref = MessageRef(cursors.store_id, unit.physical_offset, unit.size, unit.message_id)
+                self.store.enqueue(due, ref, now)
             cursors.timer += len(units)
 
     async def _fire_wheel(self, now: int) -> None:
@@ -235,7 +247,7 @@ class TimerScheduler:
             wanted = [e for e in entries if not self._forget_cancelled(broker or "", e.ref.phy_offset)]
             results: list[Outcome] = [Result.LATER] * len(wanted)
             if address is not None and broker is not None:
-                results = await self._deliver(broker, address, [(e.ref.phy_offset, e.due_ms) for e in wanted], now)
+                results = await self._deliver(broker, address, [(e.ref, e.due_ms) for e in wanted], now)
             for entry, result in zip(wanted, results, strict=True):
                 if result is Result.LATER:
                     self.store.enqueue(
@@ -254,8 +266,8 @@ class TimerScheduler:
 
     # ---- both ----------------------------------------------------------------------------
 
-    async def _deliver(self, broker: str, address: str, due: list[tuple[int, int]], now: int) -> list[Outcome]:
-        """Deliver (offset, due) pairs in chunks the broker takes; an outcome per pair.
+    async def _deliver(self, broker: str, address: str, due: list[tuple[MessageRef, int]], now: int) -> list[Outcome]:
+        """Deliver (message, due) pairs in chunks the broker takes; an outcome per pair.
 
         Once a chunk cannot be answered or stored, it and every later pair are LATER.
         """
@@ -267,22 +279,31 @@ class TimerScheduler:
                 break
         return outcomes + [Result.LATER] * (len(due) - len(outcomes))
 
-    async def _deliver_chunk(self, broker: str, address: str, due: list[tuple[int, int]], now: int) -> list[Outcome]:
+    async def _deliver_chunk(
+        self, broker: str, address: str, due: list[tuple[MessageRef, int]], now: int
+    ) -> list[Outcome]:
+        expected = [ExpectedRecord(message_id=ref.message_id, size=ref.size, due_ms=due_ms) for ref, due_ms in due]
         try:
-            results = await self.brokers.deliver(broker, address, [offset for offset, _ in due])
+            results = await self.brokers.deliver(broker, address, [ref.phy_offset for ref, _ in due], expected)
         except PetrelError as exc:
             log.warning("timer: delivering %d messages to %s failed: %s", len(due), broker, exc.detail)
             return [Result.LATER] * len(due)
         outcomes: list[Outcome] = []
-        for result, (offset, due_ms) in zip(results, due, strict=True):
+        for result, (ref, due_ms) in zip(results, due, strict=True):
             if result["status"] == "delivered":
                 self.counters.delivered += 1
                 self.counters.lateness_ms.append(max(0, now - due_ms))
                 outcomes.append(Result.DELIVERED)
+            elif result["status"] == "lost":
+                self.counters.lost += 1
+                log.error("timer: %s lost the scheduled message at %d: %s", broker, ref.phy_offset, result["detail"])
+                outcomes.append(Result.LOST)
             elif result["status"] == "refused":
-                outcomes.append(Refusal(broker, offset, due_ms, result))
+                outcomes.append(Refusal(broker, ref.phy_offset, due_ms, result))
             else:  # not stored, nor any later one: the store itself refused (full, flush ...)
-                log.warning("timer: %s did not store the message at %d: %s", broker, offset, result.get("detail"))
+                log.warning(
+                    "timer: %s did not store the message at %d: %s", broker, ref.phy_offset, result.get("detail")
+                )
                 outcomes.append(Result.LATER)
         return outcomes
 

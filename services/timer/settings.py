@@ -25,7 +25,9 @@ class TimerSettings(DelayLevelSettings):
         default=5.0, gt=0, description="how often the brokers are listed from the nameservers"
     )
     timer_log_segment_bytes: int = Field(
-        default=56 * 1024 * 1024, ge=56 * 1024, description="bytes of one TimerLog segment file"
+        default=72 * 1024 * 1024,
+        ge=56 * 1024,
+        description="bytes of one TimerLog segment file (rounded down to whole 72-byte records)",
     )
     delivery_max_attempts: int = Field(
         default=8, ge=1, le=255, description="refused deliveries of a message before it is dropped (delay_failed)"

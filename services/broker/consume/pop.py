@@ -111,6 +111,8 @@ class PopService:
         self.scan_budget = scan_budget
         self.epoch = self.now_ms()
         self.windows: dict[WindowKey, ConsumeWindow] = {}
+        self.inherited_attempts: dict[tuple[str, str, int], dict[int, int]] = {}
+        """In-place attempt counts copied from the master this broker was a slave of: its windows start with them."""
         self.timers: list[tuple[int, int, Timer]] = []
         self._stale_timers = 0
         """Leases ended since the heap was last compacted: about how many timers are dead."""
@@ -316,6 +318,8 @@ class PopService:
                 from_last = config.consume_from is ConsumeFrom.LAST and key.topic != retry_topic(config.name)
                 start = high if from_last else low
             window = self.windows[key] = ConsumeWindow(key, min(max(start, low), high))
+            inherited = self.inherited_attempts.pop((key.owner, key.topic, key.queue_id), {})
+            window.in_place_attempts.update({o: n for o, n in inherited.items() if o >= window.cursor})
             self.commit(window)
         return window
 

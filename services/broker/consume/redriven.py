@@ -6,6 +6,11 @@ anywhere past the cursor; it marks their DLQ offsets here. The marks are
 written through at once (a redrive is rare, and a mark is what keeps the
 message out of the listing and out of the next "redrive all" after a restart).
 
+A slave copies the marks with its master's consumer offsets (the redrive cursor is one),
+every second (services.broker.consumer_mirror), into its own table: a promoted slave
+passes what its master redrove. A redrive in the second before a failover may be made
+again by the new master: a duplicate after a crash, as the promise allows.
+
 Memory stays bounded: a mark the cursor has passed is dropped, the cursor moves
 over the marks right in front of it, and at most `max_marks` are kept per group
 (beyond, the oldest are forgotten: those dead letters are listed again and
@@ -30,6 +35,20 @@ class RedrivenMarks:
 
     async def load(self) -> None:
         self._marks = await asyncio.to_thread(self.store.load)
+
+    def all(self) -> dict[str, set[int]]:
+        return {group: set(marks) for group, marks in self._marks.items()}
+
+    async def mirror(self, marks: dict[str, set[int]]) -> None:
+        """Make these marks a slave's copy of its master's (written through, as the master's are)."""
+        for group in set(self._marks) | set(marks):
+            mine, theirs = self._marks.get(group, set()), marks.get(group, set())
+            if mine != theirs:
+                await asyncio.to_thread(self.store.change, group, theirs - mine, mine - theirs)
+                if theirs:
+                    self._marks[group] = set(theirs)
+                else:
+                    self._marks.pop(group, None)
 
     def is_marked(self, group: str, dlq_offset: int) -> bool:
         return dlq_offset in self._marks.get(group, ())

@@ -82,5 +82,5 @@ def test_a_timer_log_with_a_missing_segment_is_corrupt(tmp_path: Path) -> None:
 
 def test_a_timer_log_segment_of_the_wrong_size_is_corrupt(tmp_path: Path) -> None:
     (tmp_path / file_name(0)).write_bytes(bytes(100))
-    with pytest.raises(CorruptTimerLog, match=r"is 100 bytes; a segment is 224$"):
+    with pytest.raises(CorruptTimerLog, match=rf"is 100 bytes; a segment is {RECORD_SIZE * 4}$"):
         TimerLog(tmp_path, segment_bytes=RECORD_SIZE * 4)

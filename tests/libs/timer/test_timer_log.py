@@ -19,7 +19,7 @@ def test_append_returns_positions_and_read_gives_the_record_back(tmp_path: Path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{n * RECORD_SIZE * 4:020d}" for n in range(3)]
     got = log.read(positions[7])
     assert (got.position, got.due_ms, got.slot_ms, got.phy_offset, got.store_id, got.size) == (
-        7 * 56,
+        7 * RECORD_SIZE,
         1007,
         907,
         10_007,
@@ -72,7 +72,7 @@ def test_a_damaged_tail_is_truncated_with_a_warning(tmp_path: Path, caplog: pyte
     assert [r.due_ms for r in log.scan(0)] == [1000 + n for n in range(5)]
     assert log.append(record(50)) == 5 * RECORD_SIZE
     assert log.read(5 * RECORD_SIZE).due_ms == 1050
-    with pytest.raises(CorruptTimerLog, match="no record at position 336"):
+    with pytest.raises(CorruptTimerLog, match=f"no record at position {6 * RECORD_SIZE}"):
         log.read(6 * RECORD_SIZE)
     log.close()
 
@@ -93,5 +93,5 @@ def test_a_damaged_tail_in_an_earlier_segment_removes_the_later_ones(tmp_path: P
 
 
 def test_segment_size_must_hold_whole_records(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="segment_bytes must be a positive multiple of 56"):
+    with pytest.raises(ValueError, match="segment_bytes must be a positive multiple of 72"):
         TimerLog(tmp_path, segment_bytes=100)

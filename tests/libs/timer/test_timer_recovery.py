@@ -64,7 +64,7 @@ def test_a_damaged_record_at_the_log_tail_is_cut_at_recovery(
     for n in range(10):
         store.enqueue(T0 + 500, ref(n), T0)
     store.abandon()
-    segment = tmp_path / "timer" / "timerlog" / f"{0:020d}"
+    segment = tmp_path / "timer" / "timerlog2" / f"{0:020d}"
     raw = bytearray(segment.read_bytes())
     raw[9 * RECORD_SIZE + 30] ^= 0xFF
     segment.write_bytes(bytes(raw))

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from libs.broker_api.frames import read_units
 from libs.codec import encode_record, iter_records
 from libs.message import MessageRecord, Prop
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
@@ -162,3 +163,47 @@ async def test_two_scheduled_copies_of_one_message_due_at_different_times_are_bo
 
     assert [r["duplicate"] for r in answer["results"]] == [False, False]
     assert len(await pulled(broker, "orders", 1)) == 2
+
+
+async def test_an_offset_holding_another_message_delivers_and_rolls_the_one_expected_or_answers_it_lost(
+    broker: httpx.AsyncClient,
+) -> None:
+    """As after a failover: the timer's entry names an offset where this log holds another message (issue 27)."""
+    due = str(int(time.time() * 1000) + 3_600_000)
+    stored = {}
+    for name, message_id in (("a", "01A1FCE7BB289829373C3E9B000000A1"), ("b", "01A1FCE7BB289829373C3E9B000000B1")):
+        props = {Prop.UNIQ_KEY: message_id, Prop.TIMER_DELIVER_MS: due}
+        answer = await broker.post(
+            "/internal/messages", headers={"content-type": "application/octet-stream"}, content=record(1, **props)
+        )
+        stored[name] = answer.json()["stored"][0]
+    a, b = stored["a"], stored["b"]
+    answer = await broker.get(f"/internal/topics/{TIMER_TOPIC}/queues/0/units", params={"offset": 0, "ids": "true"})
+    units = read_units(answer.content, answer.headers)
+    assert [u.message_id for u in units] == [a["message_id"], b["message_id"]]
+    expecting_a = {"message_id": a["message_id"], "size": units[0].size, "due_ms": int(due)}
+    at_b = {"physical_offsets": [b["physical_offset"]], "expected": [expecting_a]}
+
+    (rolled,) = (await broker.post("/internal/timers/rolls", json=at_b)).json()["results"]
+    assert (rolled["status"], rolled["message_id"], rolled["found_at"]) == (
+        "rolled",
+        a["message_id"],
+        a["physical_offset"],
+    )
+    # The timer delivers (a's newest copy: the one just rolled), is killed before its checkpoint, and delivers
+    # again: a is stored once.
+    first, again = [(await broker.post("/internal/timers/deliveries", json=at_b)).json()["results"][0] for _ in "12"]
+    assert [(r["status"], r["message_id"], r["found_at"], r["duplicate"]) for r in (first, again)] == [
+        ("delivered", a["message_id"], rolled["new_offset"], False),
+        ("delivered", a["message_id"], rolled["new_offset"], True),
+    ]
+    assert [m.message_id for m in await pulled(broker, "orders", 1)] == [a["message_id"]], "b was delivered for a"
+
+    unknown = expecting_a | {"message_id": "01A1FCE7BB289829373C3E9B000000C1"}
+    at_a = {"physical_offsets": [a["physical_offset"]], "expected": [unknown]}
+    (lost,) = (await broker.post("/internal/timers/deliveries", json=at_a)).json()["results"]
+    assert (lost["status"], lost["message_id"]) == ("lost", unknown["message_id"])
+    assert "is not in this broker's schedule queues" in lost["detail"]
+    metrics = (await broker.get("/metrics")).text
+    assert 'petrel_broker_scheduled_mismatched_total{outcome="relocated"} 3.0' in metrics
+    assert 'petrel_broker_scheduled_mismatched_total{outcome="lost"} 1.0' in metrics
