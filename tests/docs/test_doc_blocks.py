@@ -61,6 +61,18 @@ def test_a_failing_block_is_named_with_its_output_and_later_blocks_do_not_run(tm
     assert "never" not in failure
 
 
+def test_a_block_failing_beside_a_background_job_is_reported_at_once_not_at_the_timeout(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("```sh\nsleep 300 &\necho started\nfalse\n```\n")  # the job keeps the page's output open
+
+    result = run_page(shell_blocks(page, "page.md"), {}, tmp_path, {"PATH": "/usr/bin:/bin"}, 60)
+
+    failure = result.failure()
+    assert failure is not None and failure.startswith("page.md, shell block 1 (line 1) exited 1"), failure
+    assert "started" in failure
+    assert "timed out" not in failure
+
+
 def test_an_http_error_fails_its_block_unless_a_comment_announces_it(tmp_path: Path) -> None:
     fake = tmp_path / "bin" / "curl"  # answers 404 to everything, as curl -w would report it
     fake.parent.mkdir()

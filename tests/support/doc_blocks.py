@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,25 +120,23 @@ def run_page(
     script = PRELUDE + "".join(
         f"echo '{MARK}{b.number}'; echo '{MARK}{b.number}' >&2\n{with_ports(b.text, ports)}\n" for b in blocks
     )
-    process = subprocess.Popen(
-        ["bash", "-c", script],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-        code = process.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        code = -1
-        output += f"\n(timed out after {timeout} s)\n"
-    finally:
-        _kill_group(process.pid)
+    # A file, not a pipe: a background job a failed block left running would hold a pipe open, and reading to its
+    # end would wait out the page's whole timeout instead of reporting the block at once.
+    with tempfile.TemporaryFile(mode="w+") as out:
+        process = subprocess.Popen(
+            ["bash", "-c", script], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = process.wait(timeout=timeout)
+            timed_out = ""
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            code, timed_out = -1, f"\n(timed out after {timeout} s)\n"
+        finally:
+            _kill_group(process.pid)
+        out.seek(0)
+        output = out.read() + timed_out
     return PageRun(_split(blocks, output), code)
 
 

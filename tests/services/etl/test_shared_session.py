@@ -26,8 +26,9 @@ pytest_plugins = ["tests.support.spark_session_guard"]
 
 @pytest.fixture
 def spark():
-    session = SparkSession.getActiveSession()
-    assert session is not None, "the outer test's shared session"
+    # the existing session (getActiveSession is per thread, and another test of the worker may have left it unset)
+    session = SparkSession.builder.getOrCreate()
+    assert session.sparkContext.applicationId == {application!r}, "not the outer test's shared session"
     return session
 """
 
@@ -61,7 +62,7 @@ def test_a_timeout_in_the_middle_of_a_spark_call_leaves_the_shared_session_worki
     spark: SparkSession, pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
     release = tmp_path / "release"
-    pytester.makeconftest(INNER_CONFTEST)
+    pytester.makeconftest(INNER_CONFTEST.format(application=spark.sparkContext.applicationId))
     pytester.makepyfile(test_timed_out=INNER_TESTS.format(release=str(release)))
     releaser = threading.Thread(target=release_once_the_alarm_fired, args=(release,), daemon=True)
     releaser.start()
