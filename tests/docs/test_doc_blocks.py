@@ -68,7 +68,8 @@ def test_a_block_failing_beside_a_background_job_is_reported_at_once_not_at_the_
     result = run_page(shell_blocks(page, "page.md"), {}, tmp_path, {"PATH": "/usr/bin:/bin"}, 60)
 
     failure = result.failure()
-    assert failure is not None and failure.startswith("page.md, shell block 1 (line 1) exited 1"), failure
+    assert failure is not None
+    assert failure.startswith("page.md, shell block 1 (line 1) exited 1"), failure
     assert "started" in failure
     assert "timed out" not in failure
 
