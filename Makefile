@@ -1,4 +1,6 @@
-# Every target creates .venv and installs into it first; an up-to-date .venv is reused.
+# Every target creates .venv and installs into it first; an up-to-date .venv is reused. --no-compile: Python
+# compiles each module the first time it is imported, not every module of every package at install (pyspark,
+# matplotlib, ...): 53 s -> 33 s for a fresh venv here.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -10,7 +12,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Petrel needs Python 3.11 or newer (set PYTHON=...)")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
