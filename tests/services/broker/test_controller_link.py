@@ -242,3 +242,10 @@ async def lead_once_reported_again(client: EtcdClient, folder: Path, old_run: st
     await eventually(reported_again, "broker 0 reports its new run", 10)
     async with running(controller(client, folder)):
         await asyncio.Event().wait()
+
+
+async def test_a_controlled_broker_without_etcd_refuses_to_start(nameserver: ServedApp, tmp_path: Path) -> None:
+    broker = broker_settings(nameserver, NAME, controlled=True, data_dir=tmp_path / "data")
+    with pytest.raises(ValueError, match="PETREL_ETCD_ENDPOINTS"):
+        async for _ in in_process(create_app(broker, etcd=EtcdSettings(endpoints=[]))):
+            pass
