@@ -85,6 +85,7 @@ def petrel_cluster(
         command += [option, str(port)]
     if replicas:
         command += ["--replicas", str(replicas)] + (["--async-replication"] if async_replication else [])
+        command += ["--etcd-port", str(_etcd_port(range(broker_port, broker_port + 1 + replicas), ports))]
     log_path = data_dir / "launcher.log"
     with log_path.open("wb") as log:
         launcher = subprocess.Popen(
@@ -114,6 +115,15 @@ def _other_ports(brokers: range) -> dict[str, int]:
             port = free_port()
         ports[option] = port
     return ports
+
+
+def _etcd_port(brokers: range, others: dict[str, int]) -> int:
+    """The first of six consecutive free ports for the private etcd's three members (client and peer each)."""
+    taken = set(brokers) | set(others.values())
+    while True:
+        first = free_port_run(6)
+        if not taken & set(range(first, first + 6)):
+            return first
 
 
 def _wait_ready(url: str, launcher: subprocess.Popen[bytes], log_path: Path, timeout: float) -> None:
