@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import http.client
 import json
 import os
 import signal
@@ -180,7 +181,9 @@ class Supervisor:
         try:
             with DIRECT.open(f"http://127.0.0.1:{spec.port}{health_path}", timeout=1) as response:
                 return bool(response.status == 200) and (not spec.shares_port or _worker(response.read()) == spec.name)
-        except OSError:
+        except (OSError, http.client.HTTPException):
+            # HTTPException: not an HTTP answer, e.g. the probe's own request read back when, with nothing listening
+            # yet on a port of the ephemeral range, Linux connected the probe to itself (a TCP self-connect)
             return False
 
     def watch(self, poll_seconds: float = 0.5) -> None:

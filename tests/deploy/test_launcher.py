@@ -208,6 +208,23 @@ def test_a_worker_sharing_a_port_is_up_only_when_it_answers_itself() -> None:
         assert Supervisor._answers(ProcessSpec("other", "gateway", served.port), "/healthz")
 
 
+def test_a_port_that_answers_other_than_http_is_not_up() -> None:
+    import socket
+    import threading
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def echo() -> None:  # what a probe self-connected on a port nobody listens on yet reads: its own request
+            connection, _ = listener.accept()
+            with connection:
+                connection.sendall(connection.recv(4096))
+
+        threading.Thread(target=echo, daemon=True).start()
+        assert not Supervisor._answers(ProcessSpec("etcd-1", "", listener.getsockname()[1]), "/health")
+
+
 def test_a_shared_port_in_use_is_named_once(tmp_path: Path) -> None:
     import socket
 
