@@ -121,9 +121,12 @@ class Controller:
             revision = await self.scan(election)
             if revision is None:
                 return
-            await self.client.watch_once(
-                BROKERS_PREFIX, prefix=True, start_revision=revision + 1, timeout=self.scan_interval
-            )
+            try:
+                await self.client.watch_once(
+                    BROKERS_PREFIX, prefix=True, start_revision=revision + 1, timeout=self.scan_interval
+                )
+            except EtcdError as exc:  # a broken stream, a compacted revision: the next scan reads afresh
+                log.info("controller: watch of %s ended (%s); reading again", BROKERS_PREFIX, exc)
 
     async def scan(self, election: Election) -> int | None:
         """Decide for every broker name once; the revision read (None: this controller no longer leads)."""

@@ -17,7 +17,7 @@ from libs.events.writer import EventWriter
 from libs.store.epochs import EpochFile
 from libs.store.message_store import MessageStore
 from services.broker.app import create_app
-from services.broker.controller_link import ControllerLink
+from services.broker.controller_link import ControllerLink, RunHandover
 from services.broker.in_sync import InSyncReplicas
 from tests.support.apps import broker_settings, in_process
 from tests.support.broker_calls import put
@@ -54,7 +54,9 @@ async def store(tmp_path: Path) -> AsyncIterator[MessageStore]:
     await opened.close()
 
 
-def link(settings: EtcdSettings, store: MessageStore, broker_id: int = 0) -> ControllerLink:
+def link(
+    settings: EtcdSettings, store: MessageStore, broker_id: int = 0, handover: RunHandover | None = None
+) -> ControllerLink:
     return ControllerLink(
         EtcdClient(settings),
         NAME,
@@ -65,6 +67,7 @@ def link(settings: EtcdSettings, store: MessageStore, broker_id: int = 0) -> Con
         heartbeat=0.1,
         lease_ttl=2,
         margin=0.5,
+        handover=handover,
     )
 
 
@@ -249,3 +252,23 @@ async def test_a_controlled_broker_without_etcd_refuses_to_start(nameserver: Ser
     with pytest.raises(ValueError, match="PETREL_ETCD_ENDPOINTS"):
         async for _ in in_process(create_app(broker, etcd=EtcdSettings(endpoints=[]))):
             pass
+
+
+async def test_a_promoted_slave_keeps_its_run_and_lease_across_its_restart_so_one_election_makes_it_master(
+    settings: EtcdSettings, client: EtcdClient, store: MessageStore, tmp_path: Path
+) -> None:
+    master = await replica(client, NAME, 0, log_end=0)
+    async with running(controller(client, tmp_path)), closing(link(settings, store, broker_id=1)) as slave:
+        await slave.start()
+        first = await granted(client, NAME, 1)
+        assert first.master_id == 0
+        joined = first.model_copy(update={"in_sync": [0, 1], "version": 2})
+        await client.put(f"brokers/{NAME}/state", joined.model_dump_json())
+        await client.revoke(master.id)  # master 0 dies
+        promoted = await granted(client, NAME, 2)
+        assert (promoted.master_id, promoted.master_run) == (1, slave.run_id)
+        handover = slave.hand_over()  # the slave's app restarts to take the role
+        assert handover is not None
+        async with closing(link(settings, store, 1, handover)) as restarted:
+            took = await as_master(restarted)
+    assert (took.epoch, took.master_run) == (2, slave.run_id), "no second election: the grant named this run"
