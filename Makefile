@@ -17,12 +17,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# The tests of a replicated cluster run real etcd members: Debian's etcd-server, installed through apt when missing
-# and run as root (CI); otherwise a message says what to install, and those tests fail naming the package.
+# The tests of a replicated cluster run real etcd members, as `petrel up --replicas` does: Debian's etcd-server,
+# installed through apt when missing and run as root (CI); otherwise a message says what to install, and those
+# tests fail naming the package (and `petrel up --replicas` refuses to start, naming it too).
 etcd:
 	@sh deploy/install_etcd.sh
 
-run: $(STAMP)
+run: $(STAMP) etcd
 	$(BIN)/petrel up $(ARGS)
 
 # The tests keep Python's bytecode caches even where the shell turns them off (PYTHONDONTWRITEBYTECODE, as some

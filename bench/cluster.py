@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.loadgen import JSON_BODY, auth_headers
-from bench.loopback import free_port, free_port_run
+from bench.loopback import free_port_run
 from libs.cluster_token import read_token_file, token_file_of
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
 
@@ -85,6 +85,7 @@ def petrel_cluster(
         command += [option, str(port)]
     if replicas:
         command += ["--replicas", str(replicas)] + (["--async-replication"] if async_replication else [])
+        command += ["--etcd-port", str(_etcd_port(range(broker_port, broker_port + 1 + replicas), ports))]
     log_path = data_dir / "launcher.log"
     with log_path.open("wb") as log:
         launcher = subprocess.Popen(
@@ -105,15 +106,27 @@ def petrel_cluster(
 
 
 def _other_ports(brokers: range) -> dict[str, int]:
-    """A free port for each of `petrel up`'s other services, none among the brokers' (the launcher refuses a
-    timer port among them)."""
+    """A free port for each of `petrel up`'s other services (two for the nameservers: with replicas it runs two),
+    none among the brokers' (the launcher refuses a timer port among them)."""
+    taken = set(brokers)
     ports: dict[str, int] = {}
     for option in ("--gateway-port", "--nameserver-port", "--timer-port", "--txcheck-port", "--push-port"):
-        port = free_port()
-        while port in brokers or port in ports.values():
-            port = free_port()
+        count = 2 if option == "--nameserver-port" else 1
+        port = free_port_run(count)
+        while taken & set(range(port, port + count)):
+            port = free_port_run(count)
         ports[option] = port
+        taken |= set(range(port, port + count))
     return ports
+
+
+def _etcd_port(brokers: range, others: dict[str, int]) -> int:
+    """The first of six consecutive free ports for the private etcd's three members (client and peer each)."""
+    taken = set(brokers) | {port + n for port in others.values() for n in range(2)}
+    while True:
+        first = free_port_run(6)
+        if not taken & set(range(first, first + 6)):
+            return first
 
 
 def _wait_ready(url: str, launcher: subprocess.Popen[bytes], log_path: Path, timeout: float) -> None:

@@ -109,7 +109,27 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="with --replicas: ASYNC_MASTER, a send is answered before its slaves have it",
     )
-    p.add_argument("--nameservers", type=int, default=d.nameservers, help="how many nameservers (default: 1)")
+    p.add_argument(
+        "--nameservers",
+        type=int,
+        default=d.nameservers,
+        help="how many nameservers (default: 1; with --replicas 2, each running a controller)",
+    )
+    p.add_argument(
+        "--etcd-members",
+        type=int,
+        default=d.etcd_members,
+        metavar="N",
+        help="with --replicas: the members of the private etcd holding the controllers' state (default: 3, which "
+        "survive the loss of any one; 1 is a demo whose loss stops failover); none when PETREL_ETCD_ENDPOINTS "
+        "names an etcd",
+    )
+    p.add_argument(
+        "--etcd-port",
+        type=int,
+        default=d.etcd_port,
+        help="the first etcd member's client port; its peer port is the next, the next member's after (default: 2379)",
+    )
     p.add_argument("--host", default=d.host, help="the gateway's bind address (default: 127.0.0.1)")
     p.add_argument("--gateway-port", type=int, default=d.gateway_port)
     p.add_argument(
@@ -290,6 +310,8 @@ def main(argv: list[str] | None = None) -> None:
             replicas=args.replicas,
             async_replication=args.async_replication,
             nameservers=args.nameservers,
+            etcd_members=args.etcd_members,
+            etcd_port=args.etcd_port,
             host=args.host,
             gateway_port=args.gateway_port,
             gateway_workers=args.gateway_workers,

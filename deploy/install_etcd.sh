@@ -1,5 +1,6 @@
 #!/bin/sh
-# Makes sure an `etcd` binary is on PATH for the tests of a replicated cluster (`make test` runs it first):
+# Makes sure an `etcd` binary is on PATH for a replicated cluster's private etcd (`make run`, for
+# `petrel up --replicas`) and for the tests of one (`make test` runs it first):
 # Debian's etcd-server 3.4, installed through apt when it is missing and this runs as root (as CI does).
 # The tests start their own members on free ports with their own data dirs, so the package's own service
 # is kept from starting (policy-rc.d) and disabled: it would only hold :2379 and /var/lib/etcd.

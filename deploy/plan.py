@@ -4,7 +4,9 @@ Each child is `python -m <module>` configured only through `PETREL_*`
 environment variables, exactly as one would run it by hand or in a container.
 The cluster-wide settings (data dir, nameservers, Redis, the delay-level table,
 the cluster token's file) go to every process alike: the token file's path, never
-the token (libs.cluster_token).
+the token (libs.cluster_token). With `--replicas`, the etcd that holds the controller's state
+comes first (a private one's members, deploy.etcd_server, unless PETREL_ETCD_ENDPOINTS names
+one), and every process gets PETREL_ETCD_ENDPOINTS and PETREL_ETCD_PREFIX.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deploy import etcd_server
 from libs.cluster_token import TOKEN_FILE_SETTING, token_file_of
 from libs.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from libs.etcd import EtcdSettings
 from libs.settings import cluster_key_prefix
 
 
@@ -28,7 +32,12 @@ class UpOptions:
     """slaves per broker name (`--replicas`), on the ports after the masters'"""
     async_replication: bool = False
     """`--async-replication`: masters with slaves are ASYNC_MASTER (else SYNC_MASTER)"""
-    nameservers: int = 1
+    nameservers: int | None = None
+    """`--nameservers`; not given: 1, or 2 with replicas (the promise is about the loss of any one process)"""
+    etcd_members: int = etcd_server.DEFAULT_MEMBERS
+    """with replicas: the private etcd's members (`--etcd-members`; 1, a demo, gives up the promise above)"""
+    etcd_port: int = etcd_server.DEFAULT_PORT
+    """the first etcd member's client port (`--etcd-port`); its peer port is the next, the next member's after"""
     host: str = "127.0.0.1"
     gateway_port: int = 8080
     gateway_workers: int = 1
@@ -45,6 +54,12 @@ class UpOptions:
     """the nightly ETL's Celery worker and beat (`--no-etl`, PETREL_ETL_NIGHTLY=false: left out)"""
     insecure_no_auth: bool = False
     """`--insecure-no-auth`: let the gateway run without API keys on an address other hosts reach"""
+
+    @property
+    def nameserver_count(self) -> int:
+        if self.nameservers is not None:
+            return self.nameservers
+        return 2 if self.replicas else 1
 
     @property
     def token_file(self) -> Path:
@@ -64,6 +79,16 @@ class ProcessSpec:
     """after `python -m <module>`"""
     shares_port: bool = False
     """one of several processes on `port` (the gateway's workers): up when /healthz answers with its own name"""
+    command: tuple[str, ...] = ()
+    """a program other than Petrel's (an etcd member): run instead of `python -m <module>`"""
+    health_path: str | None = "/healthz"
+    """what answers 200 once the process is up (None: it accepts connections on `port`)"""
+    other_ports: tuple[int, ...] = ()
+    """ports it listens on besides `port` (an etcd member's peer port): checked free before anything starts"""
+    restart: bool = False
+    """started again when it exits (an etcd member, on its data: the others serve meanwhile)"""
+    dropped_env_prefix: str = ""
+    """variables of the supervisor's environment with this prefix are not passed on (ETCD_* to etcd)"""
 
     @property
     def url(self) -> str:
@@ -86,35 +111,43 @@ def gateway_name(index: int) -> str:
     return "gateway" if index == 0 else f"gateway-{index + 1}"
 
 
-def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
-    """In start order: nameservers, brokers, timer, txcheck (health, Celery worker, beat), push, the nightly
-    ETL's Celery worker and beat (unless `options.etl` is false), the gateway's workers."""
-    if options.brokers < 1 or options.nameservers < 1:
+def plan_cluster(options: UpOptions, redis_url: str, etcd: EtcdSettings | None = None) -> list[ProcessSpec]:
+    """In start order: with replicas, the private etcd's members (`etcd`: where it is and the key prefix; with
+    endpoints, an etcd to use and none is started), nameservers, brokers, timer, txcheck (health, Celery worker,
+    beat), push, the nightly ETL's Celery worker and beat (unless `options.etl` is false), the gateway's
+    workers."""
+    count = options.nameserver_count
+    if options.brokers < 1 or count < 1:
         raise ValueError("a cluster needs at least one nameserver and one broker")
+    if options.replicas < 0:
+        raise ValueError("--replicas must be 0 or more")
     _check_gateway_workers(options.gateway_workers)
     parse_delay_levels(options.delay_levels)  # refused here, before any process starts, rather than by each
-    nameservers = [f"127.0.0.1:{options.nameserver_port + i}" for i in range(options.nameservers)]
-    shared = {
-        "PETREL_DATA_DIR": str(options.data_dir),
-        "PETREL_NAMESERVERS": ",".join(nameservers),
-        "PETREL_REDIS_URL": redis_url,
-        "PETREL_DELAY_LEVELS": options.delay_levels,
-        TOKEN_FILE_SETTING: str(options.token_file),
-    } | _egress(options.host)
-    specs = [
+    nameservers = [f"127.0.0.1:{options.nameserver_port + i}" for i in range(count)]
+    etcd_specs, etcd_env = _etcd(options, etcd or EtcdSettings()) if options.replicas else ([], {})
+    shared = (
+        {
+            "PETREL_DATA_DIR": str(options.data_dir),
+            "PETREL_NAMESERVERS": ",".join(nameservers),
+            "PETREL_REDIS_URL": redis_url,
+            "PETREL_DELAY_LEVELS": options.delay_levels,
+            TOKEN_FILE_SETTING: str(options.token_file),
+        }
+        | _egress(options.host)
+        | etcd_env
+    )
+    specs = etcd_specs + [
         ProcessSpec(
-            f"nameserver-{i}" if options.nameservers > 1 else "nameserver",
+            f"nameserver-{i}" if count > 1 else "nameserver",
             "services.nameserver",
             options.nameserver_port + i,
             shared
             | {"PETREL_NAMESERVER_PORT": str(options.nameserver_port + i)}
-            | ({"PETREL_NAMESERVER_CONTROLLER": "true"} if i == 0 and options.replicas else {}),
+            | ({"PETREL_NAMESERVER_CONTROLLER": "true"} if options.replicas else {}),
         )
-        for i in range(options.nameservers)
+        for i in range(count)
     ]
-    specs += _brokers(
-        options, shared | ({"PETREL_BROKER_CONTROLLER_ADDRESS": nameservers[0]} if options.replicas else {})
-    )
+    specs += _brokers(options, shared | ({"PETREL_BROKER_CONTROLLED": "true"} if options.replicas else {}))
     specs.append(
         ProcessSpec("timer", "services.timer", options.timer_port, shared | _port("TIMER", options.timer_port))
     )
@@ -134,12 +167,35 @@ def plan_cluster(options: UpOptions, redis_url: str) -> list[ProcessSpec]:
     return specs + _gateways(options, shared)
 
 
+def _etcd(options: UpOptions, etcd: EtcdSettings) -> tuple[list[ProcessSpec], dict[str, str]]:
+    """The private etcd's members (none when `etcd` names endpoints), and the variables that tell every process
+    where it is and under which prefix this cluster's keys are."""
+    if etcd.endpoints:
+        return [], {"PETREL_ETCD_ENDPOINTS": ",".join(etcd.endpoints), "PETREL_ETCD_PREFIX": etcd.prefix}
+    members = etcd_server.private_members(options.data_dir, options.etcd_members, options.etcd_port)
+    token = etcd_server.private_token(options.data_dir)
+    specs = [
+        ProcessSpec(
+            f"etcd-{i + 1}",
+            "",
+            options.etcd_port + 2 * i,
+            command=tuple(etcd_server.member_command(member, members, token)),
+            health_path="/health",
+            other_ports=(options.etcd_port + 2 * i + 1,),
+            restart=True,
+            dropped_env_prefix=etcd_server.ENV_PREFIX,
+        )
+        for i, member in enumerate(members)
+    ]
+    endpoints = ",".join(member.client_url for member in members)
+    return specs, {"PETREL_ETCD_ENDPOINTS": endpoints, "PETREL_ETCD_PREFIX": etcd.prefix}
+
+
 def _brokers(options: UpOptions, shared: dict[str, str]) -> list[ProcessSpec]:
     """Each broker name's master (the first keeps `broker_port`), then its `replicas` slaves on the ports after
-    every master's. With slaves, the first nameserver's controller decides which is master (broker id 0 at
-    first; the most caught-up in-sync slave when the master fails), SYNC_MASTER unless `async_replication`."""
-    if options.replicas < 0:
-        raise ValueError("--replicas must be 0 or more")
+    every master's. With slaves, the nameservers' controller (whichever leads, through etcd) decides which is
+    master (broker id 0 at first; the most caught-up in-sync slave when the master fails), SYNC_MASTER unless
+    `async_replication`."""
     count = options.brokers * (1 + options.replicas)
     if options.broker_port < options.timer_port < options.broker_port + count:
         raise ValueError(f"{count} brokers from port {options.broker_port} reach the timer's port {options.timer_port}")

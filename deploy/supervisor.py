@@ -9,8 +9,11 @@
 - Each child runs in its own session (Ctrl-C reaches only the supervisor, which
   then stops children in reverse order: SIGTERM, then SIGKILL after a grace
   period) and, on Linux, is sent SIGTERM if the supervisor itself dies.
+- The etcd members a replicated cluster's processes wait for start together
+  (`start_together`: none is healthy before a majority runs).
 - A child that exits is reported with the tail of its log, never hidden, and
-  not restarted.
+  not restarted, but for those planned with `restart` (etcd members): those are
+  started again on their data, at most once a second, while the others serve.
 - `<data>/run/cluster.json` lists the live processes for tools and tests.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import http.client
 import json
 import os
 import signal
@@ -35,6 +39,8 @@ from typing import IO
 from deploy.plan import ProcessSpec
 
 GRACE_SECONDS = 10.0
+RESTART_SECONDS = 1.0
+"""A child planned with `restart` is started again no sooner than this after its last start (no busy loop)."""
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 """Health probes go straight to the child: an HTTP_PROXY in the environment is not asked to reach 127.0.0.1."""
 
@@ -49,6 +55,7 @@ class Child:
     process: subprocess.Popen[bytes]
     log_path: Path
     reported: bool = False
+    started_at: float = 0.0
 
 
 def die_with_parent() -> None:
@@ -96,35 +103,56 @@ class Supervisor:
     def check_ports(self, specs: list[ProcessSpec]) -> None:
         ports: dict[tuple[str, int], str] = {}
         for spec in specs:
-            if spec.port:
-                ports.setdefault((spec.host, spec.port), spec.name)  # a shared port is named by its first process
+            for port in (spec.port, *spec.other_ports):
+                if port:
+                    ports.setdefault((spec.host, port), spec.name)  # a shared port is named by its first process
         busy = [f"{name} :{port}" for (host, port), name in ports.items() if port_in_use(host, port)]
         if busy:
             raise StartupFailed(
                 "ports already in use: " + ", ".join(busy) + " (is another `petrel up` running? see --help for ports)"
             )
 
-    def start(self, spec: ProcessSpec, command: list[str] | None = None, health_path: str | None = "/healthz") -> Child:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.log_dir / f"{spec.name}.log"
-        log_file: IO[bytes] = log_path.open("ab")
-        env = os.environ | spec.env | {"PYTHONUNBUFFERED": "1"}
-        argv = command or [sys.executable, "-m", spec.module, *spec.args]
-        process = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=die_with_parent,  # noqa: PLW1509 - the supervisor starts children from one thread
-        )
-        log_file.close()
-        child = Child(spec, process, log_path)
+    def start(self, spec: ProcessSpec) -> Child:
+        """Start `spec` and wait until it is up (its health path answers)."""
+        child = self._launch(spec)
+        self._wait_ready(child, spec.health_path)
+        return child
+
+    def start_together(self, specs: list[ProcessSpec]) -> list[Child]:
+        """Start every one of `specs`, then wait until each is up: members of one etcd, none healthy alone."""
+        children = [self._launch(spec) for spec in specs]
+        for child in children:
+            self._wait_ready(child, child.spec.health_path)
+        return children
+
+    def _launch(self, spec: ProcessSpec) -> Child:
+        child = Child(spec, self._popen(spec), self.log_dir / f"{spec.name}.log", started_at=time.monotonic())
         self.children.append(child)
         self._write_state()
-        self._wait_ready(child, health_path)
         return child
+
+    def _popen(self, spec: ProcessSpec) -> subprocess.Popen[bytes]:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_file: IO[bytes] = (self.log_dir / f"{spec.name}.log").open("ab")
+        inherited = {
+            k: v
+            for k, v in os.environ.items()
+            if not (spec.dropped_env_prefix and k.startswith(spec.dropped_env_prefix))
+        }
+        env = inherited | spec.env | {"PYTHONUNBUFFERED": "1"}
+        argv = list(spec.command) or [sys.executable, "-m", spec.module, *spec.args]
+        try:
+            return subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - the supervisor starts children from one thread
+            )
+        finally:
+            log_file.close()
 
     def _wait_ready(self, child: Child, health_path: str | None, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -153,23 +181,36 @@ class Supervisor:
         try:
             with DIRECT.open(f"http://127.0.0.1:{spec.port}{health_path}", timeout=1) as response:
                 return bool(response.status == 200) and (not spec.shares_port or _worker(response.read()) == spec.name)
-        except OSError:
+        except (OSError, http.client.HTTPException):
+            # HTTPException: not an HTTP answer, e.g. the probe's own request read back when, with nothing listening
+            # yet on a port of the ephemeral range, Linux connected the probe to itself (a TCP self-connect)
             return False
 
     def watch(self, poll_seconds: float = 0.5) -> None:
-        """Until `stopping` is set: report any child that exits."""
+        """Until `stopping` is set: report any child that exits, and start again those planned with `restart`."""
         while not self.stopping.wait(poll_seconds):
             for child in self.children:
                 if not child.reported and child.process.poll() is not None:
                     child.reported = True
+                    again = " (started again on its data)" if child.spec.restart else ""
                     self.say(
                         f"[petrel] {child.spec.name} (pid {child.process.pid}) exited with code "
-                        f"{child.process.returncode}; last lines of {child.log_path}:\n{log_tail(child.log_path)}"
+                        f"{child.process.returncode}{again}; last lines of {child.log_path}:\n"
+                        f"{log_tail(child.log_path)}"
                     )
                     self._write_state()
+                if child.reported and child.spec.restart and time.monotonic() - child.started_at >= RESTART_SECONDS:
+                    self._restart(child)
             if self.children and all(c.process.poll() is not None for c in self.children):
                 self.say("[petrel] every process has exited; stopping")
                 return
+
+    def _restart(self, child: Child) -> None:
+        child.process = self._popen(child.spec)
+        child.started_at = time.monotonic()
+        child.reported = False
+        self.say(f"[petrel] {child.spec.name} started again (pid {child.process.pid})")
+        self._write_state()
 
     def stop_all(self) -> None:
         for child in reversed(self.children):

@@ -8,6 +8,10 @@ import signal
 import sys
 from types import FrameType
 
+from pydantic import ValidationError
+
+from deploy import etcd_server
+from deploy.etcd_server import EtcdNotAvailable
 from deploy.plan import ProcessSpec, UpOptions, plan_cluster
 from deploy.redis_server import (
     DEFAULT_REDIS_URL,
@@ -19,6 +23,7 @@ from deploy.redis_server import (
 from deploy.supervisor import StartupFailed, Supervisor, port_in_use
 from gateway.settings import GatewaySettings
 from libs.cluster_token import ClusterTokenError, ensure_token_file
+from libs.etcd import EtcdSettings
 from libs.redis_url import masked
 from services.etl.settings import EtlSettings
 
@@ -35,18 +40,25 @@ def up(options: UpOptions, redis_url: str | None) -> int:
     try:
         options = _with_etl_setting(options)
         auth = _gateway_auth(options)
+        etcd = _etcd_settings(options)
+        _check_etcd(options, etcd)
         ensure_token_file(options.token_file)
         url = _redis(supervisor, options, redis_url or os.environ.get("PETREL_REDIS_URL"))
-        specs = plan_cluster(options, url)
+        specs = plan_cluster(options, url, etcd)
+        members = [spec for spec in specs if spec.restart]
         supervisor.check_ports(specs)
+        if members:
+            print(f"[petrel] starting etcd: {', '.join(spec.url for spec in members)} ...", flush=True)
+            supervisor.start_together(members)
         for spec in specs:
-            print(f"[petrel] starting {spec.name}{f' on {spec.url}' if spec.port else ''} ...", flush=True)
-            supervisor.start(spec)
-    except (StartupFailed, RedisNotAvailable, ValueError, ClusterTokenError) as exc:
+            if not spec.restart:
+                print(f"[petrel] starting {spec.name}{f' on {spec.url}' if spec.port else ''} ...", flush=True)
+                supervisor.start(spec)
+    except (StartupFailed, RedisNotAvailable, EtcdNotAvailable, ValueError, ClusterTokenError) as exc:
         print(f"[petrel] could not start the cluster: {exc}", file=sys.stderr, flush=True)
         supervisor.stop_all()
         return 1
-    _print_urls(specs, options, url, auth)
+    _print_urls(specs, options, url, auth, etcd)
     supervisor.watch()
     print("[petrel] stopping ...", flush=True)
     supervisor.stop_all()
@@ -60,6 +72,31 @@ def _with_etl_setting(options: UpOptions) -> UpOptions:
     if not options.etl:
         return options
     return options if EtlSettings().nightly else dataclasses.replace(options, etl=False)
+
+
+def _etcd_settings(options: UpOptions) -> EtcdSettings | None:
+    """With replicas, the PETREL_ETCD_* settings every process will read (a bad one refused here, before anything
+    starts); None without replicas: no etcd."""
+    if not options.replicas:
+        return None
+    try:
+        return EtcdSettings()
+    except ValidationError as exc:
+        errors = "; ".join(f"PETREL_ETCD_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        raise ValueError(errors or str(exc)) from exc
+
+
+def _check_etcd(options: UpOptions, etcd: EtcdSettings | None) -> None:
+    """A private etcd needs `etcd` installed and its members' data as they were left (deploy.etcd_server); an
+    etcd named by PETREL_ETCD_ENDPOINTS must answer. Both are refused before any process starts."""
+    if etcd is None:
+        return
+    if not etcd.endpoints:
+        etcd_server.etcd_binary()
+        members = etcd_server.private_members(options.data_dir, options.etcd_members, options.etcd_port)
+        etcd_server.check_member_data(options.data_dir, members)
+    elif refusal := etcd_server.etcd_refusal(etcd):
+        raise EtcdNotAvailable(refusal)
 
 
 def _redis(supervisor: Supervisor, options: UpOptions, configured: str | None) -> str:
@@ -76,7 +113,7 @@ def _redis(supervisor: Supervisor, options: UpOptions, configured: str | None) -
         port += 1
     command = private_redis_command(port, options.data_dir / "redis")
     print(f"[petrel] no Redis on 127.0.0.1:6379; starting a private redis-server on :{port}", flush=True)
-    supervisor.start(ProcessSpec("redis", "", port), command=command, health_path=None)
+    supervisor.start(ProcessSpec("redis", "", port, command=tuple(command), health_path=None))
     return f"redis://127.0.0.1:{port}/0"
 
 
@@ -126,7 +163,22 @@ def _workers_line(options: UpOptions) -> str:
     return f"{workers} workers sharing port {options.gateway_port} (SO_REUSEPORT): the kernel spreads connections"
 
 
-def _print_urls(specs: list[ProcessSpec], options: UpOptions, redis_url: str, auth: bool) -> None:
+def _etcd_line(options: UpOptions, etcd: EtcdSettings | None) -> list[str]:
+    """Which etcd the controllers keep their state in, and the promise a single member gives up."""
+    if etcd is None:
+        return []
+    if etcd.endpoints:
+        return [f"  etcd:      {', '.join(etcd.endpoints)} (PETREL_ETCD_ENDPOINTS), keys under {etcd.prefix}"]
+    count = options.etcd_members
+    line = f"  etcd:      {count} member{'s' if count > 1 else ''} started here, keys under {etcd.prefix}"
+    if count == 1:
+        line += " (one member: its loss stops every failover; the default 3 survive the loss of any one)"
+    return [line]
+
+
+def _print_urls(
+    specs: list[ProcessSpec], options: UpOptions, redis_url: str, auth: bool, etcd: EtcdSettings | None = None
+) -> None:
     """The banner, in one write: a reader that sees "Petrel is up." sees the whole of it (tests wait on that line)."""
     lines = ["", "Petrel is up."]
     for spec in specs:
@@ -137,6 +189,7 @@ def _print_urls(specs: list[ProcessSpec], options: UpOptions, redis_url: str, au
     lines += ["", f"  auth:      {first}", *(f"             {line}" for line in more)]
     gateway = f"http://{options.host}:{options.gateway_port}"
     bearer = '-H "Authorization: Bearer $KEY" ' if auth else ""
+    lines += _etcd_line(options, etcd)
     lines += [
         f"  gateway:   {_workers_line(options)}",
         f"  API docs:  {gateway}/docs",

@@ -1,27 +1,27 @@
-"""The controller's contract: who is the master of each broker name, at which epoch, with which in-sync set.
+"""The controller's contract: each broker name's master, epoch and in-sync set, kept in etcd.
 
-The controller runs in a nameserver (`PETREL_NAMESERVER_CONTROLLER=true`), as RocketMQ 5 can
-embed it. Each broker of a broker name under it (`PETREL_BROKER_CONTROLLER_ADDRESS`) reports
-itself every `heartbeat_ms` (`PUT /internal/controller/{broker_name}/{broker_id}`: its
-address, where its CommitLog ends and the last epoch it holds data of) and is answered with
-the broker name's `Assignment`: the master's id and address, the epoch, the in-sync set.
+Every key is under the cluster's `PETREL_ETCD_PREFIX` (libs.etcd adds it):
 
-- A broker name's first master is its broker id 0 (or, if id 0 never reports, whichever
-  reports after `master_timeout`). Each change of master bumps the epoch.
-- A master that has not reported for `master_timeout` is replaced by the most caught-up
-  live member of its in-sync set (the one whose log ends furthest). No member alive, no
-  election: a master outside the in-sync set could lack acknowledged writes.
-- A master changes its in-sync set through the controller (`PUT .../in-sync` with its
-  epoch). It drops a slave there before it answers a write without it, so every member
-  the controller may promote holds every acknowledged write; a stale epoch is refused
-  (409 stale-epoch).
-- A master holds a lease: it takes no write once `lease_ms` have passed since it sent the
-  last report the controller answered. `lease_ms` < `master_timeout`: by the time the
-  controller promotes another, the old master has stopped acknowledging.
+- `controller/leader`: the election among the nameservers that run a controller
+  (`PETREL_NAMESERVER_CONTROLLER=true`); its value is the leader's address, on the leader's
+  lease. Only the leader elects, and each of its transactions holds only while it leads.
+- `brokers/{name}/state`: the broker name's `ReplicationState` (JSON): the epoch, the master's
+  id, address and run, the in-sync set and its version. Every change is a transaction
+  conditioned on the mod_revision it read. The controller leader writes it at each grant of
+  mastership (a new epoch, every time); the master writes it when its in-sync set changes.
+- `brokers/{name}/replicas/{id}`: each broker's `ReplicaReport` (where its log ends, the last
+  epoch it holds data of, its run), on the broker's own lease: present while that run lives.
+- `brokers/{name}/master`: put by the master on its own lease once it takes the role (only if
+  the state still names its run at its epoch and the key is absent): the master's right to
+  write lives exactly as long as that lease.
 
-Each epoch begins at an offset of the CommitLog, kept by the brokers (libs.store.epochs):
-a broker that returns as a slave truncates what it wrote past the point where its history
-and its new master's part (services.broker.epoch_sync).
+Rules the controller keeps (services.nameserver.controller_rules): a first master is the
+most caught-up live replica (highest epoch, then log end); a master is gone when its master
+key is absent and no replica key carries its run; it is replaced by the most caught-up live
+member of the in-sync set, never by a replica outside it; every epoch is past every epoch any
+broker reports. Each epoch begins at an offset of the CommitLog, kept by the brokers
+(libs.store.epochs): a broker that returns as a slave truncates what it wrote past the point
+where its history and its new master's part (services.broker.epoch_sync).
 """
 
 from __future__ import annotations
@@ -30,37 +30,68 @@ from pydantic import BaseModel, Field, field_validator
 
 from libs.routing import check_address
 
-REPORT_PATH = "/internal/controller/{broker_name}/{broker_id}"
-IN_SYNC_PATH = "/internal/controller/{broker_name}/in-sync"
 VIEW_PATH = "/internal/controller"
+LEADER_KEY = "controller/leader"
+BROKERS_PREFIX = "brokers/"
 
 
-class BrokerReport(BaseModel):
-    """A broker's word to the controller about itself."""
+def state_key(broker_name: str) -> str:
+    return f"{BROKERS_PREFIX}{broker_name}/state"
+
+
+def master_key(broker_name: str) -> str:
+    return f"{BROKERS_PREFIX}{broker_name}/master"
+
+
+def replica_key(broker_name: str, broker_id: int) -> str:
+    return f"{BROKERS_PREFIX}{broker_name}/replicas/{broker_id}"
+
+
+def replicas_prefix(broker_name: str) -> str:
+    return f"{BROKERS_PREFIX}{broker_name}/replicas/"
+
+
+def parse_key(key: str) -> tuple[str, str, int | None] | None:
+    """A key under `brokers/` as (broker name, "state" | "master" | "replica", broker id of a replica); None: not one
+    of ours."""
+    if not key.startswith(BROKERS_PREFIX):
+        return None
+    parts = key[len(BROKERS_PREFIX) :].split("/")
+    if len(parts) == 2 and parts[1] in {"state", "master"}:
+        return parts[0], parts[1], None
+    if len(parts) == 3 and parts[1] == "replicas" and parts[2].isdigit():
+        return parts[0], "replica", int(parts[2])
+    return None
+
+
+class ReplicaReport(BaseModel):
+    """A broker's word about itself, on its lease: present while this run of it lives."""
 
     address: str
     log_end: int = Field(ge=0, description="where its CommitLog ends")
     epoch: int = Field(ge=0, description="the last epoch it holds data of (0: none)")
+    run: str = Field(min_length=1, description="random per start of the broker's app")
 
     _address = field_validator("address")(check_address)
 
 
-class Assignment(BaseModel):
-    """A broker name's replication, as the controller decided it."""
+class ReplicationState(BaseModel):
+    """A broker name's replication as decided: the value of `brokers/{name}/state`."""
 
-    broker_name: str
-    epoch: int = Field(description="bumped at every change of master; 0 before the first")
-    master_id: int | None = Field(description="None: no master yet")
-    master_address: str | None
-    in_sync: list[int] = Field(description="the broker ids that hold every acknowledged write (the master's too)")
-
-
-class InSyncChange(BaseModel):
-    """A master's new in-sync set, valid only at its epoch."""
-
+    epoch: int = Field(ge=1, description="a new one at every grant of mastership")
     master_id: int = Field(ge=0)
-    epoch: int = Field(ge=1)
-    in_sync: list[int]
+    master_address: str
+    master_run: str = Field(description="the run of the master broker the grant is for: another run is not master")
+    in_sync: list[int] = Field(description="the broker ids that hold every acknowledged write (the master's too)")
+    version: int = Field(ge=1, description="bumped at every change of the state, in-sync changes included")
+
+
+class MasterClaim(BaseModel):
+    """The value of `brokers/{name}/master`: which run took the role at which epoch."""
+
+    broker_id: int
+    run: str
+    epoch: int
 
 
 class ReportedBroker(BaseModel):
@@ -68,13 +99,16 @@ class ReportedBroker(BaseModel):
     address: str
     log_end: int
     epoch: int
-    heard_seconds_ago: float
+    run: str
 
 
 class BrokerNameState(BaseModel):
-    assignment: Assignment
-    brokers: list[ReportedBroker]
+    broker_name: str
+    assignment: ReplicationState | None = Field(description="None: no master granted yet")
+    master_alive: bool = Field(description="the master's key is present (its lease lives)")
+    brokers: list[ReportedBroker] = Field(description="the live replicas (their lease lives)")
 
 
 class ControllerView(BaseModel):
+    leader: str | None = Field(description="the address of the nameserver whose controller leads; None: none now")
     broker_names: list[BrokerNameState]

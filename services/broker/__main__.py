@@ -1,7 +1,8 @@
 """`python -m services.broker`: run one broker with settings from the environment.
 
 A broker under a controller that is given a new role (promoted, or fenced and to follow a new
-master) asks for its app to be built again: the server stops, and a new app starts with the role.
+master) asks for its app to be built again: the server stops, and a new app starts with the role
+(a slave's run and etcd lease handed over to it: services.broker.controller_link).
 """
 
 import logging
@@ -15,10 +16,12 @@ log = logging.getLogger("services.broker")
 
 
 def main() -> None:
+    handover = None
     while True:
         settings = BrokerSettings()
-        app = create_app(settings)
+        app = create_app(settings, handover=handover)
         serve(app, settings)
+        handover = getattr(app.state, "controller_handover", None)
         reason = restart_reason(app)
         if reason is None:
             return

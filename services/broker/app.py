@@ -20,6 +20,7 @@ from libs.broker_api.consume import HandleList, NackBody, ReceiveBody
 from libs.broker_api.replication import BrokerRole
 from libs.broker_api.schemas import BrokerIdentity, BrokerTopic, BrokerTopicList, TopicUpdate
 from libs.broker_api.transactions import EndBatch, EndRequest
+from libs.etcd import EtcdSettings
 from libs.events.writer import EventWriter
 from libs.http.app import add_routers, register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
@@ -39,6 +40,7 @@ from services.broker.consume.redriven import RedrivenMarks
 from services.broker.consume.settle import Settlement
 from services.broker.consumer_mirror import ConsumerMirror, receipt_key
 from services.broker.context import BrokerContext, Context, broker_context
+from services.broker.controller_link import RunHandover
 from services.broker.epoch_sync import RoleOfRun, decide_role
 from services.broker.in_sync import InSyncReplicas
 from services.broker.long_polling import PullWaiters
@@ -109,15 +111,23 @@ async def delete_topic(ctx: Context, topic: TopicName) -> Response:
 
 
 def create_app(
-    settings: BrokerSettings, *, transport: Transport | None = None, clock: Callable[[], float] = time.time
+    settings: BrokerSettings,
+    *,
+    transport: Transport | None = None,
+    clock: Callable[[], float] = time.time,
+    etcd: EtcdSettings | None = None,
+    handover: RunHandover | None = None,
 ) -> FastAPI:
-    # `clock` (seconds) times the leases and transactions; tests pass a fake one.
+    # `clock` (seconds) times the leases and transactions; tests pass a fake one. `etcd`: where a controlled broker
+    # reports (default: PETREL_ETCD_* from the environment); `handover`: the run of the app before this one in the
+    # same process (services.broker.controller_link).
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         engine, topics, offsets, groups, redriven = await _open_metadata(settings)
         token = settings.cluster_token()
         store = await _open_store(settings, app.state.metrics.registry)
-        run = await decide_role(settings, store, token, app.state.events)
+        run = await decide_role(settings, store, token, app.state.events, _etcd_of(settings, etcd), handover)
         await offsets.clamp(lambda topic, queue_id: store.queue_offsets(topic, queue_id)[1])
         schedule_at_start, waiters = _start_store(app, store, topics)
         offsets.start()
@@ -203,9 +213,18 @@ def create_app(
     return app
 
 
+def _etcd_of(settings: BrokerSettings, etcd: EtcdSettings | None) -> EtcdSettings:
+    etcd = etcd if etcd is not None else EtcdSettings()
+    if settings.controlled and not etcd.endpoints:
+        raise ValueError("PETREL_BROKER_CONTROLLED=true needs PETREL_ETCD_ENDPOINTS: the controller's state is in etcd")
+    return etcd
+
+
 def _take_role(app: FastAPI, fence: WriteFence, run: RoleOfRun, replication: Replication) -> list[asyncio.Task[None]]:
     """This run's role, taken: its metrics; a slave refuses writes, a master under a controller refuses them once
-    its lease runs out; under a controller, the task that reports to it (and restarts the app on a new role)."""
+    its etcd lease may have expired, and its in-sync set starts as the controller's state has it (a restarted master
+    does not acknowledge alone while the state says slaves are in sync); under a controller, the task that reports
+    in etcd and watches the state (and restarts the app on a new role)."""
     watch_replication(app.state.metrics.registry, replication)
     if run.role is BrokerRole.SLAVE:
         fence.slave(run.master_address)
@@ -218,8 +237,11 @@ def _take_role(app: FastAPI, fence: WriteFence, run: RoleOfRun, replication: Rep
         replication.fence(link.holds_lease)
         if in_sync is not None:
             in_sync.confirm = link.change_in_sync
+            if link.run_as is not None:
+                in_sync.start_with([i for i in link.run_as.in_sync if i != link.broker_id])
 
     def restart(why: str) -> None:
+        app.state.controller_handover = link.hand_over()
         request_restart(app, why)
 
     return [asyncio.create_task(link.run(in_sync, restart), name="controller-link")]

@@ -1,30 +1,43 @@
-"""ControllerLink: a broker under a controller (libs.controller_api) reports itself and learns its role.
+"""ControllerLink: a controlled broker's link to etcd: its report, its role, a master's lease and in-sync set.
 
-At start the broker reports where its log ends and the last epoch it holds data of, and
-is told who is its broker name's master: itself (it records the epoch's start and takes
-writes), or another (it truncates what its new master does not share, then follows it:
-services.broker.epoch_sync). The role holds for the whole run of the broker's app.
+At each start of the broker's app (a run, with a random id) the broker is granted an etcd
+lease of `master_lease_seconds`, kept alive by a LeaseKeeper, and puts its report (address,
+log end, last epoch, run) on it under `brokers/{name}/replicas/{id}` (libs.controller_api):
+present while this run lives. It reads (and watches) `brokers/{name}/state` until the state
+names a master. It is master only if the state names its id and this run; its id with another
+run (its previous run) means the controller has yet to grant again, and it waits. A state
+whose epoch is below the last epoch this broker holds data of is refused (the controller
+replaces a stale state). A master then takes the role by creating `brokers/{name}/master` on
+its own lease, in a transaction that holds only if the state is still the one it read and the
+key is absent. From then on its right to write is that lease: `holds_lease` is true while
+etcd cannot have expired it (the TTL less `margin`, from each keep-alive's send), whichever
+controller leads meanwhile.
 
-While running it reports every `heartbeat` seconds. A master holds a lease: it may
-acknowledge writes only until `lease` seconds after it sent the last report the
-controller answered naming it master at its epoch; past that it is fenced
-(services.broker.replication_state.WriteFence). When an answer names another master or
-another epoch than this run's, the broker restarts its app (`libs.http.stopping.
-request_restart`) to take the new role: a new master's writes, or a slave's truncation.
+While it runs it watches the state: a new epoch or master, a lost lease: the app restarts
+(`restart`) to take its new role. A slave restarting for a new role hands its run and lease
+over to the next app of the same process (`hand_over`, `RunHandover`): the grant that promoted
+it names that run, and a new run would need a second election (a second epoch) first. A
+master, or a run whose lease is lost, starts the next app with a new run on a new lease. It
+puts its report again every `heartbeat` when it changed. A master records its in-sync changes
+in the state itself (`change_in_sync`), conditioned on the state's mod_revision, so a grant
+made in between makes the change fail, and a shrink is in etcd before any write stops
+waiting for the slave that left.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-import httpx
+from pydantic import ValidationError
 
-from libs.controller_api import IN_SYNC_PATH, REPORT_PATH, Assignment, BrokerReport, InSyncChange
-from libs.http.client import internal_http
-from libs.http.paths import internal_path
+from libs.controller_api import MasterClaim, ReplicaReport, ReplicationState, master_key, replica_key, state_key
+from libs.etcd import Compare, EtcdClient, EtcdError, Get, Lease, LeaseKeeper, Put, RangeResult
 from libs.store.epochs import EpochFile
 from libs.store.message_store import MessageStore
 from services.broker.in_sync import InSyncReplicas
@@ -34,133 +47,318 @@ log = logging.getLogger(__name__)
 RETRY_SECONDS = 1.0
 
 
+@dataclass(frozen=True, slots=True)
+class RunHandover:
+    """A run's identity and lease, passed from one app of the broker's process to the next."""
+
+    run_id: str
+    lease: Lease
+    valid_until: float
+    """the old keeper's: on the process's monotonic clock, until when etcd cannot have expired the lease"""
+
+
 class ControllerLink:
     def __init__(
         self,
-        controller: str,
+        client: EtcdClient,
         broker_name: str,
         broker_id: int,
         address: str,
         store: MessageStore,
         epochs: EpochFile,
-        token: str | None,
         *,
         heartbeat: float,
-        lease: float,
+        lease_ttl: int,
+        margin: float,
         clock: Callable[[], float] = time.monotonic,
-        transport: httpx.AsyncBaseTransport | None = None,
+        handover: RunHandover | None = None,
     ) -> None:
+        self.client = client
         self.broker_name = broker_name
         self.broker_id = broker_id
         self.address = address
         self.store = store
         self.epochs = epochs
         self.heartbeat = heartbeat
-        self.lease = lease
+        self.lease_ttl = lease_ttl
+        self.margin = margin
         self.clock = clock
-        self.client = internal_http(controller, token, httpx.Timeout(min(lease / 2, 3.0)), transport=transport)
-        self.run_as: Assignment | None = None
-        """The assignment this run of the broker took its role from."""
-        self.last: Assignment | None = None
-        self._lease_until = 0.0
-        self._last_answered_sent = 0.0
-        """When the report the controller last answered was sent: a lease runs from there, never from later."""
+        self.handover = handover
+        self.run_id = handover.run_id if handover else secrets.token_hex(8)
+        """This run of the broker: a grant names it, and a later run is not granted by it."""
+        self._handed_over = False
+        self.keeper: LeaseKeeper | None = None
+        self._keeping: asyncio.Task[None] | None = None
+        self.run_as: ReplicationState | None = None
+        """The state this run took its role from."""
+        self.last: ReplicationState | None = None
+        """The state as last read or written; its mod_revision is `_revision`."""
+        self._revision = 0
+        self._reported: ReplicaReport | None = None
+        self._master_taken = False
+        self._changing = asyncio.Lock()
 
     @property
     def is_master(self) -> bool:
-        return self.run_as is not None and self.run_as.master_id == self.broker_id
+        run_as = self.run_as
+        return run_as is not None and run_as.master_id == self.broker_id and run_as.master_run == self.run_id
 
     def holds_lease(self) -> bool:
-        return self.clock() < self._lease_until
+        """A master's right to write: its master key taken, and its lease surely alive."""
+        return self._master_taken and self.keeper is not None and self.keeper.holds()
 
-    async def report(self) -> Assignment:
-        sent = self.clock()
-        body = BrokerReport(
-            address=self.address, log_end=self.store.commitlog.write_offset, epoch=self.epochs.last_epoch
-        )
-        answer = await self.client.put(
-            internal_path(REPORT_PATH, broker_name=self.broker_name, broker_id=self.broker_id), json=body.model_dump()
-        )
-        answer.raise_for_status()
-        assignment = Assignment.model_validate_json(answer.content)
-        self.last = assignment
-        self._last_answered_sent = sent
-        run_as = self.run_as
-        if run_as is not None and assignment.master_id == self.broker_id and assignment.epoch == run_as.epoch:
-            self._lease_until = sent + self.lease
-        return assignment
+    @property
+    def lease_lost(self) -> bool:
+        return self.keeper is not None and self.keeper.lost.is_set()
 
-    async def assignment_at_start(self) -> Assignment:
-        """Report until the controller answers with a master (this broker or another): the role of this run."""
+    # -- start
+
+    async def start(self) -> None:
+        """This run's lease, kept alive from now on, and its first report on it."""
+        if self.handover is not None and await self._adopt(self.handover):
+            return
         while True:
             try:
-                assignment = await self.report()
-                if assignment.master_id is not None:
-                    return assignment
-                log.info("controller: %s has no master yet; asking again", self.broker_name)
-            except (httpx.HTTPError, ValueError) as exc:
-                log.warning("controller %s did not answer (%r); asking again", self.client.base_url, exc)
-            await asyncio.sleep(RETRY_SECONDS)
+                self.keeper = await LeaseKeeper.grant(self.client, self.lease_ttl, margin=self.margin, clock=self.clock)
+                self._keeping = asyncio.create_task(self.keeper.run(), name="broker-etcd-lease")
+                await self.report()
+                return
+            except EtcdError as exc:
+                log.warning("etcd: no lease for %s/%d yet (%s); trying again", self.broker_name, self.broker_id, exc)
+                await self._stop_keeping()
+                await asyncio.sleep(RETRY_SECONDS)
 
-    def take(self, assignment: Assignment) -> None:
-        """This run's role is the one `assignment` gives; a master's lease runs from when it sent the report that
-        `assignment` answered."""
-        self.run_as = assignment
-        if self.is_master:
-            self._lease_until = self._last_answered_sent + self.lease
+    async def _adopt(self, handover: RunHandover) -> bool:
+        """Keep the previous app's lease as this app's; False (and a new run) when etcd has ended it."""
+        lease = handover.lease
+        granted_at = handover.valid_until - lease.ttl + self.margin
+        self.keeper = LeaseKeeper(self.client, lease, granted_at=granted_at, margin=self.margin, clock=self.clock)
+        try:
+            await self.keeper.renew()
+            self._keeping = asyncio.create_task(self.keeper.run(), name="broker-etcd-lease")
+            await self.report()
+            return True
+        except EtcdError as exc:
+            log.warning("etcd: the previous run's lease is not kept (%s): a new run", exc)
+            await self._stop_keeping()
+            self.keeper, self.run_id, self._reported = None, secrets.token_hex(8), None
+            return False
 
-    def role_changed(self, assignment: Assignment) -> str | None:
-        """Why this run's role no longer holds under `assignment` (None: it holds)."""
-        run_as = self.run_as
-        if run_as is None or assignment.master_id is None:
+    def hand_over(self) -> RunHandover | None:
+        """This run and its lease for the next app of the process, when it is a slave whose lease lives (close then
+        leaves the lease alone); None otherwise."""
+        keeper = self.keeper
+        if keeper is None or self._master_taken or not keeper.holds():
             return None
-        if assignment.epoch != run_as.epoch or assignment.master_id != run_as.master_id:
+        self._handed_over = True
+        return RunHandover(self.run_id, keeper.lease, keeper.valid_until)
+
+    def report_now(self) -> ReplicaReport:
+        return ReplicaReport(
+            address=self.address,
+            log_end=self.store.commitlog.write_offset,
+            epoch=self.epochs.last_epoch,
+            run=self.run_id,
+        )
+
+    async def report(self) -> None:
+        """Put this broker's report on its lease, when it changed since the last one."""
+        now = self.report_now()
+        if now == self._reported or self.keeper is None:
+            return
+        await self.client.put(
+            replica_key(self.broker_name, self.broker_id), now.model_dump_json(), lease=self.keeper.lease.id
+        )
+        self._reported = now
+
+    async def state_at_start(self) -> tuple[ReplicationState, int]:
+        """The state naming a master this run may act on (itself at this run, or another broker), and its
+        mod_revision; waits on a watch of the state until there is one."""
+        key = state_key(self.broker_name)
+        while True:
+            if self.lease_lost:  # expired while it waited (etcd unreachable): a new lease, a new report
+                await self._stop_keeping()
+                await self.start()
+            try:
+                read = await self.client.range(key)
+                usable = self._usable(read)
+                if usable is not None:
+                    return usable
+                await self.client.watch_once(key, start_revision=read.revision + 1, timeout=RETRY_SECONDS)
+            except EtcdError as exc:
+                log.warning("etcd: %s's state not read (%s); trying again", self.broker_name, exc)
+                await asyncio.sleep(RETRY_SECONDS)
+
+    def _usable(self, read: RangeResult) -> tuple[ReplicationState, int] | None:
+        if not read.kvs:
+            log.info("controller: %s has no master yet; waiting", self.broker_name)
+            return None
+        state = _state(read.kvs[0].value)
+        if state is None:
+            return None
+        if state.epoch < self.epochs.last_epoch:
+            log.warning(
+                "controller: %s's state says epoch %d, below epoch %d this broker holds data of: refused, waiting for "
+                "the controller to replace it",
+                self.broker_name,
+                state.epoch,
+                self.epochs.last_epoch,
+            )
+            return None
+        if state.master_id == self.broker_id and state.master_run != self.run_id:
+            log.info("controller: %s's grant to broker %d was for its previous run; waiting for a new one",
+                     self.broker_name, self.broker_id)  # fmt: skip
+            return None
+        return state, read.kvs[0].mod_revision
+
+    async def take_master(self, state: ReplicationState, revision: int) -> bool:
+        """Create the master key on this run's lease, if the state is still `revision` and no key exists; whether
+        this run holds it."""
+        assert self.keeper is not None
+        claim = MasterClaim(broker_id=self.broker_id, run=self.run_id, epoch=state.epoch).model_dump_json()
+        key = master_key(self.broker_name)
+        result = await (
+            self.client.txn()
+            .when(
+                Compare.mod_revision(state_key(self.broker_name), "==", revision), Compare.create_revision(key, "==", 0)
+            )
+            .then(Put(key, claim, lease=self.keeper.lease.id))
+            .otherwise(Get(key))
+            .commit()
+        )
+        held = result.responses[0] if not result.succeeded and result.responses else None
+        # a retried call whose first answer was lost: the key is there on this run's lease
+        self._master_taken = result.succeeded or (
+            isinstance(held, RangeResult) and bool(held.kvs) and held.kvs[0].lease == self.keeper.lease.id
+        )
+        return self._master_taken
+
+    def take(self, state: ReplicationState, revision: int) -> None:
+        """This run's role is the one `state` gives."""
+        self.run_as = self.last = state
+        self._revision = revision
+
+    def role_changed(self, state: ReplicationState | None) -> str | None:
+        """Why this run's role no longer holds under `state` (None: it holds)."""
+        run_as = self.run_as
+        if run_as is None:
+            return None
+        if state is None:
+            return f"{self.broker_name}'s state is gone from etcd"
+        if (state.epoch, state.master_id, state.master_run) != (run_as.epoch, run_as.master_id, run_as.master_run):
             return (
-                f"{self.broker_name}'s master is now broker {assignment.master_id} ({assignment.master_address}) "
-                f"at epoch {assignment.epoch}; this run was at epoch {run_as.epoch} with master {run_as.master_id}"
+                f"{self.broker_name}'s master is now broker {state.master_id} ({state.master_address}) at epoch "
+                f"{state.epoch}; this run was at epoch {run_as.epoch} with master {run_as.master_id}"
             )
         return None
 
+    # -- running
+
     async def change_in_sync(self, kept: list[int]) -> bool:
-        """A master's in-sync set without the slaves not in `kept`: whether the controller took it."""
-        run_as = self.run_as
-        if run_as is None or not self.is_master:
+        """A master's in-sync set, now this master and the slaves `kept`, recorded in etcd; False: it was not (etcd
+        unreachable, or this master's epoch is over)."""
+        return await self._write_in_sync(lambda: sorted({self.broker_id, *kept}))
+
+    async def _write_in_sync(self, wanted: Callable[[], list[int]]) -> bool:
+        if not self.is_master:
             return False
-        change = InSyncChange(master_id=self.broker_id, epoch=run_as.epoch, in_sync=[self.broker_id, *kept])
-        try:
-            answer = await self.client.put(
-                internal_path(IN_SYNC_PATH, broker_name=self.broker_name), json=change.model_dump()
-            )
-        except httpx.HTTPError as exc:
-            log.warning("controller: the in-sync set %s was not taken (%s)", change.in_sync, exc)
-            return False
-        if answer.status_code != 200:
-            log.warning("controller: the in-sync set %s was refused: %s", change.in_sync, answer.text[:300])
-            return False
-        self.last = Assignment.model_validate_json(answer.content)
-        return True
+        key = state_key(self.broker_name)
+        async with self._changing:  # one change at a time, each computed from the set as it is when it is written
+            try:
+                for _ in range(3):
+                    last = self.last
+                    assert last is not None
+                    if wanted() == last.in_sync:
+                        return True
+                    new = last.model_copy(update={"in_sync": wanted(), "version": last.version + 1})
+                    result = await (
+                        self.client.txn()
+                        .when(Compare.mod_revision(key, "==", self._revision))
+                        .then(Put(key, new.model_dump_json()))
+                        .otherwise(Get(key))
+                        .commit()
+                    )
+                    if result.succeeded:
+                        self.last, self._revision = new, result.revision
+                        log.info("controller: %s in-sync set %s -> %s", self.broker_name, last.in_sync, new.in_sync)
+                        return True
+                    held = result.responses[0] if result.responses else None
+                    if not isinstance(held, RangeResult) or not held.kvs:
+                        return False
+                    current = _state(held.kvs[0].value)
+                    if self.role_changed(current) is not None:
+                        return False  # a grant came in between: this master's epoch is over
+                    self.last, self._revision = current, held.kvs[0].mod_revision
+            except EtcdError as exc:
+                log.warning("etcd: %s's in-sync set not recorded (%s)", self.broker_name, exc)
+        return False
 
     async def run(self, in_sync: InSyncReplicas | None, restart: Callable[[str], None]) -> None:
-        """Report every `heartbeat` until cancelled; a master also tells the controller of slaves that joined,
-        and drops those gone silent or behind for longer than the lag bound (services.broker.in_sync_rules)."""
+        """Until cancelled: watch the state (a new role restarts the app), report every `heartbeat` when something
+        changed; a master also records slaves that joined, and drops (recorded first) those gone silent or behind
+        for longer than the lag bound (services.broker.in_sync_rules)."""
         while True:
-            await asyncio.sleep(self.heartbeat)
-            try:
-                assignment = await self.report()
-            except (httpx.HTTPError, ValueError) as exc:
-                log.warning("controller %s did not answer (%r)", self.client.base_url, exc)
-                continue
-            why = self.role_changed(assignment)
+            why = "this broker's etcd lease is gone" if self.lease_lost else await self._watch_state()
             if why is not None:
                 log.warning("controller: %s: restarting as the new role", why)
-                self._lease_until = 0.0  # no write is acknowledged while the app stops
                 restart(why)
+                self._master_taken = False  # no write is acknowledged while the app stops
                 return
+            try:
+                await self.report()
+            except EtcdError as exc:
+                log.warning("etcd: report of %s/%d not written (%s)", self.broker_name, self.broker_id, exc)
             if in_sync is not None and self.is_master:
                 await in_sync.drop_lagging(self.store.commitlog.write_offset)
-                ours = sorted({self.broker_id, *in_sync.in_sync()})
-                if ours != assignment.in_sync:
-                    await self.change_in_sync([i for i in ours if i != self.broker_id])
+                await self._write_in_sync(lambda: sorted({self.broker_id, *in_sync.in_sync()}))
+
+    async def _watch_state(self) -> str | None:
+        """The state's changes for up to a heartbeat; why this run's role is over (None: it is not)."""
+        key = state_key(self.broker_name)
+        try:
+            events = await self.client.watch_once(key, start_revision=self._revision + 1, timeout=self.heartbeat)
+        except EtcdError as exc:  # a broken stream, a compacted revision: read it instead
+            log.warning("etcd: watch of %s's state failed (%s); reading it", self.broker_name, exc)
+            try:
+                read = await self.client.range(key)
+            except EtcdError:
+                await asyncio.sleep(self.heartbeat)
+                return None
+            current = _state(read.kvs[0].value) if read.kvs else None
+            why = self.role_changed(current)
+            if why is None and current is not None:
+                self.last, self._revision = current, read.kvs[0].mod_revision
+            return why
+        for event in events:
+            current = None if event.kind == "DELETE" else _state(event.kv.value)
+            why = self.role_changed(current)
+            if why is not None:
+                return why
+            if current is not None and event.kv.mod_revision > self._revision:
+                self.last, self._revision = current, event.kv.mod_revision
+        return None
+
+    async def _stop_keeping(self) -> None:
+        if self._keeping is not None:
+            self._keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeping
+            self._keeping = None
 
     async def close(self) -> None:
-        await self.client.aclose()
+        """This run ends: its lease is revoked, so its report and master key go now rather than at its expiry."""
+        self._master_taken = False
+        await self._stop_keeping()
+        if self.keeper is not None and not self._handed_over:
+            with contextlib.suppress(EtcdError, TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self.client.revoke(self.keeper.lease.id)
+        await self.client.close()
+
+
+def _state(value: bytes) -> ReplicationState | None:
+    try:
+        return ReplicationState.model_validate_json(value)
+    except ValidationError as exc:
+        log.warning("etcd: a broker name's state is not a ReplicationState (%s): ignored", exc)
+        return None

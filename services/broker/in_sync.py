@@ -54,6 +54,14 @@ class InSyncReplicas:
         """Under a controller: tells it the smaller set (the slave ids kept) before a slave is dropped; False: it
         did not take it (unreachable, or this master's epoch is over), and the put is not acknowledged."""
 
+    def start_with(self, slave_ids: list[int]) -> None:
+        """A new master's set at its grant, the controller's: its members hold every write answered before, so this
+        master's writes wait for them from the start, until they leave by the rules (recorded first), as if each had
+        just caught up."""
+        now = self.clock()
+        for slave_id in slave_ids:
+            self.slaves[slave_id] = SlaveProgress(slave_id, "", heard_at=now, in_sync=True, caught_up_at=now)
+
     def in_sync(self) -> list[int]:
         return sorted(s.slave_id for s in self.slaves.values() if s.in_sync)
 

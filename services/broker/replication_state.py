@@ -93,7 +93,7 @@ class ReplicationSource:
 
 class WriteFence:
     """A slave answers reads only: every other call to it is NotMaster (409), naming its master. So does a master
-    under a controller whose lease has run out (it may have been replaced): it is fenced until it hears again.
+    under a controller whose etcd lease may have expired (it may have been replaced): it is fenced.
 
     Set up in the broker's lifespan, once its role for this run is known (a controller decides it at start)."""
 
@@ -128,8 +128,8 @@ class WriteFence:
 
 def fenced_master(broker_name: str) -> NotMaster:
     return NotMaster(
-        f"this master of {broker_name} has not heard from the controller within its lease: it may have been "
-        "replaced, and takes no write until it hears again"
+        f"this master of {broker_name} cannot be sure its etcd lease still lives: it may have been replaced, and "
+        "takes no write"
     )
 
 

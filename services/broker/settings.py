@@ -44,17 +44,27 @@ class BrokerSettings(DelayLevelSettings):
         "ASYNC_MASTER's failover may lose, short of a silent slave (Kafka's replica.lag.time.max.ms, RocketMQ's "
         "haMaxTimeSlaveNotCatchup)",
     )
-    controller_address: str | None = Field(
-        default=None,
-        description="host:port of the nameserver that runs the controller: it decides which broker of this broker "
-        "name is master (role then says SYNC_MASTER or ASYNC_MASTER for when it is) and promotes a slave on failure",
+    controlled: bool = Field(
+        default=False,
+        description="under the replication controller: the controller (in the nameservers, on etcd: PETREL_ETCD_*) "
+        "decides which broker of this broker name is master (role then says SYNC_MASTER or ASYNC_MASTER for when it "
+        "is) and promotes a slave on failure; the broker reports itself in etcd on a lease of its own",
     )
-    controller_heartbeat_ms: int = Field(default=500, ge=10, description="how often a broker reports to the controller")
-    controller_lease_ms: int = Field(
-        default=2_000,
-        ge=10,
-        description="a master takes no write once this long has passed since its last report the controller answered; "
-        "keep it below the controller's master timeout",
+    controller_heartbeat_ms: int = Field(
+        default=500, ge=10, description="how often a controlled broker writes its report in etcd (when it changed)"
+    )
+    master_lease_seconds: int = Field(
+        default=2,
+        ge=2,
+        description="the TTL of a controlled broker's etcd lease (its report and, as master, its master key): a "
+        "master stops acknowledging writes before etcd can have expired it, and the controller promotes a slave "
+        "only once etcd has; failover takes about this plus one election",
+    )
+    master_lease_margin_ms: int = Field(
+        default=500,
+        ge=0,
+        description="a master counts its lease as ending this much before its TTL runs out from the last keep-alive "
+        "it sent (clock rates, scheduling)",
     )
     advertised_address: str | None = Field(default=None, description="host:port others use; default host:port")
     register_interval_seconds: float = Field(default=30.0, gt=0, description="the heartbeat to every nameserver")
@@ -144,7 +154,9 @@ class BrokerSettings(DelayLevelSettings):
 
     @model_validator(mode="after")
     def _role_fits_id(self) -> BrokerSettings:
-        if self.controller_address is not None:
+        if self.controlled:
+            if self.master_lease_margin_ms >= self.master_lease_seconds * 1000:
+                raise ValueError("master_lease_margin_ms leaves nothing of master_lease_seconds")
             if self.role is BrokerRole.SLAVE:
                 raise ValueError(
                     "under a controller, role says how to replicate as master: SYNC_MASTER or ASYNC_MASTER"

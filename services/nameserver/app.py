@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from prometheus_client import Gauge
 
 from libs.errors import BrokerNotFound, TopicNotFound
+from libs.etcd import EtcdClient, EtcdSettings
 from libs.http.app import add_routers, service_app
 from libs.problem import PROBLEM_RESPONSES
 from libs.routing import (
@@ -119,32 +120,37 @@ async def _expiry_scan(table: RouteTable, settings: NameserverSettings, live: Ga
         live.set(table.instance_count)
 
 
-async def _controller_scan(controller: Controller, settings: NameserverSettings) -> None:
-    while True:
-        await asyncio.sleep(settings.controller_scan_ms / 1000)
-        try:
-            controller.scan()
-        except OSError:
-            log.exception("controller: saving its state failed; the election waits for the next scan")
+def create_app(
+    settings: NameserverSettings, clock: Callable[[], float] = time.time, etcd: EtcdSettings | None = None
+) -> FastAPI:
+    """`etcd`: where the controller's state is (default: PETREL_ETCD_* from the environment)."""
+    etcd = etcd if etcd is not None else EtcdSettings()
+    if settings.controller and not etcd.endpoints:
+        raise ValueError(
+            "PETREL_NAMESERVER_CONTROLLER=true needs PETREL_ETCD_ENDPOINTS: the controller keeps its state and its "
+            "leadership in etcd"
+        )
 
-
-def create_app(settings: NameserverSettings, clock: Callable[[], float] = time.time) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, object]]:
         table = RouteTable(clock)
         live = Gauge("petrel_nameserver_live_brokers", "Live broker instances", registry=app.state.metrics.registry)
         tasks = [asyncio.create_task(_expiry_scan(table, settings, live), name="nameserver-expiry-scan")]
         state: dict[str, object] = {"route_table": table}
-        if settings.controller:
+        client = EtcdClient(etcd) if etcd.endpoints else None
+        if client is not None:
+            state["etcd"] = client
+        if settings.controller and client is not None:
             controller = Controller(
-                settings.data_dir / "nameserver",
-                settings.controller_master_timeout_seconds,
-                app.state.events,
-                clock,
+                client,
+                f"{settings.host}:{settings.port}",
+                master_timeout=settings.controller_master_timeout_seconds,
+                scan_interval=settings.controller_scan_ms / 1000,
+                state_dir=settings.data_dir / "nameserver",
+                events=app.state.events,
             )
-            await asyncio.to_thread(controller.load)
             state["controller"] = controller
-            tasks.append(asyncio.create_task(_controller_scan(controller, settings), name="controller-scan"))
+            tasks.append(asyncio.create_task(controller.run(), name="controller"))
         try:
             yield state
         finally:
@@ -152,6 +158,8 @@ def create_app(settings: NameserverSettings, clock: Callable[[], float] = time.t
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if client is not None:
+                await client.close()
 
     app = service_app("nameserver", settings, lifespan=lifespan, description="Broker registry and topic routes.")
     app.state.settings = settings

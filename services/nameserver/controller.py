@@ -1,198 +1,216 @@
-"""Controller: each broker name's master, epoch and in-sync set; promotes a slave when the master goes silent.
+"""Controller: one nameserver's candidacy for the controller's lead, and, while it leads, each broker name's master.
 
-The contract and its rules are in libs.controller_api. What must survive a restart of the
-nameserver (each broker name's epoch, master and in-sync set) is written to
-`<data_dir>/controller.json` (written whole, synced, renamed) before any answer that
-depends on it: an epoch never goes back, so a master fenced once stays fenced.
+Every nameserver with `PETREL_NAMESERVER_CONTROLLER=true` campaigns for `controller/leader`
+(libs.etcd Election) on a lease of its own (LEADER_TTL, kept by a LeaseKeeper); one leads, the
+others wait on a watch of the key and campaign again when it goes. A candidate whose lease is
+lost campaigns again with a new one. Only the leader acts: it reads every key under
+`brokers/`, decides per broker name (services.nameserver.controller_rules) and commits each
+grant in a transaction that also holds only while it leads (`leads_compare`) and while the keys
+it read are unchanged, so a leader paused past its lease and resumed cannot write. It reads
+again at each change (a watch from the read's revision) and every `scan_interval`.
+
+State lives in etcd only. An old `<data_dir>/nameserver/controller.json` is imported once, by a
+leader, for the broker names etcd has no state of, then renamed `controller.json.imported`.
+Time is this process's monotonic clock (how long a name waited for its first master); whether
+a broker lives is etcd's lease expiry, never a clock here.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from libs.controller_api import Assignment, BrokerNameState, BrokerReport, ControllerView, InSyncChange, ReportedBroker
-from libs.errors import StaleEpoch
+from pydantic import ValidationError
+
+from libs.controller_api import BROKERS_PREFIX, LEADER_KEY, ReplicationState, master_key, replica_key, state_key
+from libs.etcd import Compare, Election, EtcdClient, EtcdError, LeaseKeeper, Put
 from libs.events.writer import EventWriter
-from libs.private_files import write_private
+from services.nameserver.controller_rules import BrokerNameSeen, Grant, Waiting, decide
+from services.nameserver.controller_view import read_broker_names
 
 log = logging.getLogger(__name__)
 
+LEADER_TTL = 2
+"""Seconds: etcd's shortest lease (1.5 election timeouts at its defaults); a dead leader is replaced that fast."""
+LEADER_MARGIN = 0.5
 STATE_FILE = "controller.json"
-
-
-@dataclass(slots=True)
-class Reported:
-    address: str
-    log_end: int
-    epoch: int
-    heard_at: float
-
-
-@dataclass(slots=True)
-class ReplicaGroup:
-    """One broker name: the decided part (persisted) and what its brokers last said (not)."""
-
-    epoch: int = 0
-    master_id: int | None = None
-    master_address: str | None = None
-    in_sync: set[int] = field(default_factory=set)
-    brokers: dict[int, Reported] = field(default_factory=dict)
-    first_seen: float = 0.0
-
-    def assignment(self, name: str) -> Assignment:
-        return Assignment(
-            broker_name=name,
-            epoch=self.epoch,
-            master_id=self.master_id,
-            master_address=self.master_address,
-            in_sync=sorted(self.in_sync),
-        )
+IMPORTED_SUFFIX = ".imported"
+PAUSE_AFTER_ERROR = 0.5
 
 
 class Controller:
-    def __init__(self, state_dir: Path, master_timeout: float, events: EventWriter, clock: Callable[[], float]) -> None:
-        self.path = state_dir / STATE_FILE
+    def __init__(
+        self,
+        client: EtcdClient,
+        address: str,
+        *,
+        master_timeout: float,
+        scan_interval: float,
+        state_dir: Path,
+        events: EventWriter,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.address = address
         self.master_timeout = master_timeout
+        self.scan_interval = scan_interval
+        self.old_file = state_dir / STATE_FILE
         self.events = events
         self.clock = clock
-        self.groups: dict[str, ReplicaGroup] = {}
+        self.leading = asyncio.Event()
+        """Set while this nameserver's controller leads."""
+        self.current_election: Election | None = None
+        """This controller's candidacy now (its lease's)."""
+        self.elections = 0
+        """Grants this controller committed."""
+        self.scans = 0
+        """Times it read etcd and decided, while leading."""
+        self._first_seen: dict[str, float] = {}
+        self._waiting: dict[str, str] = {}
 
-    def load(self) -> None:
-        if not self.path.exists():
-            return
-        saved = json.loads(self.path.read_text())
-        for name, group in saved.items():
-            self.groups[name] = ReplicaGroup(
-                epoch=group["epoch"],
-                master_id=group["master_id"],
-                master_address=group["master_address"],
-                in_sync=set(group["in_sync"]),
-                first_seen=self.clock(),
-            )
-        log.info("controller: %d broker name(s) read from %s", len(self.groups), self.path)
-
-    def _save(self) -> None:
-        state = {
-            name: {
-                "epoch": g.epoch,
-                "master_id": g.master_id,
-                "master_address": g.master_address,
-                "in_sync": sorted(g.in_sync),
-            }
-            for name, g in self.groups.items()
-        }
-        write_private(self.path, json.dumps(state, indent=1).encode())
-
-    def report(self, name: str, broker_id: int, report: BrokerReport) -> Assignment:
-        """A broker said where it is; the broker name's assignment, a first master elected if there is none."""
-        now = self.clock()
-        group = self.groups.get(name)
-        if group is None:
-            group = self.groups[name] = ReplicaGroup(first_seen=now)
-        group.brokers[broker_id] = Reported(report.address, report.log_end, report.epoch, now)
-        if group.master_id == broker_id and group.master_address != report.address:
-            group.master_address = report.address
-            self._save()
-        if group.master_id is None and self._may_begin(group, broker_id, now):
-            self._elect(name, group, broker_id, "first master")
-        return group.assignment(name)
-
-    def _may_begin(self, group: ReplicaGroup, broker_id: int, now: float) -> bool:
-        """A broker name without a master: broker id 0 begins it, or any broker once id 0 has not come in time."""
-        if group.in_sync:  # it had masters: only a member of the set that has every acknowledged write
-            return False
-        return broker_id == 0 or now - group.first_seen >= self.master_timeout
-
-    def change_in_sync(self, name: str, change: InSyncChange) -> Assignment:
-        group = self.groups.get(name)
-        if group is None or group.epoch != change.epoch or group.master_id != change.master_id:
-            held = "nothing" if group is None else f"epoch {group.epoch}, master {group.master_id}"
-            raise StaleEpoch(
-                f"{name}: broker {change.master_id} spoke for epoch {change.epoch}; the controller holds {held}",
-                epoch=None if group is None else group.epoch,
-            )
-        wanted = set(change.in_sync) | {change.master_id}
-        if wanted != group.in_sync:
-            log.info("controller: %s in-sync set %s -> %s (epoch %d)", name, group.in_sync, wanted, group.epoch)
-            was, group.in_sync = group.in_sync, wanted
+    async def run(self) -> None:
+        """Campaign, lead while it may, and campaign again, until cancelled."""
+        while True:
             try:
-                self._save()
-            except OSError:
-                group.in_sync = was
-                raise
-        return group.assignment(name)
+                keeper = await LeaseKeeper.grant(self.client, LEADER_TTL, margin=LEADER_MARGIN)
+            except EtcdError as exc:
+                log.warning("controller: no lease from etcd (%s); trying again", exc)
+                await asyncio.sleep(PAUSE_AFTER_ERROR)
+                continue
+            keeping = asyncio.create_task(keeper.run(), name="controller-lease")
+            election = self.current_election = Election(
+                self.client, LEADER_KEY, lease=keeper.lease.id, value=self.address
+            )
+            try:
+                await self._campaign(election, keeper)
+                if not keeper.lost.is_set():
+                    await self._lead(election, keeper)
+            except EtcdError as exc:
+                log.warning("controller: etcd failed (%s); campaigning again", exc)
+                await asyncio.sleep(PAUSE_AFTER_ERROR)
+            finally:
+                if self.leading.is_set():
+                    log.warning("controller: %s no longer leads", self.address)
+                self.leading.clear()
+                keeping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keeping
+                with contextlib.suppress(EtcdError, TimeoutError):  # the next leader need not wait for its expiry
+                    async with asyncio.timeout(1.0):
+                        await self.client.revoke(keeper.lease.id)
 
-    def scan(self) -> None:
-        """Promote a slave for each broker name whose master has not reported for `master_timeout`."""
+    async def _campaign(self, election: Election, keeper: LeaseKeeper) -> None:
+        while not keeper.lost.is_set():
+            if await election.try_campaign():
+                return
+            held = await self.client.range(LEADER_KEY)
+            if held.kvs:  # until it goes; from the read's revision, so a deletion is not missed
+                await self.client.watch_once(LEADER_KEY, start_revision=held.revision + 1, timeout=LEADER_TTL / 2)
+
+    async def _lead(self, election: Election, keeper: LeaseKeeper) -> None:
+        log.warning("controller: %s leads", self.address)
+        self.leading.set()
+        self._first_seen.clear()
+        await self._import_old_file(election)
+        while not keeper.lost.is_set():
+            revision = await self.scan(election)
+            if revision is None:
+                return
+            try:
+                await self.client.watch_once(
+                    BROKERS_PREFIX, prefix=True, start_revision=revision + 1, timeout=self.scan_interval
+                )
+            except EtcdError as exc:  # a broken stream, a compacted revision: the next scan reads afresh
+                log.info("controller: watch of %s ended (%s); reading again", BROKERS_PREFIX, exc)
+
+    async def scan(self, election: Election) -> int | None:
+        """Decide for every broker name once; the revision read (None: this controller no longer leads)."""
+        names, revision = await read_broker_names(self.client)
+        self.scans += 1
         now = self.clock()
-        for name, group in self.groups.items():
-            if group.master_id is None:
+        for name, seen in names.items():
+            decision = decide(
+                seen, waited=now - self._first_seen.setdefault(name, now), master_timeout=self.master_timeout
+            )
+            if isinstance(decision, Waiting):
+                if self._waiting.get(name) != decision.why:
+                    log.warning("controller: %s: %s", name, decision.why)
+                self._waiting[name] = decision.why
                 continue
-            master = group.brokers.get(group.master_id)
-            heard = master.heard_at if master is not None else group.first_seen
-            if now - heard < self.master_timeout:
-                continue
-            alive = {
-                i: b
-                for i, b in group.brokers.items()
-                if i != group.master_id and i in group.in_sync and now - b.heard_at < self.master_timeout
-            }
-            if not alive:
-                continue
-            chosen = max(alive, key=lambda i: (alive[i].log_end, -i))
-            self._elect(name, group, chosen, f"master {group.master_id} silent for {now - heard:.1f} s")
+            self._waiting.pop(name, None)
+            committed = isinstance(decision, Grant) and await self.commit(election, seen, decision)
+            if isinstance(decision, Grant) and not committed and not await election.is_leader():
+                return None
+        return revision
 
-    def _elect(self, name: str, group: ReplicaGroup, broker_id: int, why: str) -> None:
-        old = (group.epoch, group.master_id, group.master_address, group.in_sync)
-        # Past any epoch a broker holds data of: an epoch is never given twice, even if controller.json was lost.
-        group.epoch = max([group.epoch, *(b.epoch for b in group.brokers.values())]) + 1
-        group.master_id = broker_id
-        group.master_address = group.brokers[broker_id].address
-        group.in_sync = {broker_id}
-        try:
-            self._save()
-        except OSError:
-            group.epoch, group.master_id, group.master_address, group.in_sync = old
-            raise
+    async def commit(self, election: Election, seen: BrokerNameSeen, grant: Grant) -> bool:
+        """The grant, if this controller still leads and nothing it decided on changed since it read."""
+        name, state = seen.name, grant.state
+        compares = [
+            election.leads_compare(),
+            Compare.mod_revision(state_key(name), "==", seen.state_revision),
+            Compare.create_revision(master_key(name), "==", 0),
+            Compare.mod_revision(replica_key(name, state.master_id), "==", seen.replica_revisions[state.master_id]),
+        ]
+        result = await self.client.txn().when(*compares).then(Put(state_key(name), state.model_dump_json())).commit()
+        if not result.succeeded:
+            log.info("controller: %s changed while deciding (or this controller lost the lead); reading again", name)
+            return False
+        self.elections += 1
         log.warning(
-            "controller: %s master is now broker %d (%s) at epoch %d: %s",
+            "controller: %s master is now broker %d (%s) at epoch %d, in-sync %s: %s",
             name,
-            broker_id,
-            group.master_address,
-            group.epoch,
-            why,
+            state.master_id,
+            state.master_address,
+            state.epoch,
+            state.in_sync,
+            grant.why,
         )
         self.events.emit(
             "master_elected",
             broker=name,
-            broker_id=broker_id,
-            address=group.master_address,
-            epoch=group.epoch,
-            previous_master_id=old[1],
-            log_end=group.brokers[broker_id].log_end,
+            broker_id=state.master_id,
+            address=state.master_address,
+            epoch=state.epoch,
+            previous_master_id=grant.previous_master_id,
+            log_end=grant.log_end,
         )
+        return True
 
-    def view(self) -> ControllerView:
-        now = self.clock()
-        return ControllerView(
-            broker_names=[
-                BrokerNameState(
-                    assignment=g.assignment(name),
-                    brokers=[
-                        ReportedBroker(
-                            broker_id=i,
-                            address=b.address,
-                            log_end=b.log_end,
-                            epoch=b.epoch,
-                            heard_seconds_ago=round(now - b.heard_at, 3),
-                        )
-                        for i, b in sorted(g.brokers.items())
-                    ],
+    async def _import_old_file(self, election: Election) -> None:
+        """controller.json of the controller before etcd: its broker names that etcd has no state of, once."""
+        if not self.old_file.exists():
+            return
+        try:
+            saved = json.loads(self.old_file.read_text())
+            states = {
+                name: ReplicationState(
+                    epoch=group["epoch"],
+                    master_id=group["master_id"],
+                    master_address=group["master_address"],
+                    master_run="imported",  # no run of a broker: its master is gone, a new epoch is granted
+                    in_sync=sorted(group["in_sync"]),
+                    version=1,
                 )
-                for name, g in sorted(self.groups.items())
-            ]
-        )
+                for name, group in saved.items()
+                if group.get("master_id") is not None
+            }
+        except (OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
+            log.error("controller: %s cannot be read (%s): not imported", self.old_file, exc)
+            return
+        for name, state in states.items():
+            result = await (
+                self.client.txn()
+                .when(election.leads_compare(), Compare.create_revision(state_key(name), "==", 0))
+                .then(Put(state_key(name), state.model_dump_json()))
+                .commit()
+            )
+            imported = "imported" if result.succeeded else "already in etcd, not imported"
+            log.warning("controller: %s from %s (epoch %d): %s", name, self.old_file, state.epoch, imported)
+        if await election.is_leader():
+            self.old_file.rename(self.old_file.with_name(STATE_FILE + IMPORTED_SUFFIX))

@@ -18,13 +18,17 @@ class NameserverSettings(ServiceSettings):
     )
     controller: bool = Field(
         default=False,
-        description="run the replication controller here: each broker name's master, epoch and in-sync set, and "
-        "automatic failover (run it on one nameserver)",
+        description="run a replication controller here: it campaigns in etcd (PETREL_ETCD_ENDPOINTS, required) for "
+        "the controller's lead, and the leader decides each broker name's master, epoch and in-sync set and fails "
+        "over; run it on every nameserver, one leads at a time",
     )
     controller_master_timeout_seconds: float = Field(
         default=3.0,
         gt=0,
-        description="a master that has not reported this long is replaced by its most caught-up in-sync slave; "
-        "keep it above the brokers' controller_lease_ms",
+        description="a broker name with no state yet whose replicas hold data waits this long (from when the leading "
+        "controller first saw it) before its most caught-up live replica is made master, so that a replica "
+        "restarting a little later is not truncated to a shorter one; a new, empty broker name begins at once",
     )
-    controller_scan_ms: int = Field(default=200, ge=10, description="how often the controller looks for silent masters")
+    controller_scan_ms: int = Field(
+        default=200, ge=10, description="how often the leading controller reads etcd again besides its watch"
+    )

@@ -208,6 +208,23 @@ def test_a_worker_sharing_a_port_is_up_only_when_it_answers_itself() -> None:
         assert Supervisor._answers(ProcessSpec("other", "gateway", served.port), "/healthz")
 
 
+def test_a_port_that_answers_other_than_http_is_not_up() -> None:
+    import socket
+    import threading
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def echo() -> None:  # what a probe self-connected on a port nobody listens on yet reads: its own request
+            connection, _ = listener.accept()
+            with connection:
+                connection.sendall(connection.recv(4096))
+
+        threading.Thread(target=echo, daemon=True).start()
+        assert not Supervisor._answers(ProcessSpec("etcd-1", "", listener.getsockname()[1]), "/health")
+
+
 def test_a_shared_port_in_use_is_named_once(tmp_path: Path) -> None:
     import socket
 
@@ -263,11 +280,11 @@ def test_no_redis_server_installed_is_a_clear_message(monkeypatch: pytest.Monkey
 
 def test_a_child_that_dies_while_starting_is_reported_with_its_log(tmp_path: Path) -> None:
     supervisor = Supervisor(tmp_path)
-    spec = ProcessSpec("doomed", "", free_port())
-    command = [sys.executable, "-c", "import sys; print('cannot open the store'); sys.exit(3)"]
+    command = (sys.executable, "-c", "import sys; print('cannot open the store'); sys.exit(3)")
+    spec = ProcessSpec("doomed", "", free_port(), command=command)
 
     with pytest.raises(StartupFailed, match="doomed exited with code 3") as failure:
-        supervisor.start(spec, command=command)
+        supervisor.start(spec)
 
     assert "cannot open the store" in str(failure.value)
     supervisor.stop_all()
@@ -290,9 +307,9 @@ def test_a_child_without_a_port_is_up_once_started_and_its_death_is_reported_not
     go = tmp_path / "go"
     os.mkfifo(go)  # the child dies once the test opens it: after the check that it was left running
     script = f"open({str(go)!r}).read(); print('worker lost'); raise SystemExit(9)"
-    command = [sys.executable, "-c", script]
+    command = (sys.executable, "-c", script)
 
-    child = supervisor.start(ProcessSpec("txcheck-worker", "", 0), command=command)
+    child = supervisor.start(ProcessSpec("txcheck-worker", "", 0, command=command))
     assert child.process.poll() is None, "the supervisor waited for a child that serves nothing"
     go.open("w").close()
     supervisor.watch(poll_seconds=0.05)
@@ -304,7 +321,7 @@ def test_a_child_without_a_port_is_up_once_started_and_its_death_is_reported_not
     supervisor.stop_all()
 
 
-def test_plan_with_replicas_puts_each_broker_name_under_the_controller_slaves_on_the_ports_after_the_masters() -> None:
+def test_plan_with_replicas_puts_each_broker_name_under_the_controllers_slaves_on_the_ports_after_the_masters() -> None:
     planned = plan_cluster(UpOptions(brokers=2, replicas=2, nameservers=2), "redis://x")
     specs = [s for s in planned if s.module == "services.broker"]
 
@@ -316,12 +333,12 @@ def test_plan_with_replicas_puts_each_broker_name_under_the_controller_slaves_on
     ]
     assert [(s.name, s.port) for s in specs if "@" not in s.name] == [("broker-a", 10911), ("broker-b", 10912)]
     assert {s.env["PETREL_BROKER_ROLE"] for s in specs} == {"SYNC_MASTER"}, "the controller says who is master"
-    assert {s.env["PETREL_BROKER_CONTROLLER_ADDRESS"] for s in specs} == {"127.0.0.1:9876"}
+    assert {s.env["PETREL_BROKER_CONTROLLED"] for s in specs} == {"true"}
     assert specs[1].env["PETREL_BROKER_BROKER_NAME"] == "broker-a"
     nameservers = [s for s in planned if s.module == "services.nameserver"]
-    assert [s.env.get("PETREL_NAMESERVER_CONTROLLER") for s in nameservers] == ["true", None]
+    assert [s.env.get("PETREL_NAMESERVER_CONTROLLER") for s in nameservers] == ["true", "true"]
     alone = plan_cluster(UpOptions(), "redis://x")
-    assert not any("CONTROLLER" in key for s in alone for key in s.env), "no replicas, no controller"
+    assert not any("CONTROLL" in key for s in alone for key in s.env), "no replicas, no controller"
 
 
 def test_async_replication_and_no_replicas_plan_async_masters_and_too_many_brokers_are_refused() -> None:

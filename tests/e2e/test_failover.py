@@ -8,9 +8,11 @@ what it wrote that was never acknowledged, and catches up with its new master.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,6 +21,7 @@ import pytest
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
 from tests.support.crash_sends import CRASH_BROKER, kill_9_under_sends, read_topic
+from tests.support.etcd import EtcdCluster, etcd_cluster
 from tests.support.gateway_calls import received
 from tests.support.processes import running
 from tests.support.serving import free_port
@@ -26,24 +29,32 @@ from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
+
+@pytest.fixture
+def stack() -> Iterator[contextlib.ExitStack]:
+    """What a test starts beside its cluster (etcd), stopped after it."""
+    with contextlib.ExitStack() as started:
+        yield started
+
+
 QUEUES = 4
 SENDERS = 16
 
 
-def specs(data_dir: Path) -> list[ProcessSpec]:
+def specs(data_dir: Path, etcd: EtcdCluster) -> list[ProcessSpec]:
     nameserver_port, first_port, second_port, gateway_port = free_port(), free_port(), free_port(), free_port()
-    controller = f"127.0.0.1:{nameserver_port}"
     shared = {
         "PETREL_DATA_DIR": str(data_dir),
-        "PETREL_NAMESERVERS": controller,
+        "PETREL_NAMESERVERS": f"127.0.0.1:{nameserver_port}",
         "PETREL_EVENTS_ENABLED": "false",
+        "PETREL_ETCD_ENDPOINTS": ",".join(etcd.endpoints),
     }
     broker = (
         shared
         | {
             "PETREL_BROKER_BROKER_NAME": "broker-a",
             "PETREL_BROKER_ROLE": "SYNC_MASTER",
-            "PETREL_BROKER_CONTROLLER_ADDRESS": controller,
+            "PETREL_BROKER_CONTROLLED": "true",
             "PETREL_BROKER_SYNC_REPLICATION_TIMEOUT_MS": "10000",
         }
         | CRASH_BROKER
@@ -86,9 +97,12 @@ async def first_answered_send(client: httpx.AsyncClient, topic: str = "crash") -
     return time.monotonic()
 
 
-async def test_a_killed_master_is_replaced_by_its_in_sync_slave_and_comes_back_as_its_slave(tmp_path: Path) -> None:
+async def test_a_killed_master_is_replaced_by_its_in_sync_slave_and_comes_back_as_its_slave(
+    tmp_path: Path, stack: contextlib.ExitStack
+) -> None:
     data_dir = tmp_path / "data"
-    cluster = specs(data_dir)
+    etcd = stack.enter_context(etcd_cluster(tmp_path / "etcd"))
+    cluster = specs(data_dir, etcd)
     first, second = cluster[1], cluster[2]
     async with running(data_dir, cluster) as (supervisor, (_, old_master, new_master, client)):
         assert (await client.put("/v1/topics/crash", json={"queues": QUEUES})).status_code == 201
@@ -123,9 +137,12 @@ async def test_a_killed_master_is_replaced_by_its_in_sync_slave_and_comes_back_a
         print(f"failover: first send answered {resumed_at - killed_at:.2f} s after kill -9 of the master")
 
 
-async def test_leases_in_flight_at_a_failover_are_delivered_again_by_the_new_master(tmp_path: Path) -> None:
+async def test_leases_in_flight_at_a_failover_are_delivered_again_by_the_new_master(
+    tmp_path: Path, stack: contextlib.ExitStack
+) -> None:
     data_dir = tmp_path / "data"
-    async with running(data_dir, specs(data_dir)) as (supervisor, (_, old_master, new_master, client)):
+    etcd = stack.enter_context(etcd_cluster(tmp_path / "etcd"))
+    async with running(data_dir, specs(data_dir, etcd)) as (supervisor, (_, old_master, new_master, client)):
         assert (await client.put("/v1/topics/orders", json={"queues": 2})).status_code == 201
         assert (await client.put("/v1/groups/billing", json={})).status_code == 201
         assert (await status(old_master, in_sync=1, wait_ms=20_000))["in_sync"] == [1]

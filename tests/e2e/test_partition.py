@@ -1,10 +1,10 @@
 """A network partition of a SYNC_MASTER, on test hosts made of network namespaces (tests.support.netns).
 
-Hosts: `ctl` runs the nameserver with the controller and the gateway; `b1` and `b2` run
-broker-a's ids 0 and 1, SYNC_MASTER under the controller, b1 the first master. Under a
+Hosts: `ctl` runs etcd, the nameserver with the controller and the gateway; `b1` and `b2`
+run broker-a's ids 0 and 1, SYNC_MASTER under the controller, b1 the first master. Under a
 load through the gateway and straight to b1, b1's cluster link is cut: it still runs, and
-the test still reaches it over its management link, but it hears neither the controller
-nor its slave. The controller promotes b2 at epoch 2.
+the test still reaches it over its management link, but it reaches neither etcd nor its
+slave. Its etcd lease expires and the controller promotes b2 at epoch 2.
 
 The epoch test: two masters never both acknowledge writes. Once its lease has run out
 (before the controller may promote another) b1 answers no write 2xx, and says it is fenced;
@@ -34,6 +34,7 @@ from libs.controller_api import VIEW_PATH
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from tests.support.answered_writes import Answer, Write, put, put_one, sample_until, send, write_until
 from tests.support.crash_sends import read_topic
+from tests.support.etcd import etcd_binary
 from tests.support.netns import HostProcess, Hosts, netns_hosts, serving
 from tests.support.waiting import eventually
 
@@ -45,6 +46,7 @@ WRITERS = 4
 ACKED_BEFORE_CUT = 100
 NAMESERVER_PORT, BROKER_PORT, GATEWAY_PORT = 9876, 10911, 8080
 LEASE_MS = 2_000
+ETCD_PORT = 2379
 SYNC_TIMEOUT_MS = 3_000
 TRUNCATED = re.compile(r"truncated this log from (\d+) to (\d+)")
 T = TypeVar("T")
@@ -54,7 +56,12 @@ def environments(hosts: Hosts, tmp_path: Path) -> dict[str, dict[str, str]]:
     """Each service's settings: it listens on every address of its host and is called by its cluster address."""
     controller = f"{hosts['ctl'].cluster_ip}:{NAMESERVER_PORT}"
     token_file = ensure_token_file(tmp_path / "cluster.token")
-    shared = {"PETREL_NAMESERVERS": controller, "PETREL_EVENTS_ENABLED": "false", TOKEN_FILE_SETTING: str(token_file)}
+    shared = {
+        "PETREL_NAMESERVERS": controller,
+        "PETREL_EVENTS_ENABLED": "false",
+        TOKEN_FILE_SETTING: str(token_file),
+        "PETREL_ETCD_ENDPOINTS": f"http://{hosts['ctl'].cluster_ip}:{ETCD_PORT}",
+    }
 
     def broker(host: str, broker_id: int) -> dict[str, str]:
         return shared | {
@@ -65,8 +72,8 @@ def environments(hosts: Hosts, tmp_path: Path) -> dict[str, dict[str, str]]:
             "PETREL_BROKER_BROKER_NAME": "broker-a",
             "PETREL_BROKER_BROKER_ID": str(broker_id),
             "PETREL_BROKER_ROLE": "SYNC_MASTER",
-            "PETREL_BROKER_CONTROLLER_ADDRESS": controller,
-            "PETREL_BROKER_CONTROLLER_LEASE_MS": str(LEASE_MS),
+            "PETREL_BROKER_CONTROLLED": "true",
+            "PETREL_BROKER_MASTER_LEASE_SECONDS": str(LEASE_MS // 1000),
             "PETREL_BROKER_SYNC_REPLICATION_TIMEOUT_MS": str(SYNC_TIMEOUT_MS),
             "PETREL_BROKER_SEGMENT_SIZE": str(8 * 1024 * 1024),
             "PETREL_BROKER_INDEX_SLOT_COUNT": "65536",
@@ -106,10 +113,24 @@ async def start_cluster(hosts: Hosts, tmp_path: Path) -> dict[str, HostProcess]:
     def python(host: str, name: str, module: str) -> HostProcess:
         return hosts.run(host, [sys.executable, "-m", module], env[name], name=name)
 
-    started = {"nameserver": python("ctl", "nameserver", "services.nameserver")}
+    ip = hosts["ctl"].cluster_ip
+    etcd = [
+        etcd_binary(),
+        f"--data-dir={tmp_path / 'etcd'}",
+        f"--listen-client-urls=http://0.0.0.0:{ETCD_PORT}",
+        f"--advertise-client-urls=http://{ip}:{ETCD_PORT}",
+        "--listen-peer-urls=http://127.0.0.1:2380",
+        "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+        "--initial-cluster=default=http://127.0.0.1:2380",
+        "--log-level=warn",
+    ]
+    started = {"etcd": hosts.run("ctl", etcd, {}, name="etcd")}
+    await serving(started["etcd"], url(hosts, "ctl", ETCD_PORT), path="/health")
+    started["nameserver"] = python("ctl", "nameserver", "services.nameserver")
     await serving(started["nameserver"], url(hosts, "ctl", NAMESERVER_PORT))
-    started |= {name: python(name, name, "services.broker") for name in ("b1", "b2")}
-    await asyncio.gather(*(serving(started[name], url(hosts, name, BROKER_PORT)) for name in ("b1", "b2")))
+    for name in ("b1", "b2"):  # b1 first: a new broker name's first master is its lowest live id
+        started[name] = python(name, name, "services.broker")
+        await serving(started[name], url(hosts, name, BROKER_PORT))
     started["gateway"] = python("ctl", "gateway", "gateway")
     await serving(started["gateway"], url(hosts, "ctl", GATEWAY_PORT))
     return started

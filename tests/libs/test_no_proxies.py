@@ -27,11 +27,11 @@ from deploy.supervisor import Supervisor
 from libs.broker_api.replication import EPOCHS_PATH
 from libs.egress import LOOPBACK_NETWORKS, EgressGuard, checked_request
 from libs.errors import PetrelError
+from libs.etcd import EtcdClient, EtcdError, EtcdSettings
 from libs.events.writer import EventWriter
 from libs.http.client import ClientOptions, InternalClient
 from libs.store.epochs import EpochFile
 from libs.store.message_store import MessageStore
-from services.broker.controller_link import ControllerLink
 from services.broker.epoch_sync import _agree_with
 from services.broker.replica_follower import ReplicaFollower
 from services.broker.replication_state import FollowerState
@@ -165,18 +165,11 @@ async def test_the_epoch_sync_client_goes_straight_to_the_master(
     went_straight(proxy, peer, f"GET {EPOCHS_PATH} HTTP/1.1")
 
 
-async def test_the_controller_client_goes_straight_to_the_controller(
-    proxy: Recorder, peer: Recorder, store: MessageStore
-) -> None:
-    link = ControllerLink(
-        peer.address, "broker-a", 0, "127.0.0.1:1", store, EpochFile(store.config.root), TOKEN, heartbeat=1, lease=2
-    )
-    try:
-        with pytest.raises(httpx.HTTPStatusError):
-            await link.report()
-    finally:
-        await link.close()
-    went_straight(proxy, peer, "PUT /internal/controller/broker-a/0 HTTP/1.1")
+async def test_the_etcd_client_goes_straight_to_etcd(proxy: Recorder, peer: Recorder) -> None:
+    async with EtcdClient(EtcdSettings(endpoints=[peer.address], retry_seconds=0)) as client:
+        with pytest.raises(EtcdError):
+            await client.get("controller/leader")
+    went_straight(proxy, peer, "POST /v3/kv/range HTTP/1.1", with_token=False)
 
 
 async def test_a_check_back_goes_straight_to_the_producer(proxy: Recorder, peer: Recorder, tmp_path: Path) -> None:

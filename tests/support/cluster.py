@@ -10,6 +10,7 @@ one (`<data_dir>/cluster.token`): a test's own calls to an internal service then
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import uuid
@@ -24,6 +25,7 @@ from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
 from libs.cluster_token import TOKEN_FILE_SETTING, ensure_token_file, read_token_file, token_file_of
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from tests.support.etcd import EtcdCluster, etcd_cluster
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
 
@@ -33,7 +35,7 @@ SMALL_BROKER = {
     "PETREL_BROKER_INDEX_MAX_ENTRIES": "100000",
     "PETREL_BROKER_REGISTER_INTERVAL_SECONDS": "0.5",
 }
-REPLICATED_BROKER = {"PETREL_BROKER_ROLE": "SYNC_MASTER", "PETREL_BROKER_CONTROLLER_LEASE_MS": "1200"}
+REPLICATED_BROKER = {"PETREL_BROKER_ROLE": "SYNC_MASTER", "PETREL_BROKER_CONTROLLED": "true"}
 REPLICATED_NAMESERVER = {
     "PETREL_NAMESERVER_CONTROLLER": "true",
     "PETREL_NAMESERVER_CONTROLLER_MASTER_TIMEOUT_SECONDS": "2",
@@ -75,6 +77,9 @@ class LocalCluster:
         self.replicated = replicated
         """broker-a has a slave, broker-a@1, and the nameserver's controller fails over between them"""
         self._killed_master: str | None = None
+        self._etcd = contextlib.ExitStack()
+        self.etcd: EtcdCluster | None = None
+        """Replicated: the one-member etcd the controller keeps its state in (started with the cluster)."""
         self.supervisor = Supervisor(data_dir)
         self.token_file = ensure_token_file(token_file_of(data_dir)) if token else None
         token_env = {TOKEN_FILE_SETTING: str(self.token_file)} if self.token_file else {}
@@ -133,10 +138,7 @@ class LocalCluster:
     def _replicated_broker(self, ports: dict[str, int], broker_id: int) -> dict[str, str]:
         if not self.replicated:
             return {}
-        return REPLICATED_BROKER | {
-            "PETREL_BROKER_CONTROLLER_ADDRESS": f"127.0.0.1:{ports['nameserver']}",
-            "PETREL_BROKER_BROKER_ID": str(broker_id),
-        }
+        return REPLICATED_BROKER | {"PETREL_BROKER_BROKER_ID": str(broker_id)}
 
     async def master(self) -> str:
         """The process that is broker-a's master now, as the controller says."""
@@ -145,7 +147,8 @@ class LocalCluster:
         nameserver = self.specs["nameserver"].url
         async with httpx.AsyncClient(base_url=nameserver, headers=self.internal_headers(), timeout=5) as client:
             view = (await client.get("/internal/controller")).json()
-        master_id = view["broker_names"][0]["assignment"]["master_id"]
+        assignment = view["broker_names"][0]["assignment"] if view["broker_names"] else None
+        master_id = assignment["master_id"] if assignment else 0
         return "broker-a" if master_id == 0 else f"broker-a@{master_id}"
 
     async def promoted_after(self, killed: str) -> None:
@@ -161,6 +164,11 @@ class LocalCluster:
         return {INTERNAL_TOKEN_HEADER: read_token_file(self.token_file)} if self.token_file else {}
 
     async def start(self) -> None:
+        if self.replicated and self.etcd is None:
+            self.etcd = await asyncio.to_thread(self._etcd.enter_context, etcd_cluster(self.data_dir / "etcd"))
+            endpoints = {"PETREL_ETCD_ENDPOINTS": ",".join(self.etcd.endpoints), "PETREL_ETCD_PREFIX": "/petrel-e2e/"}
+            for spec in self.specs.values():
+                spec.env.update(endpoints)
         await asyncio.to_thread(self.start_now)
 
     def start_now(self, *names: str) -> None:
@@ -174,6 +182,7 @@ class LocalCluster:
     def stop(self) -> None:
         """Every process stopped; txcheck's Redis keys removed."""
         self.supervisor.stop_all()
+        self._etcd.close()
         if self.txcheck:
             _forget_redis_keys(self.redis_prefix)
 

@@ -7,7 +7,8 @@ The members run with etcd's default raft timers (heartbeat 100 ms, election 1 s)
 is replaced within about two seconds, and the shortest lease is 2 s (1.5 election timeouts).
 
 etcd is Debian's `etcd-server` (`make test` installs it as root when it is missing); without
-it the tests that need it fail and say so, they never skip.
+it the tests that need it fail and say so, they never skip. The members' command lines are
+`petrel up`'s (deploy.etcd_server).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import contextlib
 import functools
 import os
 import secrets
-import shutil
 import signal
 import ssl
 import subprocess
@@ -28,27 +28,20 @@ from typing import Any
 import httpx
 import pytest
 
+from deploy import etcd_server
 from libs.etcd import EtcdSettings
 from tests.support.redis_servers import TlsFiles
 from tests.support.serving import free_port
 from tests.support.waiting import wait_until
 
-PACKAGE = "etcd-server"
-HEARTBEAT_MS = 100
-ELECTION_MS = 1000
-"""etcd's own defaults: shorter ones make a member on a loaded test machine call elections that nobody needed."""
 ROOT_PASSWORD = "root-pw-for-tests"
 
 
 def etcd_binary() -> str:
-    binary = shutil.which("etcd")
-    if binary is None:
-        pytest.fail(
-            f"etcd is not installed: install Debian's {PACKAGE} (`apt-get install -y {PACKAGE}`; "
-            "`make test` does it when it runs as root)",
-            pytrace=False,
-        )
-    return binary
+    try:
+        return etcd_server.etcd_binary()
+    except etcd_server.EtcdNotAvailable as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @dataclass
@@ -61,9 +54,10 @@ class EtcdMember:
 
     def start(self) -> None:
         """Start it (again, on its data dir: the cluster flags count only the first time)."""
-        env = {name: value for name, value in os.environ.items() if not name.startswith("ETCD_")}
         with self.log.open("ab") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=etcd_server.member_env(dict(os.environ))
+            )
 
     @property
     def running(self) -> bool:
@@ -156,44 +150,30 @@ def etcd_cluster(
     binary = etcd_binary()
     folder.mkdir(parents=True, exist_ok=True)
     scheme = "https" if tls else "http"
-    names = [f"m{i}" for i in range(members)]
-    peers = {name: f"http://127.0.0.1:{free_port()}" for name in names}
-    initial = ",".join(f"{name}={url}" for name, url in peers.items())
+    planned = [
+        etcd_server.EtcdMember(
+            f"m{i}", folder / f"m{i}", f"{scheme}://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+        )
+        for i in range(members)
+    ]
     token = f"petrel-test-{secrets.token_hex(4)}"
     cluster = EtcdCluster([])
+    extra: list[str] = []
     if tls:
         context = ssl.create_default_context(cafile=str(tls.ca))
         context.load_cert_chain(tls.certificate, tls.key)
         cluster = EtcdCluster([], tls, context)
-    for name in names:
-        client_url = f"{scheme}://127.0.0.1:{free_port()}"
-        command = [
-            binary,
-            f"--name={name}",
-            f"--data-dir={folder / name}",
-            f"--listen-client-urls={client_url}",
-            f"--advertise-client-urls={client_url}",
-            f"--listen-peer-urls={peers[name]}",
-            f"--initial-advertise-peer-urls={peers[name]}",
-            f"--initial-cluster={initial}",
-            "--initial-cluster-state=new",
-            f"--initial-cluster-token={token}",
-            f"--heartbeat-interval={HEARTBEAT_MS}",
-            f"--election-timeout={ELECTION_MS}",
-            "--logger=zap",
-            "--log-level=warn",
-            "--log-outputs=stderr",
+        extra += [
+            f"--cert-file={tls.certificate}",
+            f"--key-file={tls.key}",
+            f"--trusted-ca-file={tls.ca}",
+            "--client-cert-auth",
         ]
-        if tls:
-            command += [
-                f"--cert-file={tls.certificate}",
-                f"--key-file={tls.key}",
-                f"--trusted-ca-file={tls.ca}",
-                "--client-cert-auth",
-            ]
-        if auth_token_ttl is not None:
-            command.append(f"--auth-token-ttl={auth_token_ttl}")
-        cluster.members.append(EtcdMember(name, command, client_url, folder / f"{name}.log"))
+    if auth_token_ttl is not None:
+        extra.append(f"--auth-token-ttl={auth_token_ttl}")
+    for plan in planned:
+        command = etcd_server.member_command(plan, planned, token, binary=binary, extra=tuple(extra))
+        cluster.members.append(EtcdMember(plan.name, command, plan.client_url, folder / f"{plan.name}.log"))
     try:
         for member in cluster.members:
             member.start()

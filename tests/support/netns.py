@@ -239,16 +239,16 @@ def netns_hosts(log_dir: Path, *names: str) -> Iterator[Hosts]:
         hosts.close()
 
 
-async def serving(started: HostProcess, base_url: str, timeout: float = 30.0) -> None:
-    """Until the process answers `base_url/healthz` (over its host's management link); fails at once if it exits."""
+async def serving(started: HostProcess, base_url: str, timeout: float = 30.0, *, path: str = "/healthz") -> None:
+    """Until the process answers `base_url` + `path` (over its host's management link); fails at once if it exits."""
     async with httpx.AsyncClient(base_url=base_url, timeout=1.0) as client:
 
         async def healthy() -> bool:
             code = started.process.poll()
             assert code is None, f"it exited with code {code} while starting; {started.tail()}"
             try:
-                return (await client.get("/healthz")).status_code == 200
+                return (await client.get(path)).status_code == 200
             except httpx.HTTPError:
                 return False
 
-        await eventually(healthy, f"{started.log_path.stem} answers {base_url}/healthz", timeout, started.tail)
+        await eventually(healthy, f"{started.log_path.stem} answers {base_url}{path}", timeout, started.tail)

@@ -89,10 +89,13 @@ class UpCluster:
 
 @contextmanager
 def petrel_up(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[UpCluster]:
-    """`petrel up <args>` on free ports (two consecutive ones for brokers) and `tmp_path/data`; stopped after."""
+    """`petrel up <args>` on free ports (two consecutive ones for brokers and for nameservers, six for a private
+    etcd's members) and `tmp_path/data`; stopped after."""
     data_dir = tmp_path / "data"
     ports = {flag: free_port() for flag in PORT_FLAGS}
     ports["--broker-port"] = free_port_run(2)
+    ports["--nameserver-port"] = free_port_run(2)  # with --replicas: two nameservers
+    ports["--etcd-port"] = free_port_run(6)  # with --replicas: three etcd members' client and peer ports
     argv = [sys.executable, "-m", "deploy", "up", *args, "--data-dir", str(data_dir)]
     for flag, port in ports.items():
         argv += [flag, str(port)]

@@ -1,37 +1,50 @@
-"""A broker's link to the controller: its role, its master's lease, and the new role after a failover."""
+"""A broker's link to etcd: its role from the controller's state, a master's right to write as its own etcd lease,
+new epochs after a restart, and in-sync changes that fail once another grant was made."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
-from libs.controller_api import BrokerReport
+from libs.broker_api.replication import BrokerRole
+from libs.controller_api import ReplicaReport, ReplicationState
+from libs.etcd import EtcdClient, EtcdSettings
+from libs.events.writer import EventWriter
 from libs.store.epochs import EpochFile
 from libs.store.message_store import MessageStore
-from services.broker.controller_link import ControllerLink
-from services.nameserver.app import create_app
-from services.nameserver.settings import NameserverSettings
-from tests.support.clock import FakeClock
+from services.broker.app import create_app
+from services.broker.controller_link import ControllerLink, RunHandover
+from services.broker.in_sync import InSyncReplicas
+from tests.support.apps import broker_settings, in_process
+from tests.support.broker_calls import put
+from tests.support.controller import controller, granted, replica, running, state
+from tests.support.etcd import EtcdCluster, etcd_cluster
+from tests.support.serving import ServedApp
 from tests.support.store import make_store
-from tests.support.waiting import eventually
+from tests.support.waiting import POLL, eventually
 
-LEASE = 2.0
+NAME = "broker-a"
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    with etcd_cluster(Path(tmp_path_factory.mktemp("etcd"))) as cluster:
+        yield cluster
 
 
 @pytest.fixture
-async def controller(tmp_path: Path, clock: FakeClock) -> AsyncIterator[httpx.AsyncBaseTransport]:
-    app = create_app(NameserverSettings(data_dir=tmp_path / "ns", controller=True, controller_scan_ms=10), clock=clock)
-    async with LifespanManager(app) as manager:
-        yield httpx.ASGITransport(app=manager.app)
+def settings(etcd: EtcdCluster, request: pytest.FixtureRequest) -> EtcdSettings:
+    return etcd.settings(f"/test/{request.node.name}/")
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+async def client(settings: EtcdSettings) -> AsyncIterator[EtcdClient]:
+    async with EtcdClient(settings) as made:
+        yield made
 
 
 @pytest.fixture
@@ -42,69 +55,220 @@ async def store(tmp_path: Path) -> AsyncIterator[MessageStore]:
 
 
 def link(
-    store: MessageStore, transport: httpx.AsyncBaseTransport, clock: FakeClock, broker_id: int = 0
+    settings: EtcdSettings, store: MessageStore, broker_id: int = 0, handover: RunHandover | None = None
 ) -> ControllerLink:
     return ControllerLink(
-        "127.0.0.1:9876",
-        "broker-a",
+        EtcdClient(settings),
+        NAME,
         broker_id,
         f"127.0.0.1:{10911 + broker_id}",
         store,
-        EpochFile(store.config.root),
-        None,
-        heartbeat=0.5,
-        lease=LEASE,
-        clock=clock,
-        transport=transport,
+        EpochFile(store.config.root).load(),
+        heartbeat=0.1,
+        lease_ttl=2,
+        margin=0.5,
+        handover=handover,
     )
 
 
-async def test_a_master_acknowledges_writes_only_within_its_lease_from_the_last_answered_report(
-    store: MessageStore, controller: httpx.AsyncBaseTransport, clock: FakeClock
-) -> None:
-    master = link(store, controller, clock)
-    assignment = await master.assignment_at_start()
-    clock.advance(LEASE - 0.5)  # the start took a while: recovery, the epoch file
-    master.take(assignment)
-    assert master.is_master
-    assert master.holds_lease()
-    clock.advance(0.5)
-    assert not master.holds_lease(), "no report answered for the lease since the one that made it master: fenced"
-    await master.report()
-    assert master.holds_lease()
-    await master.close()
+async def as_master(made: ControllerLink) -> ReplicationState:
+    """Start (unless started), wait for the grant naming this run, take the master key."""
+    if made.keeper is None:
+        await made.start()
+    found, revision = await made.state_at_start()
+    assert (found.master_id, found.master_run) == (made.broker_id, made.run_id)
+    assert await made.take_master(found, revision)
+    made.take(found, revision)
+    return found
 
 
-async def test_after_a_failover_the_old_master_is_told_its_role_changed_and_its_epoch_cannot_change_the_set(
-    store: MessageStore, controller: httpx.AsyncBaseTransport, clock: FakeClock
+@contextlib.asynccontextmanager
+async def closing(made: ControllerLink) -> AsyncIterator[ControllerLink]:
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+async def test_a_master_writes_only_while_its_own_etcd_lease_lives(
+    settings: EtcdSettings, client: EtcdClient, store: MessageStore, tmp_path: Path
 ) -> None:
-    master = link(store, controller, clock)
-    master.take(await master.assignment_at_start())
-    async with httpx.AsyncClient(transport=controller, base_url="http://127.0.0.1:9876") as client:
-        slave = BrokerReport(address="127.0.0.1:10912", log_end=0, epoch=1).model_dump()
-        assert (await client.put("/internal/controller/broker-a/1", json=slave)).status_code == 200
+    async with running(controller(client, tmp_path)), closing(link(settings, store)) as master:
+        found = await as_master(master)
+        assert (found.epoch, master.is_master, master.holds_lease()) == (1, True, True)
+        assert master.keeper is not None
+        await client.revoke(master.keeper.lease.id)  # etcd ends it (as after a pause past its TTL)
+        await asyncio.wait_for(master.keeper.lost.wait(), 5)
+        assert not master.holds_lease(), "fenced: another may be granted now"
+
+
+async def test_masters_keep_writing_while_the_controller_leader_changes(
+    settings: EtcdSettings, client: EtcdClient, store: MessageStore, tmp_path: Path
+) -> None:
+    one, two = controller(client, tmp_path / "1", "ns-1:9876"), controller(client, tmp_path / "2", "ns-2:9876")
+    async with running(one), running(two), closing(link(settings, store)) as master:
+        await as_master(master)
+        leader, other = (one, two) if one.leading.is_set() else (two, one)
+        assert leader.current_election is not None
+        await client.revoke(leader.current_election.lease)  # the leading nameserver is killed
+        held: list[bool] = []
+
+        async def sampled_through_the_change() -> bool:  # 3 s of samples: past a master's lease of 2 s
+            held.append(master.holds_lease())
+            return other.leading.is_set() and len(held) >= 3 / POLL
+
+        await eventually(sampled_through_the_change, "the other controller leads", 15)
+        assert all(held), "a change of controller leader paused the master's writes"
+        assert (await state(client, NAME)).epoch == 1  # type: ignore[union-attr]
+
+
+async def test_a_restarted_master_waits_for_a_new_grant_and_gets_a_new_epoch(
+    settings: EtcdSettings, client: EtcdClient, store: MessageStore, tmp_path: Path
+) -> None:
+    async with running(controller(client, tmp_path)):
+        async with closing(link(settings, store)) as first:
+            await as_master(first)
+        async with closing(link(settings, store)) as again:  # the same broker, a new run of its app
+            found = await as_master(again)
+    assert (found.epoch, found.master_run) == (2, again.run_id), "every grant of mastership is a new epoch"
+
+
+async def test_a_restarted_master_does_not_acknowledge_alone_while_a_slave_is_in_the_states_set(
+    settings: EtcdSettings, client: EtcdClient, store: MessageStore, tmp_path: Path
+) -> None:
+    async with closing(link(settings, store)) as master, running(controller(client, tmp_path)):
+        await master.start()
+        await replica(client, NAME, 1, log_end=0)  # the slave, alive (it will not acknowledge anything here)
+        found = await as_master(master)
+        assert await master.change_in_sync([1])  # it joined in the run before the restart
+        in_sync = InSyncReplicas(NAME, 0.3, EventWriter(tmp_path / "export", "broker", enabled=False))
+        in_sync.answered = 0
+        in_sync.confirm = master.change_in_sync
+        in_sync.start_with([i for i in (await state(client, NAME)).in_sync if i != 0])  # type: ignore[union-attr]
+        waiting = asyncio.create_task(in_sync.wait(100))
+        done, _ = await asyncio.wait({waiting}, timeout=0.1)  # within the replication timeout
+        assert not done, "a restarted master answered alone while the state says slave 1 is in sync"
+        await asyncio.wait_for(waiting, 5)  # slave 1 silent past the timeout: it leaves, recorded first
+        recorded = await state(client, NAME)
+    assert recorded is not None
+    assert (recorded.in_sync, recorded.version, recorded.epoch) == ([0], found.version + 2, found.epoch)
+
+
+async def test_an_in_sync_change_fails_once_an_election_happened_in_between(
+    settings: EtcdSettings, client: EtcdClient, store: MessageStore, tmp_path: Path
+) -> None:
+    async with closing(link(settings, store)) as master, running(controller(client, tmp_path)):
+        await master.start()
+        slave = await replica(client, NAME, 1, log_end=0)
+        await as_master(master)
         assert await master.change_in_sync([1])
-        clock.advance(4.0)  # the master is silent past the controller's timeout; the slave reports
-        assert (await client.put("/internal/controller/broker-a/1", json=slave)).status_code == 200
-        view = await client.get("/internal/controller")
-    await _scan_done(controller, clock)
-    assignment = await master.report()
-    assert (assignment.master_id, assignment.epoch) == (1, 2)
-    why = master.role_changed(assignment)
-    assert why is not None
-    assert "broker 1" in why
-    assert not master.holds_lease()
-    assert not await master.change_in_sync([]), "epoch 1 is over: the controller refuses"
-    assert view.status_code == 200
-    await master.close()
+        assert master.keeper is not None
+        await master._stop_keeping()  # paused: no keep-alive any more ...
+        await client.revoke(master.keeper.lease.id)  # ... and etcd ends its lease
+        promoted = await granted(client, NAME, 2)
+        assert promoted.master_id == 1
+        assert not await master.change_in_sync([]), "its epoch is over: the shrink is refused"
+    assert await state(client, NAME) == promoted
+    await client.revoke(slave.id)
 
 
-async def _scan_done(transport: httpx.AsyncBaseTransport, clock: FakeClock) -> None:
-    """Until the controller's scan (its own task, every 10 ms) has promoted broker 1."""
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:9876") as client:
+async def test_a_state_below_the_brokers_own_epoch_is_refused_until_the_controller_replaces_it(
+    settings: EtcdSettings, client: EtcdClient, store: MessageStore, tmp_path: Path
+) -> None:
+    epochs = EpochFile(store.config.root)
+    epochs.begin(5, 0)
+    stale = ReplicationState(epoch=3, master_id=1, master_address="127.0.0.1:10912", master_run="r", in_sync=[1],
+                             version=1)  # fmt: skip
+    await client.put(f"brokers/{NAME}/state", stale.model_dump_json())
+    async with closing(link(settings, store)) as broker:
+        await broker.start()
+        reading = asyncio.create_task(broker.state_at_start())
+        done, _ = await asyncio.wait({reading}, timeout=0.3)  # no controller yet: the stale state is all there is
+        assert not done, "it took an epoch below one it holds data of"
+        async with running(controller(client, tmp_path)):
+            found, _ = await asyncio.wait_for(reading, 10)
+    assert (found.epoch, found.master_id, found.master_run) == (6, 0, broker.run_id)
 
-        async def promoted() -> bool:
-            view = (await client.get("/internal/controller")).json()
-            return bool(view["broker_names"][0]["assignment"]["master_id"] == 1)
 
-        await eventually(promoted, "the controller promotes broker 1")
+async def test_a_broker_report_lives_as_long_as_its_run(
+    settings: EtcdSettings, client: EtcdClient, store: MessageStore
+) -> None:
+    broker = link(settings, store, broker_id=2)
+    await broker.start()
+    assert await client.get(f"brokers/{NAME}/replicas/2") is not None
+    await broker.close()
+
+    async def gone() -> bool:
+        return await client.get(f"brokers/{NAME}/replicas/2") is None
+
+    await eventually(gone, "a closed run's report is gone at once (its lease revoked)", 1.0)
+
+
+async def test_a_restarted_master_app_answers_a_put_only_once_its_silent_slave_left_the_set_in_etcd(
+    settings: EtcdSettings, client: EtcdClient, nameserver: ServedApp, tmp_path: Path
+) -> None:
+    broker = broker_settings(
+        nameserver, NAME, controlled=True, role=BrokerRole.SYNC_MASTER, sync_replication_timeout_ms=300,
+        data_dir=tmp_path / "data",
+    )  # fmt: skip
+    async with running(controller(client, tmp_path)):
+        async for http in in_process(create_app(broker, etcd=settings)):
+            assert (await http.put("/internal/topics/orders", json={"read_queues": 1, "write_queues": 1})).is_success
+            await put(http, "before the restart")
+            first = await granted(client, NAME, 1)
+            await replica(client, NAME, 1)  # the slave: alive, but it copies nothing from now on
+            joined = first.model_copy(update={"in_sync": [0, 1], "version": first.version + 1})
+            await client.put(f"brokers/{NAME}/state", joined.model_dump_json())  # slave 1 joined in this run
+    # no controller leads while the broker restarts (else slave 1, in sync, could be promoted meanwhile)
+    leading = asyncio.create_task(lead_once_reported_again(client, tmp_path, first.master_run))
+    try:
+        async for http in in_process(create_app(broker, etcd=settings)):  # a new run: it waits for a new grant
+            again = await granted(client, NAME, 2)
+            assert (again.master_id, again.in_sync) == (0, [0, 1]), "slave 1 is alive: the grant keeps it in the set"
+            await put(http, "after the restart")  # waits for slave 1, which leaves (recorded) after 300 ms
+            recorded = await state(client, NAME)
+    finally:
+        leading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await leading
+    assert recorded is not None
+    assert (recorded.epoch, recorded.in_sync) == (2, [0]), "answered alone only once etcd says so"
+
+
+async def lead_once_reported_again(client: EtcdClient, folder: Path, old_run: str) -> None:
+    """A controller, once broker 0 has reported a run other than `old_run`; until cancelled."""
+
+    async def reported_again() -> bool:
+        kv = await client.get(f"brokers/{NAME}/replicas/0")
+        return kv is not None and ReplicaReport.model_validate_json(kv.value).run != old_run
+
+    await eventually(reported_again, "broker 0 reports its new run", 10)
+    async with running(controller(client, folder)):
+        await asyncio.Event().wait()
+
+
+async def test_a_controlled_broker_without_etcd_refuses_to_start(nameserver: ServedApp, tmp_path: Path) -> None:
+    broker = broker_settings(nameserver, NAME, controlled=True, data_dir=tmp_path / "data")
+    with pytest.raises(ValueError, match="PETREL_ETCD_ENDPOINTS"):
+        async for _ in in_process(create_app(broker, etcd=EtcdSettings(endpoints=[]))):
+            pass
+
+
+async def test_a_promoted_slave_keeps_its_run_and_lease_across_its_restart_so_one_election_makes_it_master(
+    settings: EtcdSettings, client: EtcdClient, store: MessageStore, tmp_path: Path
+) -> None:
+    master = await replica(client, NAME, 0, log_end=0)
+    async with running(controller(client, tmp_path)), closing(link(settings, store, broker_id=1)) as slave:
+        await slave.start()
+        first = await granted(client, NAME, 1)
+        assert first.master_id == 0
+        joined = first.model_copy(update={"in_sync": [0, 1], "version": 2})
+        await client.put(f"brokers/{NAME}/state", joined.model_dump_json())
+        await client.revoke(master.id)  # master 0 dies
+        promoted = await granted(client, NAME, 2)
+        assert (promoted.master_id, promoted.master_run) == (1, slave.run_id)
+        handover = slave.hand_over()  # the slave's app restarts to take the role
+        assert handover is not None
+        async with closing(link(settings, store, 1, handover)) as restarted:
+            took = await as_master(restarted)
+    assert (took.epoch, took.master_run) == (2, slave.run_id), "no second election: the grant named this run"
