@@ -74,6 +74,16 @@ def test_a_block_failing_beside_a_background_job_is_reported_at_once_not_at_the_
     assert "timed out" not in failure
 
 
+def test_a_block_that_reopens_its_output_loses_nothing_of_the_pages(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("```sh\necho one\necho two | tee /dev/stderr | cat\n```\n\n```sh\necho three\n```\n")
+
+    result = run_page(shell_blocks(page, "page.md"), {}, tmp_path, {"PATH": "/usr/bin:/bin"}, 10)
+
+    assert result.failure() is None
+    assert [r.block.number for r in result.runs] == [1, 2], "a block's output was written over"
+
+
 def test_an_http_error_fails_its_block_unless_a_comment_announces_it(tmp_path: Path) -> None:
     fake = tmp_path / "bin" / "curl"  # answers 404 to everything, as curl -w would report it
     fake.parent.mkdir()

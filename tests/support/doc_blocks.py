@@ -15,7 +15,7 @@ import os
 import re
 import signal
 import subprocess
-import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,23 +120,35 @@ def run_page(
     script = PRELUDE + "".join(
         f"echo '{MARK}{b.number}'; echo '{MARK}{b.number}' >&2\n{with_ports(b.text, ports)}\n" for b in blocks
     )
-    # A file, not a pipe: a background job a failed block left running would hold a pipe open, and reading to its
-    # end would wait out the page's whole timeout instead of reporting the block at once.
-    with tempfile.TemporaryFile(mode="w+") as out:
-        process = subprocess.Popen(
-            ["bash", "-c", script], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            code = process.wait(timeout=timeout)
-            timed_out = ""
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            code, timed_out = -1, f"\n(timed out after {timeout} s)\n"
-        finally:
-            _kill_group(process.pid)
-        out.seek(0)
-        output = out.read() + timed_out
+    # The output is read by a thread while this one waits for bash alone: a background job a failed block left
+    # running holds the pipe open, and reading it to its end would wait out the page's whole timeout instead of
+    # reporting the block at once. (A file instead of the pipe would not do: `tee /dev/stderr` reopens it at 0.)
+    process = subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    chunks: list[str] = []
+    reader = threading.Thread(target=lambda: chunks.extend(process.stdout or ()), daemon=True)
+    reader.start()
+    timed_out = ""
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        code, timed_out = -1, f"\n(timed out after {timeout} s)\n"
+    finally:
+        _kill_group(process.pid)  # the page's background jobs: the pipe ends with them
+    reader.join(10)
+    if not reader.is_alive():  # else a job that outlived SIGTERM still writes: leave the pipe to it
+        process.stdout.close()
+    output = "".join(chunks) + timed_out
     return PageRun(_split(blocks, output), code)
 
 

@@ -17,14 +17,15 @@ from libs.events.writer import EventWriter
 from libs.store.epochs import EpochFile
 from libs.store.message_store import MessageStore
 from services.broker.app import create_app
-from services.broker.controller_link import ControllerLink, RunHandover
+from services.broker.controller_link import LOG_END_REPORT_SECONDS, ControllerLink, RunHandover
 from services.broker.in_sync import InSyncReplicas
 from tests.support.apps import broker_settings, in_process
 from tests.support.broker_calls import put
+from tests.support.clock import FakeClock
 from tests.support.controller import controller, granted, replica, running, state
 from tests.support.etcd import EtcdCluster, etcd_cluster
 from tests.support.serving import ServedApp
-from tests.support.store import make_store
+from tests.support.store import fill, make_store
 from tests.support.waiting import POLL, eventually
 
 NAME = "broker-a"
@@ -55,7 +56,11 @@ async def store(tmp_path: Path) -> AsyncIterator[MessageStore]:
 
 
 def link(
-    settings: EtcdSettings, store: MessageStore, broker_id: int = 0, handover: RunHandover | None = None
+    settings: EtcdSettings,
+    store: MessageStore,
+    broker_id: int = 0,
+    handover: RunHandover | None = None,
+    clock: FakeClock | None = None,
 ) -> ControllerLink:
     return ControllerLink(
         EtcdClient(settings),
@@ -68,6 +73,7 @@ def link(
         lease_ttl=2,
         margin=0.5,
         handover=handover,
+        **({"clock": clock} if clock is not None else {}),
     )
 
 
@@ -204,6 +210,31 @@ async def test_a_broker_report_lives_as_long_as_its_run(
     await eventually(gone, "a closed run's report is gone at once (its lease revoked)", 1.0)
 
 
+async def test_a_report_whose_log_end_alone_moved_is_put_every_few_seconds_not_on_every_heartbeat(
+    settings: EtcdSettings, client: EtcdClient, store: MessageStore
+) -> None:
+    clock = FakeClock()
+    broker = link(settings, store, clock=clock)
+    await broker.start()
+    key = f"brokers/{NAME}/replicas/0"
+    first = await client.get(key)
+    assert first is not None
+    try:
+        await fill(store, 3)
+        await broker.report()
+        unchanged = await client.get(key)
+        assert unchanged is not None
+        assert unchanged.mod_revision == first.mod_revision, "put again for a log end that moved a heartbeat ago"
+
+        clock.advance(LOG_END_REPORT_SECONDS)
+        await broker.report()
+        again = await client.get(key)
+        assert again is not None
+        assert ReplicaReport.model_validate_json(again.value).log_end == store.commitlog.write_offset > 0
+    finally:
+        await broker.close()
+
+
 async def test_a_restarted_master_app_answers_a_put_only_once_its_silent_slave_left_the_set_in_etcd(
     settings: EtcdSettings, client: EtcdClient, nameserver: ServedApp, tmp_path: Path
 ) -> None:
@@ -217,8 +248,10 @@ async def test_a_restarted_master_app_answers_a_put_only_once_its_silent_slave_l
             await put(http, "before the restart")
             first = await granted(client, NAME, 1)
             await replica(client, NAME, 1)  # the slave: alive, but it copies nothing from now on
-            joined = first.model_copy(update={"in_sync": [0, 1], "version": first.version + 1})
-            await client.put(f"brokers/{NAME}/state", joined.model_dump_json())  # slave 1 joined in this run
+    # Slave 1 joined in that run. Written once the run stopped: a running master writes its own set back on its
+    # next heartbeat (it never saw this slave), and on a slow machine that came before the stop.
+    joined = first.model_copy(update={"in_sync": [0, 1], "version": first.version + 1})
+    await client.put(f"brokers/{NAME}/state", joined.model_dump_json())
     # no controller leads while the broker restarts (else slave 1, in sync, could be promoted meanwhile)
     leading = asyncio.create_task(lead_once_reported_again(client, tmp_path, first.master_run))
     try:
