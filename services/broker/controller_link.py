@@ -18,10 +18,10 @@ While it runs it watches the state: a new epoch or master, a lost lease: the app
 over to the next app of the same process (`hand_over`, `RunHandover`): the grant that promoted
 it names that run, and a new run would need a second election (a second epoch) first. A
 master, or a run whose lease is lost, starts the next app with a new run on a new lease. It
-puts its report again when it changed (its log end alone: every LOG_END_REPORT_SECONDS). A master records its in-sync changes
-in the state itself (`change_in_sync`), conditioned on the state's mod_revision, so a grant
-made in between makes the change fail, and a shrink is in etcd before any write stops
-waiting for the slave that left.
+puts its report again when it changed (its log end alone: every LOG_END_REPORT_SECONDS). A
+master records its in-sync changes in the state itself (`change_in_sync`), conditioned on
+the state's mod_revision, so a grant made in between makes the change fail, and a shrink is
+in etcd before any write stops waiting for the slave that left.
 """
 
 from __future__ import annotations
