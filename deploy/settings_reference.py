@@ -19,6 +19,7 @@ import annotated_types
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+from pydantic_settings import BaseSettings
 
 from libs.settings import ServiceSettings
 
@@ -61,6 +62,13 @@ def services() -> dict[str, type[ServiceSettings]]:
     }
 
 
+def cluster_settings() -> dict[str, type[BaseSettings]]:
+    """Settings every process of a cluster reads alike, under a prefix of their own (not a service's)."""
+    from libs.etcd.settings import EtcdSettings
+
+    return {"etcd": EtcdSettings}
+
+
 def render() -> str:
     """The whole page, as `petrel settings-reference` writes it."""
     classes = services()
@@ -79,6 +87,10 @@ def render() -> str:
         for name, field in cls.model_fields.items():
             if name not in omitted:
                 lines.append(_row(f"{prefix}{name.upper()}", field, description=_inherited(cls, name)))
+    for group, settings in cluster_settings().items():
+        prefix = str(settings.model_config.get("env_prefix", "PETREL_"))
+        lines += ["", f"## {group} (`{settings.__module__}.{settings.__name__}`)", "", _header()]
+        lines += [_row(f"{prefix}{name.upper()}", field) for name, field in settings.model_fields.items()]
     return "\n".join(lines) + "\n"
 
 
