@@ -4,7 +4,7 @@
 running the controller, three etcd members, a set workload through the gateway; each round applies
 a nemesis drawn from the seed (kill -9 of the master, the slave, a nameserver or the controller
 leader, an etcd member, the gateway; SIGSTOP of the master), heals it and waits for sends to
-resume; then every answered send is read back. `PETREL_NEMESIS_SEED=<n>` replays a run; the seed
+resume; then every answered send is read back. `NEMESIS_SEED=<n>` replays a run; the seed
 is printed first. tests/bench/test_nemesis_checker.py shows the checker failing on a lost send.
 """
 
@@ -21,7 +21,8 @@ from bench.scenarios.nemesis import QUICK_ROUNDS, nemesis_run
 
 pytestmark = pytest.mark.e2e
 
-SEED_ENV = "PETREL_NEMESIS_SEED"
+SEED_ENV = "NEMESIS_SEED"
+"""Not PETREL_: the suite clears every PETREL_ variable of the shell before a test (tests/conftest.py)."""
 
 
 @pytest.mark.timeout(180)
