@@ -23,8 +23,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="record a py-spy flame graph of every Petrel process during each load (under RESULTS/profiles/)",
     )
+    parser.add_argument("--rounds", type=_positive, help="rounds of the nemesis run (default 20; 2 with --quick)")
+    parser.add_argument("--seed", type=int, help="the nemesis run's seed: the same seed replays the same rounds")
     args = parser.parse_args(argv)
-    run(SCENARIOS, args.scenarios, BenchOptions(quick=args.quick), args.results, runs=args.runs, profile=args.profile)
+    options = BenchOptions(quick=args.quick, rounds=args.rounds, seed=args.seed)
+    run(SCENARIOS, args.scenarios, options, args.results, runs=args.runs, profile=args.profile)
 
 
 def _positive(text: str) -> int:

@@ -38,6 +38,10 @@ class Figure:
 class BenchOptions:
     quick: bool = False
     """Smaller counts, for a smoke run; the figures are then only indicative."""
+    rounds: int | None = None
+    """Rounds of a scenario that runs in rounds (nemesis); None: its default."""
+    seed: int | None = None
+    """The seed of a seeded scenario (nemesis); None: a new one, printed."""
 
 
 Scenario = Callable[[BenchOptions], list[Figure]]

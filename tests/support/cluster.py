@@ -17,12 +17,13 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis
 
 from deploy.plan import ProcessSpec
-from deploy.supervisor import Supervisor
+from deploy.supervisor import Child, Supervisor
 from libs.cluster_token import TOKEN_FILE_SETTING, ensure_token_file, read_token_file, token_file_of
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from tests.support.etcd import EtcdCluster, etcd_cluster
@@ -71,6 +72,8 @@ class LocalCluster:
         push: bool = False,
         token: bool = False,
         replicated: bool = False,
+        nameservers: int = 1,
+        etcd_members: int = 1,
     ) -> None:
         self.data_dir = data_dir
         self.txcheck = txcheck
@@ -79,16 +82,21 @@ class LocalCluster:
         self._killed_master: str | None = None
         self._etcd = contextlib.ExitStack()
         self.etcd: EtcdCluster | None = None
-        """Replicated: the one-member etcd the controller keeps its state in (started with the cluster)."""
+        """Replicated: the etcd (`etcd_members` members) the controllers keep their state in (started with the
+        cluster)."""
+        self.etcd_members = etcd_members
         self.supervisor = Supervisor(data_dir)
         self.token_file = ensure_token_file(token_file_of(data_dir)) if token else None
         token_env = {TOKEN_FILE_SETTING: str(self.token_file)} if self.token_file else {}
         ports = {name: free_port() for name in ("nameserver", "broker", "slave", "timer", "push", "gateway")}
+        self.nameserver_names = ["nameserver"] + [f"nameserver-{n}" for n in range(2, nameservers + 1)]
+        """"nameserver", "nameserver-2", ...: each runs a controller when replicated"""
+        ports |= {name: free_port() for name in self.nameserver_names[1:]}
         self.redis_prefix = f"petrel-e2e:{uuid.uuid4().hex[:12]}:"
         shared = (
             {
                 "PETREL_DATA_DIR": str(data_dir),
-                "PETREL_NAMESERVERS": f"127.0.0.1:{ports['nameserver']}",
+                "PETREL_NAMESERVERS": ",".join(f"127.0.0.1:{ports[n]}" for n in self.nameserver_names),
                 "PETREL_TXCHECK_REDIS_KEY_PREFIX": self.redis_prefix,
             }
             | SMALL_BROKER
@@ -108,12 +116,17 @@ class LocalCluster:
             "PETREL_GATEWAY_TIMER_ADDRESS": f"127.0.0.1:{ports['timer']}",
             "PETREL_GATEWAY_PUSH_ADDRESS": f"127.0.0.1:{ports['push']}",
         }
+        nameserver_env = REPLICATED_NAMESERVER if replicated else {}
         self.specs = {
-            "nameserver": spec(
-                "nameserver", "services.nameserver", "nameserver", REPLICATED_NAMESERVER if replicated else None
-            ),
-            "broker-a": spec("broker-a", "services.broker", "broker", self._replicated_broker(ports, 0)),
+            name: ProcessSpec(
+                name,
+                "services.nameserver",
+                ports[name],
+                shared | {"PETREL_NAMESERVER_PORT": str(ports[name])} | nameserver_env,
+            )
+            for name in self.nameserver_names
         }
+        self.specs["broker-a"] = spec("broker-a", "services.broker", "broker", self._replicated_broker(ports, 0))
         if replicated:
             self.specs["broker-a@1"] = ProcessSpec(
                 "broker-a@1",
@@ -140,13 +153,32 @@ class LocalCluster:
             return {}
         return REPLICATED_BROKER | {"PETREL_BROKER_BROKER_ID": str(broker_id)}
 
+    async def controller_view(self) -> dict[str, Any]:
+        """`GET /internal/controller` of the first nameserver that answers it (any reads it from etcd)."""
+        failures: list[str] = []
+        for name in self.nameserver_names:
+            try:
+                url = self.specs[name].url
+                async with httpx.AsyncClient(base_url=url, headers=self.internal_headers(), timeout=5) as client:
+                    answer = await client.get("/internal/controller")
+                if answer.status_code == 200:
+                    view: dict[str, Any] = answer.json()
+                    return view
+                failures.append(f"{name}: {answer.status_code}")
+            except httpx.HTTPError as exc:
+                failures.append(f"{name}: {type(exc).__name__}")
+        raise RuntimeError(f"no nameserver answered the controller's view: {failures}")
+
+    async def controller_leader(self) -> str | None:
+        """The nameserver process whose controller leads now (None: no leader in etcd)."""
+        leader = (await self.controller_view()).get("leader")
+        return next((n for n in self.nameserver_names if leader and leader.endswith(f":{self.specs[n].port}")), None)
+
     async def master(self) -> str:
         """The process that is broker-a's master now, as the controller says."""
         if not self.replicated:
             return "broker-a"
-        nameserver = self.specs["nameserver"].url
-        async with httpx.AsyncClient(base_url=nameserver, headers=self.internal_headers(), timeout=5) as client:
-            view = (await client.get("/internal/controller")).json()
+        view = await self.controller_view()
         assignment = view["broker_names"][0]["assignment"] if view["broker_names"] else None
         master_id = assignment["master_id"] if assignment else 0
         return "broker-a" if master_id == 0 else f"broker-a@{master_id}"
@@ -165,7 +197,8 @@ class LocalCluster:
 
     async def start(self) -> None:
         if self.replicated and self.etcd is None:
-            self.etcd = await asyncio.to_thread(self._etcd.enter_context, etcd_cluster(self.data_dir / "etcd"))
+            members = etcd_cluster(self.data_dir / "etcd", self.etcd_members)
+            self.etcd = await asyncio.to_thread(self._etcd.enter_context, members)
             endpoints = {"PETREL_ETCD_ENDPOINTS": ",".join(self.etcd.endpoints), "PETREL_ETCD_PREFIX": "/petrel-e2e/"}
             for spec in self.specs.values():
                 spec.env.update(endpoints)
@@ -204,10 +237,18 @@ class LocalCluster:
         whichever broker is the master now: killing it is a failover."""
         if self.replicated and name == "broker-a":
             name = self._killed_master = await self.master()
-        child = next(c for c in self.supervisor.children if c.spec.name == name)
+        await self.kill_process(name)
+
+    async def kill_process(self, name: str) -> None:
+        """kill -9 of the process of that name, whatever its role."""
+        child = self._child(name)
         os.kill(child.process.pid, signal.SIGKILL)
         await asyncio.to_thread(child.process.wait)
         self.supervisor.children.remove(child)
+
+    async def start_process(self, name: str) -> None:
+        """Start the process of that name again (it answers its health check when this returns)."""
+        await asyncio.to_thread(self.supervisor.start, self.specs[name])
 
     async def restart(self, name: str) -> None:
         """Start a killed process again; a killed master once its slave has taken over (it returns as a slave)."""
@@ -215,6 +256,16 @@ class LocalCluster:
             name, self._killed_master = self._killed_master, None
             await self.promoted_after(name)
         await asyncio.to_thread(self.supervisor.start, self.specs[name])
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP of one process: it holds its sockets and answers nothing until `resume`."""
+        os.kill(self._child(name).process.pid, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        os.kill(self._child(name).process.pid, signal.SIGCONT)
+
+    def _child(self, name: str) -> Child:
+        return next(c for c in self.supervisor.children if c.spec.name == name)
 
     def log(self, name: str) -> str:
         return (self.supervisor.log_dir / f"{name}.log").read_text(errors="replace")
@@ -239,6 +290,15 @@ async def local_cluster_with_txcheck(
 ) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
     """The cluster and txcheck's Celery worker and beat; `replicated`: broker-a with a slave, under a controller."""
     async with started(LocalCluster(data_dir, env, txcheck=True, replicated=replicated)) as running:
+        yield running
+
+
+@asynccontextmanager
+async def replicated_cluster(data_dir: Path, **env: str) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
+    """broker-a a SYNC_MASTER with a slave, two nameservers each running the controller, three etcd members: the
+    layout in which any one process may fail (the nemesis run's)."""
+    cluster = LocalCluster(data_dir, env, replicated=True, nameservers=2, etcd_members=3)
+    async with started(cluster) as running:
         yield running
 
 

@@ -1,0 +1,84 @@
+"""The rounds of a nemesis run, drawn from its seed alone: the same seed replays the same rounds.
+
+A round applies one nemesis, or two mixed (begun together, the second a little later). Two are
+never mixed when together they take more than one process of a kind the promise covers
+(both brokers of the broker name, both nameservers, two etcd members): the promise is that any
+one process may fail.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass
+
+
+class Nemesis(enum.StrEnum):
+    KILL_MASTER = "kill -9 master"
+    KILL_SLAVE = "kill -9 slave"
+    KILL_CONTROLLER_LEADER = "kill -9 controller leader"
+    KILL_NAMESERVER = "kill -9 nameserver (not leading)"
+    KILL_ETCD_MEMBER = "kill -9 etcd member"
+    KILL_GATEWAY = "kill -9 gateway"
+    STOP_MASTER = "SIGSTOP master 10 s"
+
+
+NEMESES = tuple(Nemesis)
+KIND = {
+    Nemesis.KILL_MASTER: "broker",
+    Nemesis.KILL_SLAVE: "broker",
+    Nemesis.STOP_MASTER: "broker",
+    Nemesis.KILL_CONTROLLER_LEADER: "nameserver",
+    Nemesis.KILL_NAMESERVER: "nameserver",
+    Nemesis.KILL_ETCD_MEMBER: "etcd",
+    Nemesis.KILL_GATEWAY: "gateway",
+}
+STOP_SECONDS = 10.0
+"""How long SIGSTOP holds the master (five times its lease)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    nemesis: Nemesis
+    after_s: float
+    """seconds after the round's faults begin"""
+    hold_s: float
+    """seconds it lasts before it is healed (a killed process started again, a stopped one continued)"""
+    etcd_member: int = 0
+    """which etcd member, for KILL_ETCD_MEMBER"""
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    number: int
+    steps: tuple[Step, ...]
+
+    @property
+    def name(self) -> str:
+        return " + ".join(step.nemesis for step in self.steps)
+
+
+def rounds(seed: int, count: int, *, hold_s: float, members: int = 3) -> list[Round]:
+    """`count` rounds: every nemesis alone first (in a seeded order, as far as `count` goes), then mixed ones."""
+    rng = random.Random(f"{seed}:nemesis")
+    alone = list(NEMESES)
+    rng.shuffle(alone)
+    planned: list[Round] = []
+    for number in range(1, count + 1):
+        if number <= len(alone):
+            chosen = [alone[number - 1]]
+        else:
+            first = rng.choice(NEMESES)
+            second = rng.choice([n for n in NEMESES if KIND[n] != KIND[first]])
+            chosen = [first, second]
+        steps = tuple(
+            Step(
+                nemesis,
+                0.0 if i == 0 else round(rng.uniform(0.0, 1.0), 2),
+                STOP_SECONDS if nemesis is Nemesis.STOP_MASTER else round(rng.uniform(0.5, 1.0) * hold_s, 2),
+                rng.randrange(members),
+            )
+            for i, nemesis in enumerate(chosen)
+        )
+        planned.append(Round(number, steps))
+    return planned

@@ -1,0 +1,77 @@
+"""`petrel bench nemesis --rounds N --seed S`: the nemesis run (issue 27) on a replicated cluster of real processes.
+
+broker-a is a SYNC_MASTER with one slave, two nameservers both run the controller, etcd has
+three members; a set workload goes through the gateway while each round applies one nemesis or
+two mixed (bench.nemesis.plan), heals them and waits for sends to resume. Then every answered
+send is read back (bench.nemesis.checker). The seed is printed first; the same seed replays the
+same rounds. `--quick`: two short rounds. Anything lost, an unexplained duplicate, an epoch with
+two masters or a fault that did not heal prints the report, keeps the cluster's data and logs in
+`data/bench/nemesis-<seed>`, and exits 1. The cluster is the e2e tests' LocalCluster, so the
+scenario runs from a checkout (as `make bench` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.figures import BenchOptions, Figure
+from bench.nemesis.plan import Nemesis
+from bench.nemesis.run import FULL, QUICK, NemesisConfig, NemesisResult, run_nemesis
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+ROUNDS, QUICK_ROUNDS = 20, 2
+
+
+def nemesis(options: BenchOptions) -> list[Figure]:
+    seed = options.seed if options.seed is not None else random.SystemRandom().randrange(1, 2**31)
+    count = options.rounds or (QUICK_ROUNDS if options.quick else ROUNDS)
+    config = NemesisConfig(seed, count, **(QUICK if options.quick else FULL))
+    print(f"  nemesis: seed {seed}, {count} rounds", flush=True)
+    with tempfile.TemporaryDirectory(prefix="petrel-bench-nemesis-") as tmp:
+        result = asyncio.run(nemesis_run(Path(tmp) / "data", config))
+        print(result.report(), flush=True)
+        if not result.ok:
+            kept = Path("data/bench") / f"nemesis-{seed}"
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(Path(tmp) / "data", kept, ignore=shutil.ignore_patterns("*.sock"))
+            raise SystemExit(f"nemesis FAILED (seed {seed}); the cluster's data and logs are in {kept}")
+    return figures(result)
+
+
+async def nemesis_run(data_dir: Path, config: NemesisConfig) -> NemesisResult:
+    """The run on a fresh replicated cluster under `data_dir` (stopped after)."""
+    if str(REPOSITORY) not in sys.path:
+        sys.path.insert(0, str(REPOSITORY))
+    from tests.support.cluster import replicated_cluster
+
+    async with replicated_cluster(data_dir) as (cluster, client):
+        assert cluster.etcd is not None
+        return await run_nemesis(cluster, cluster.etcd, client, config)
+
+
+def figures(result: NemesisResult) -> list[Figure]:
+    verdict = result.verdict
+    answered = verdict.total("answered")
+    found = [
+        Figure("nemesis: rounds", len(verdict.rounds), "planned", result.config.rounds, "round"),
+        Figure("nemesis: sends answered", answered, "-", 0, "msg"),
+        Figure("nemesis: lost (must be 0)", verdict.total("lost"), "-", 0, "msg"),
+        Figure("nemesis: duplicates explained", verdict.total("explained"), "answered", answered, "msg"),
+        Figure("nemesis: duplicates unexplained (must be 0)", verdict.total("unexplained"), "-", 0, "msg"),
+    ]
+    for nemesis in Nemesis:
+        gaps = [
+            r.longest_gap_s
+            for r, log in zip(verdict.rounds, result.logs, strict=False)
+            if [s.nemesis for s in log.round.steps] == [nemesis]
+        ]
+        if gaps:
+            found.append(
+                Figure(f"nemesis: longest without an answer, {nemesis}", max(gaps), "-", 0, "s", higher_is_better=False)
+            )
+    return found
