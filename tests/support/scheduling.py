@@ -25,6 +25,7 @@ HEAVY_FILES = {
     "tests/services/etl/test_report.py": 45,
     "tests/services/etl/test_live_story.py": 45,
     "tests/e2e/test_chaos.py": 60,
+    "tests/e2e/test_nemesis.py": 40,  # two nemesis rounds on a replicated cluster with three etcd members
     "tests/e2e/test_replication.py": 45,
     "tests/e2e/test_failover.py": 45,
     # the longest files of `make test-fast`, so that none of them starts last
