@@ -16,7 +16,7 @@ from tests.support.scheduling import HeavyFirstFileScheduling
 from tests.support.serving import ServedApp, serving
 
 # A test of the suite's own plugins (tests.support.spark_session_guard) runs a pytest of its own.
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.support.async_timeouts"]
 
 
 @pytest.fixture(autouse=True)
