@@ -309,7 +309,18 @@ class ControllerLink:
     async def run(self, in_sync: InSyncReplicas | None, restart: Callable[[str], None]) -> None:
         """Until cancelled: watch the state (a new role restarts the app), report every `heartbeat` when something
         changed; a master also records slaves that joined, and drops (recorded first) those gone silent or behind
-        for longer than the lag bound (services.broker.in_sync_rules)."""
+        for longer than the lag bound (services.broker.in_sync_rules). A slave that joined is recorded at once
+        (`_record_joins`)."""
+        recording = asyncio.create_task(self._record_joins(in_sync), name="broker-in-sync-joins") if in_sync else None
+        try:
+            await self._follow(in_sync, restart)
+        finally:
+            if recording is not None:
+                recording.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await recording
+
+    async def _follow(self, in_sync: InSyncReplicas | None, restart: Callable[[str], None]) -> None:
         while True:
             why = "this broker's etcd lease is gone" if self.lease_lost else await self._watch_state()
             if why is not None:
@@ -323,6 +334,15 @@ class ControllerLink:
                 log.warning("etcd: report of %s/%d not written (%s)", self.broker_name, self.broker_id, exc)
             if in_sync is not None and self.is_master:
                 await in_sync.drop_lagging(self.store.commitlog.write_offset)
+                await self._write_in_sync(lambda: sorted({self.broker_id, *in_sync.in_sync()}))
+
+    async def _record_joins(self, in_sync: InSyncReplicas) -> None:
+        """Each slave that joins, in etcd's in-sync set as soon as it joins, not at the next heartbeat: until it is
+        there, the controller may not promote it, and a crash of this master leaves nobody to promote."""
+        while True:
+            await in_sync.grew.wait()
+            in_sync.grew.clear()
+            if self.is_master:
                 await self._write_in_sync(lambda: sorted({self.broker_id, *in_sync.in_sync()}))
 
     async def _watch_state(self) -> str | None:

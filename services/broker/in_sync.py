@@ -50,6 +50,8 @@ class InSyncReplicas:
         self._shrinking = asyncio.Lock()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._joined = asyncio.Event()
+        self.grew = asyncio.Event()
+        """Set when a slave joins: under a controller, the master records the larger set at once (ControllerLink)."""
         self.confirm: Callable[[list[int]], Awaitable[bool]] | None = None
         """Under a controller: tells it the smaller set (the slave ids kept) before a slave is dropped; False: it
         did not take it (unreachable, or this master's epoch is over), and the put is not acknowledged."""
@@ -75,6 +77,7 @@ class InSyncReplicas:
         if self.rules.may_join(slave, master_end if self.answered is None else self.answered):
             slave.in_sync = True
             self._joined.set()
+            self.grew.set()
             log.info("slave %d (%s) of %s is in sync at %d", slave_id, address, self.broker, offset)
             self._event("replica_in_sync", slave, master_end)
         self._wake()

@@ -61,6 +61,7 @@ def link(
     broker_id: int = 0,
     handover: RunHandover | None = None,
     clock: FakeClock | None = None,
+    heartbeat: float = 0.1,
 ) -> ControllerLink:
     return ControllerLink(
         EtcdClient(settings),
@@ -69,7 +70,7 @@ def link(
         f"127.0.0.1:{10911 + broker_id}",
         store,
         EpochFile(store.config.root).load(),
-        heartbeat=0.1,
+        heartbeat=heartbeat,
         lease_ttl=2,
         margin=0.5,
         handover=handover,
@@ -158,6 +159,31 @@ async def test_a_restarted_master_does_not_acknowledge_alone_while_a_slave_is_in
         recorded = await state(client, NAME)
     assert recorded is not None
     assert (recorded.in_sync, recorded.version, recorded.epoch) == ([0], found.version + 2, found.epoch)
+
+
+async def test_a_slave_that_joins_is_in_etcds_set_at_once_not_at_the_masters_next_heartbeat(
+    settings: EtcdSettings, client: EtcdClient, store: MessageStore, tmp_path: Path
+) -> None:
+    # Until the join is in etcd the controller may not promote that slave: a master killed in between leaves nobody
+    # to promote. The heartbeat here is a minute, so only the join itself can have written it.
+    async with closing(link(settings, store, heartbeat=60)) as master, running(controller(client, tmp_path)):
+        await master.start()
+        await replica(client, NAME, 1, log_end=0)
+        await as_master(master)
+        in_sync = InSyncReplicas(NAME, 0.3, EventWriter(tmp_path / "export", "broker", enabled=False))
+        following = asyncio.create_task(master.run(in_sync, lambda why: None))
+        try:
+            in_sync.acked(1, "127.0.0.1:10912", 0, 0)  # slave 1 has the master's whole log
+
+            async def recorded() -> bool:
+                found = await state(client, NAME)
+                return found is not None and found.in_sync == [0, 1]
+
+            await eventually(recorded, "slave 1 in etcd's in-sync set", timeout=5)
+        finally:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
 
 
 async def test_an_in_sync_change_fails_once_an_election_happened_in_between(
