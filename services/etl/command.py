@@ -31,10 +31,16 @@ def daily(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    """Draw one day's report again from the tables written (in this process, on a local master)."""
+    """Draw one day's report again from the tables written: a `file://` warehouse's with pyarrow, another's in this
+    process on a local Spark master."""
     configure_logging()
+    settings = settings_from(args).model_copy(update={"master": "local[*]"})  # small tables: no cluster needed
+    from services.etl.report_files import is_local, write_report_from_files  # noqa: PLC0415  # needs the etl extra
+
+    if is_local(settings.warehouse):  # read with pyarrow: no JVM to start
+        print(f"report: {write_report_from_files(settings.warehouse, args.date)}", flush=True)
+        return 0
     from services.etl.job import report_local  # noqa: PLC0415  # pyspark is loaded only when a job runs
 
-    settings = settings_from(args).model_copy(update={"master": "local[*]"})  # small tables: no cluster needed
     print(f"report: {report_local(settings, args.date)}", flush=True)
     return 0

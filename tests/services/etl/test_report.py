@@ -96,10 +96,12 @@ def test_a_day_without_rows_reads_no_data_in_every_section(
     assert tables_of(page)[0][1:] == [[table, "0"] for table in sorted(story_runs[DAY].tables)]
 
 
-def test_petrel_etl_report_draws_a_day_again_from_its_tables(
+def test_petrel_etl_report_draws_a_day_again_from_its_tables_as_the_job_drew_it(
     warehouse: Path, story_runs: dict[str, DailyRun], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # A file:// warehouse is read with pyarrow (services.etl.report_files), the job's own page through Spark.
     page_file = warehouse / "reports" / f"dt={DAY}" / "index.html"
+    drawn_by_the_job = page_file.read_text()
     page_file.unlink()
 
     with pytest.raises(SystemExit) as exited:
@@ -108,6 +110,7 @@ def test_petrel_etl_report_draws_a_day_again_from_its_tables(
     assert exited.value.code == 0
     assert capsys.readouterr().out.splitlines() == [f"report: {story_runs[DAY].report}"]
     assert len(IMAGE.findall(page_file.read_text())) == 4
+    assert page_file.read_text() == drawn_by_the_job
 
 
 def test_a_day_of_many_groups_and_topics_draws_the_busiest_topics_and_the_slowest_pairs() -> None:
