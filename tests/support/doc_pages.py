@@ -23,8 +23,9 @@ PAGE_TIMEOUT_SECONDS = 240
 CLUSTER_SETTINGS = re.compile(r"<!-- cluster: (PETREL_\w+)=(\S+) -->")
 """A page that needs its cluster set otherwise says so, e.g. `<!-- cluster: PETREL_AUTH=required -->`."""
 SPARK_PAGE_TIMEOUT_SECONDS = 720
-"""The bound of a page that starts Spark (its three JVMs in one bound): docs/etl.md takes about 2 min on an idle
-machine; under a 0.5-core quota beside other load it passed 480 s in its last block."""
+"""The bound of a page that starts Spark (its JVMs in one bound): docs/etl.md took about 2 min on an idle machine
+with three JVMs (two since `petrel etl report` reads with pyarrow); under a 0.5-core quota beside other load it
+passed 480 s in its last block."""
 SPARK_PAGES = ["docs/etl.md"]
 """Pages that start Spark: a test module of their own, so the suite's workers can run them beside the others."""
 
