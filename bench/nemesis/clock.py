@@ -8,6 +8,11 @@ its own, `<data_dir>/clock/<process>` (FAKETIME_TIMESTAMP_FILE), at every call
 (CLOCK_REALTIME: time.time(), datetime.now()); the monotonic clocks the leases, timeouts and
 asyncio's loop count on stay true (FAKETIME_DONT_FAKE_MONOTONIC). A controller or lease timed
 by the wall clock would fail a master over; due times, retention and born timestamps read it.
+
+libfaketime 0.9.10 (Debian 12) with FAKETIME_DONT_FAKE_MONOTONIC makes Python's time.sleep fail
+with EINVAL (its clock_nanosleep on the monotonic clock), even at "+0"; asyncio's timers, thread
+events and queue timeouts work. No Petrel process calls time.sleep; the stalled-disk wrapper,
+which runs under it too, waits on an Event (a time.sleep there made the store read-only).
 """
 
 from __future__ import annotations
