@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test test-fast check format bench openapi clean venv etcd
+.PHONY: run test test-fast check format bench openapi clean venv etcd faketime
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Petrel needs Python 3.11 or newer (set PYTHON=...)")'
@@ -23,6 +23,10 @@ venv: $(STAMP)
 etcd:
 	@sh deploy/install_etcd.sh
 
+# The nemesis run steps one process's wall clock through Debian's libfaketime (package faketime): installed like etcd.
+faketime:
+	@sh deploy/install_faketime.sh
+
 run: $(STAMP) etcd
 	$(BIN)/petrel up $(ARGS)
 
@@ -33,7 +37,7 @@ TEST_ENV := PYTHONDONTWRITEBYTECODE=
 
 # Two workers, each test file on one (a module's shared cluster stays with its tests); tests use
 # ephemeral ports, their own Redis key prefixes and PostgreSQL schemas. One process: PYTEST_ARGS=-n0
-test: $(STAMP) etcd
+test: $(STAMP) etcd faketime
 	$(TEST_ENV) $(BIN)/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 # The developer's quick loop, under two minutes: every test but those marked `e2e` (whole clusters of real
@@ -53,7 +57,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(STAMP)
+bench: $(STAMP) faketime
 	$(BIN)/petrel bench $(ARGS)
 
 openapi: $(STAMP)

@@ -25,8 +25,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--rounds", type=_positive, help="rounds of the nemesis run (default 20; 2 with --quick)")
     parser.add_argument("--seed", type=int, help="the nemesis run's seed: the same seed replays the same rounds")
+    parser.add_argument(
+        "--nemesis",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="the nemesis run draws only from these faults (repeat it; e.g. kill_etcd_leader; default: all)",
+    )
     args = parser.parse_args(argv)
-    options = BenchOptions(quick=args.quick, rounds=args.rounds, seed=args.seed)
+    options = BenchOptions(quick=args.quick, rounds=args.rounds, seed=args.seed, nemeses=tuple(args.nemesis))
     run(SCENARIOS, args.scenarios, options, args.results, runs=args.runs, profile=args.profile)
 
 

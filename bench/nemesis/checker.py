@@ -35,11 +35,14 @@ AIM_S = {
     Nemesis.KILL_CONTROLLER_LEADER: NO_PAUSE_S,
     Nemesis.KILL_NAMESERVER: NO_PAUSE_S,
     Nemesis.KILL_ETCD_MEMBER: NO_PAUSE_S,
+    Nemesis.KILL_ETCD_LEADER: NO_PAUSE_S,
+    Nemesis.CLOCK_FORWARD: NO_PAUSE_S,
+    Nemesis.CLOCK_BACK: NO_PAUSE_S,
 }
 """The longest time without an answered send each nemesis may cause: a master's failover < 3 s (issue 27); a slave's
 loss, the replication timeout (3 s) before the master stops waiting for it; the rest, no pause. The gateway's: the time
-it is down, plus 2 s to start again."""
-GATEWAY_START_S = 2.0
+it is down, plus 2 s to start again; a stalled disk's: the stall, plus a second for the sends resent after it."""
+AFTER_HEAL_S = {Nemesis.KILL_GATEWAY: 2.0, Nemesis.STALL_DISK: 1.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +67,7 @@ class RoundLog:
 
     def aim_s(self) -> float:
         aims = [
-            (f.healed - f.began + GATEWAY_START_S) if f.nemesis is Nemesis.KILL_GATEWAY else AIM_S[f.nemesis]
+            (f.healed - f.began + AFTER_HEAL_S[f.nemesis]) if f.nemesis in AFTER_HEAL_S else AIM_S[f.nemesis]
             for f in self.faults
         ]
         return max(aims, default=NO_PAUSE_S)

@@ -11,8 +11,10 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from bench.nemesis import clock, disk
 from bench.nemesis.plan import Nemesis, Step
 
 BROKERS = ("broker-a", "broker-a@1")
@@ -20,6 +22,11 @@ BROKERS = ("broker-a", "broker-a@1")
 EXPLAINS_DUPLICATES = frozenset({Nemesis.KILL_MASTER, Nemesis.KILL_GATEWAY, Nemesis.STOP_MASTER})
 """A crash on the write path (the gateway, the master) or an expired lease (a master stopped past its TTL): a send
 under way may be stored and not answered, and its repeat stored again. The others touch no process a send passes."""
+
+
+CLOCK_STEPS = {Nemesis.CLOCK_FORWARD: clock.STEP_SECONDS, Nemesis.CLOCK_BACK: -clock.STEP_SECONDS}
+CLOCK_TARGETS = (Nemesis.KILL_MASTER, Nemesis.KILL_SLAVE, Nemesis.KILL_CONTROLLER_LEADER)
+"""Whose clock a step moves: the master's, the slave's or the controller leader's (the process those nemeses hit)."""
 
 
 class EtcdMember(Protocol):
@@ -37,11 +44,16 @@ class Etcd(Protocol):
     def wait_healthy(self, members: Any = None, timeout: float = 30.0) -> None:
         """Until the members given (a list of `members`' items) say they are healthy."""
 
+    def leader(self) -> Any:
+        """The member raft has made leader now (one of `members`)."""
+
 
 class Processes(Protocol):
     """What a nemesis needs of a cluster (tests.support.cluster.LocalCluster, replicated, is one)."""
 
     nameserver_names: list[str]
+    data_dir: Path
+    """where the clock and stall files are (bench.nemesis.clock, bench.nemesis.disk)"""
 
     async def master(self) -> str: ...
 
@@ -74,9 +86,21 @@ class Fault:
 
 async def apply(processes: Processes, etcd: Etcd, step: Step) -> Fault:
     """Apply one step, hold it, heal it; the Fault says what was hit and when."""
-    if step.nemesis is Nemesis.KILL_ETCD_MEMBER:
+    if step.nemesis in (Nemesis.KILL_ETCD_MEMBER, Nemesis.KILL_ETCD_LEADER):
         return await _kill_etcd_member(etcd, step)
-    name = await target(processes, step.nemesis)
+    name = await target(processes, step.nemesis, step.etcd_member)
+    if step.nemesis in CLOCK_STEPS:
+        clock.set_offset(processes.data_dir, name, CLOCK_STEPS[step.nemesis])
+        began = time.monotonic()
+        await asyncio.sleep(step.hold_s)
+        clock.set_offset(processes.data_dir, name, 0)
+        return Fault(step.nemesis, name, began, time.monotonic())
+    if step.nemesis is Nemesis.STALL_DISK:
+        disk.stall(processes.data_dir, name)
+        began = time.monotonic()
+        await asyncio.sleep(step.hold_s)
+        disk.release(processes.data_dir, name)
+        return Fault(step.nemesis, name, began, time.monotonic())
     if step.nemesis is Nemesis.STOP_MASTER:
         processes.pause(name)
         began = time.monotonic()
@@ -92,9 +116,11 @@ async def apply(processes: Processes, etcd: Etcd, step: Step) -> Fault:
     return Fault(step.nemesis, name, began, time.monotonic())
 
 
-async def target(processes: Processes, nemesis: Nemesis) -> str:
-    """The process a nemesis hits, as the cluster stands now."""
-    if nemesis in (Nemesis.KILL_MASTER, Nemesis.STOP_MASTER, Nemesis.KILL_SLAVE):
+async def target(processes: Processes, nemesis: Nemesis, which: int = 0) -> str:
+    """The process a nemesis hits, as the cluster stands now (`which`: of clock.TARGETS, for a clock step)."""
+    if nemesis in CLOCK_STEPS:
+        nemesis = CLOCK_TARGETS[which % len(CLOCK_TARGETS)]
+    if nemesis in (Nemesis.KILL_MASTER, Nemesis.STOP_MASTER, Nemesis.KILL_SLAVE, Nemesis.STALL_DISK):
         master = await processes.master()
         return master if nemesis is not Nemesis.KILL_SLAVE else next(b for b in BROKERS if b != master)
     if nemesis in (Nemesis.KILL_CONTROLLER_LEADER, Nemesis.KILL_NAMESERVER):
@@ -106,7 +132,10 @@ async def target(processes: Processes, nemesis: Nemesis) -> str:
 
 
 async def _kill_etcd_member(etcd: Etcd, step: Step) -> Fault:
-    member = etcd.members[step.etcd_member % len(etcd.members)]
+    if step.nemesis is Nemesis.KILL_ETCD_LEADER:
+        member: EtcdMember = await asyncio.to_thread(etcd.leader)
+    else:
+        member = etcd.members[step.etcd_member % len(etcd.members)]
     member.kill()
     began = time.monotonic()
     await asyncio.sleep(step.hold_s)

@@ -17,14 +17,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import httpx
 
 from bench.nemesis import faults
 from bench.nemesis.checker import Epochs, RoundLog, Stored, Verdict, check
 from bench.nemesis.faults import BROKERS, Etcd, Fault
-from bench.nemesis.plan import Round, Step, rounds
+from bench.nemesis.plan import Nemesis, Round, Step, rounds
 from bench.nemesis.workload import QUEUES, TOPIC, Workload
 
 RESUME_GIVE_UP_S = 30.0
@@ -42,10 +42,18 @@ class NemesisConfig:
     """load without a fault at the start of each round"""
     tail_s: float
     """load after the sends resumed, before the next round"""
+    only: tuple[Nemesis, ...] = ()
+    """the nemeses the rounds draw from (): all"""
 
 
-QUICK = {"hold_s": 1.5, "lead_s": 1.0, "tail_s": 1.0}
-FULL = {"hold_s": 4.0, "lead_s": 2.0, "tail_s": 2.0}
+class Pace(TypedDict):
+    hold_s: float
+    lead_s: float
+    tail_s: float
+
+
+QUICK = Pace(hold_s=1.5, lead_s=1.0, tail_s=1.0)
+FULL = Pace(hold_s=4.0, lead_s=2.0, tail_s=2.0)
 
 
 class Cluster(faults.Processes, Protocol):
@@ -78,7 +86,7 @@ class NemesisResult:
 
 
 async def run_nemesis(cluster: Cluster, etcd: Etcd, gateway: httpx.AsyncClient, config: NemesisConfig) -> NemesisResult:
-    planned = rounds(config.seed, config.rounds, hold_s=config.hold_s, members=len(etcd.members))
+    planned = rounds(config.seed, config.rounds, hold_s=config.hold_s, members=len(etcd.members), only=config.only)
     answer = await gateway.put(f"/v1/topics/{TOPIC}", json={"queues": QUEUES})
     answer.raise_for_status()
     workload = Workload(f"nemesis-{uuid.uuid4().hex[:8]}")

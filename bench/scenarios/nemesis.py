@@ -13,6 +13,7 @@ scenario runs from a checkout (as `make bench` does).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import shutil
 import sys
@@ -20,6 +21,8 @@ import tempfile
 from pathlib import Path
 
 from bench.figures import BenchOptions, Figure
+from bench.nemesis import clock, disk
+from bench.nemesis.faults import BROKERS
 from bench.nemesis.plan import Nemesis
 from bench.nemesis.run import FULL, QUICK, NemesisConfig, NemesisResult, run_nemesis
 
@@ -30,7 +33,8 @@ ROUNDS, QUICK_ROUNDS = 20, 2
 def nemesis(options: BenchOptions) -> list[Figure]:
     seed = options.seed if options.seed is not None else random.SystemRandom().randrange(1, 2**31)
     count = options.rounds or (QUICK_ROUNDS if options.quick else ROUNDS)
-    config = NemesisConfig(seed, count, **(QUICK if options.quick else FULL))
+    only = tuple(_nemesis(name) for name in options.nemeses)
+    config = NemesisConfig(seed, count, **(QUICK if options.quick else FULL), only=only)
     print(f"  nemesis: seed {seed}, {count} rounds", flush=True)
     with tempfile.TemporaryDirectory(prefix="petrel-bench-nemesis-") as tmp:
         result = asyncio.run(nemesis_run(Path(tmp) / "data", config))
@@ -44,14 +48,30 @@ def nemesis(options: BenchOptions) -> list[Figure]:
 
 
 async def nemesis_run(data_dir: Path, config: NemesisConfig) -> NemesisResult:
-    """The run on a fresh replicated cluster under `data_dir` (stopped after)."""
+    """The run on a fresh replicated cluster under `data_dir` (stopped after): tests.support.cluster's
+    replicated_cluster, its brokers and nameservers on steppable wall clocks (bench.nemesis.clock), its brokers
+    SYNC_FLUSH and started through the stalling wrapper (bench.nemesis.disk)."""
     if str(REPOSITORY) not in sys.path:
         sys.path.insert(0, str(REPOSITORY))
-    from tests.support.cluster import replicated_cluster
+    from tests.support.cluster import LocalCluster, started
 
-    async with replicated_cluster(data_dir) as (cluster, client):
+    cluster = LocalCluster(data_dir, {}, replicated=True, nameservers=2, etcd_members=3)
+    specs = cluster.specs
+    clock.steppable(data_dir, [(name, specs[name].env) for name in (*BROKERS, *cluster.nameserver_names)])
+    module = disk.stallable(data_dir, [(name, specs[name].env) for name in BROKERS])
+    for name in BROKERS:
+        specs[name] = dataclasses.replace(specs[name], module=module)
+    async with started(cluster) as (cluster, client):
         assert cluster.etcd is not None
         return await run_nemesis(cluster, cluster.etcd, client, config)
+
+
+def _nemesis(name: str) -> Nemesis:
+    try:
+        return Nemesis[name.upper()]
+    except KeyError:
+        known = ", ".join(n.name.lower() for n in Nemesis)
+        raise SystemExit(f"no nemesis {name!r}: one of {known}") from None
 
 
 def figures(result: NemesisResult) -> list[Figure]:

@@ -5,14 +5,21 @@ etcd cannot have expired it. etcd counts a lease's TTL from when its leader hand
 keep-alive, which is after the keep-alive was sent, and a new etcd leader renews every lease
 in full; so the lease is surely alive until the send time of the last keep-alive etcd
 answered, plus the TTL it answered, less a margin for clock rates and scheduling. Counting
-from the send, never the answer, is what makes a slow answer safe. The keeper renews every
-`interval` (a third of the TTL, as etcd's own clients do), from whichever member answers;
-when etcd says the lease is gone, `lost` is set and the keeper stops.
+from the send, never the answer, is what makes a slow answer safe. The keeper sends a keep-alive
+every `interval` (an eighth of the TTL: 250 ms for a master's 2 s), to whichever member answers,
+without waiting for the one before: while etcd elects a new raft leader a keep-alive hangs or
+is refused for "no leader" and retried, and the next ones go meanwhile, so the first answer
+after the election comes as soon as it can. A keep-alive answered then extends the lease from
+its own send. With a TTL of 2 s and a margin of 0.5 s, the master's last answered keep-alive
+before etcd's leader dies still holds for 1.25 s at least: etcd's raft timers must elect a new
+leader within that (deploy.etcd_server's 50/500 ms do, in 0.5 to 1 s). When etcd says the lease
+is gone, `lost` is set and the keeper stops.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -22,6 +29,11 @@ from libs.etcd.errors import EtcdError, EtcdLeaseNotFound
 from libs.etcd.wire import Lease
 
 log = logging.getLogger(__name__)
+
+INTERVAL_FRACTION = 8
+"""A keep-alive every TTL / this."""
+IN_FLIGHT = 8
+"""At most this many keep-alives unanswered at once (etcd unreachable for long: no pile of them)."""
 
 
 class LeaseKeeper:
@@ -41,7 +53,7 @@ class LeaseKeeper:
         self.client = client
         self.lease = lease
         self.margin = margin
-        self.interval = interval if interval is not None else lease.ttl / 3
+        self.interval = interval if interval is not None else lease.ttl / INTERVAL_FRACTION
         self.clock = clock
         self.valid_until = granted_at + lease.ttl - margin
         self.renewals = 0
@@ -78,14 +90,29 @@ class LeaseKeeper:
         self.renewals += 1
 
     async def run(self) -> None:
-        """Renew until cancelled or the lease is gone; an unreachable etcd is tried again at the next interval (the
-        lease may still be alive, and `holds` turns false on its own when it may not be)."""
-        while True:
-            try:
-                await self.renew()
-            except EtcdLeaseNotFound:
-                log.warning("etcd lease %x is gone: its holder no longer holds it", self.lease.id)
-                return
-            except EtcdError as exc:
-                log.warning("etcd lease %x not renewed (%s); trying again", self.lease.id, exc)
-            await asyncio.sleep(self.interval)
+        """Renew every `interval` until cancelled or the lease is gone, a keep-alive not waiting for the one before
+        (the module's docstring); an unreachable etcd is tried again by the next (the lease may still be alive, and
+        `holds` turns false on its own when it may not be)."""
+        under_way: set[asyncio.Task[None]] = set()
+        try:
+            while not self.lost.is_set():
+                if len(under_way) < IN_FLIGHT:
+                    task = asyncio.create_task(self._renew_once(), name="etcd-keep-alive")
+                    under_way.add(task)
+                    task.add_done_callback(under_way.discard)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.interval):
+                        await self.lost.wait()
+            log.warning("etcd lease %x is gone: its holder no longer holds it", self.lease.id)
+        finally:
+            for task in under_way:
+                task.cancel()
+            await asyncio.gather(*under_way, return_exceptions=True)
+
+    async def _renew_once(self) -> None:
+        try:
+            await self.renew()
+        except EtcdLeaseNotFound:
+            pass  # `lost` is set: run stops
+        except EtcdError as exc:
+            log.warning("etcd lease %x not renewed (%s); trying again", self.lease.id, exc)

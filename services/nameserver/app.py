@@ -121,9 +121,10 @@ async def _expiry_scan(table: RouteTable, settings: NameserverSettings, live: Ga
 
 
 def create_app(
-    settings: NameserverSettings, clock: Callable[[], float] = time.time, etcd: EtcdSettings | None = None
+    settings: NameserverSettings, clock: Callable[[], float] = time.monotonic, etcd: EtcdSettings | None = None
 ) -> FastAPI:
-    """`etcd`: where the controller's state is (default: PETREL_ETCD_* from the environment)."""
+    """`clock` times the brokers' liveness (monotonic: a step of the wall clock drops or keeps no broker); `etcd`:
+    where the controller's state is (default: PETREL_ETCD_* from the environment)."""
     etcd = etcd if etcd is not None else EtcdSettings()
     if settings.controller and not etcd.endpoints:
         raise ValueError(

@@ -5,11 +5,14 @@ its topics wholesale, and TopicChanges apply what changed since the data version
 the nameserver holds (a change from any other version is refused: the broker
 then registers in full). A broker instance not heard from for `expiry` seconds is
 dropped by `expire_inactive`; a broker name whose last instance is gone takes
-its queues with it.
+its queues with it. Those seconds are the monotonic clock's: a step of the wall
+clock (which only the listing's `last_update_ms` shows) neither drops brokers that
+heartbeat nor keeps one silent for as long as the step.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,13 +40,18 @@ class BrokerInstance:
     address: str
     data_version: int
     last_update: float
+    """the table's monotonic clock when it was last heard from"""
     claims_master: bool
     epoch: int
+    last_update_ms: int = 0
+    """the wall clock then (ms), for the listing"""
 
 
 class RouteTable:
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        """`clock` times liveness (monotonic); `wall` only says when, in the listing."""
         self.clock = clock
+        self.wall = wall
         self._instances: dict[tuple[str, int], BrokerInstance] = {}
         self._topics: dict[str, dict[str, TopicConfig]] = {}
         """broker name -> topic -> config, as the broker's master registered them."""
@@ -59,9 +67,13 @@ class RouteTable:
             self.clock(),
             claims,
             registration.epoch,
+            self._wall_ms(),
         )
         if self._speaks_for_topics(instance):
             self._topics[broker_name] = {t.name: t.to_config() for t in registration.topics}
+
+    def _wall_ms(self) -> int:
+        return int(self.wall() * 1000)
 
     def _speaks_for_topics(self, instance: BrokerInstance) -> bool:
         """The master's topics are its broker name's; a slave's (a copy) only while no master is known."""
@@ -81,7 +93,7 @@ class RouteTable:
         if instance.data_version != changes.from_version:
             return HeartbeatAck(known=True, in_sync=False)
         instance.data_version = changes.data_version
-        instance.last_update = self.clock()
+        instance.last_update, instance.last_update_ms = self.clock(), self._wall_ms()
         if self._speaks_for_topics(instance):
             topics = self._topics.setdefault(broker_name, {})
             for name in changes.removed:
@@ -93,7 +105,7 @@ class RouteTable:
         instance = self._instances.get((broker_name, broker_id))
         if instance is None:
             return HeartbeatAck(known=False, in_sync=False)
-        instance.last_update = self.clock()
+        instance.last_update, instance.last_update_ms = self.clock(), self._wall_ms()
         return HeartbeatAck(known=True, in_sync=instance.data_version == data_version)
 
     def unregister(self, broker_name: str, broker_id: int) -> bool:
@@ -138,7 +150,7 @@ class RouteTable:
                     master=self.master_of(instance.broker_name) is instance,
                     epoch=instance.epoch,
                     data_version=instance.data_version,
-                    last_update_ms=int(instance.last_update * 1000),
+                    last_update_ms=instance.last_update_ms,
                 )
             )
         return ClusterListing(

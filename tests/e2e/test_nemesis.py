@@ -3,8 +3,10 @@
 `petrel bench nemesis --quick` in the suite: broker-a a SYNC_MASTER with a slave, two nameservers
 running the controller, three etcd members, a set workload through the gateway; each round applies
 a nemesis drawn from the seed (kill -9 of the master, the slave, a nameserver or the controller
-leader, an etcd member, the gateway; SIGSTOP of the master), heals it and waits for sends to
-resume; then every answered send is read back. `NEMESIS_SEED=<n>` replays a run; the seed
+leader, an etcd member or etcd's leader, the gateway; SIGSTOP of the master; a wall-clock step of
+an hour on one process, through Debian's libfaketime: the test fails naming the package `faketime`
+when it is missing; a stalled disk on the master), heals it and waits for sends to resume; then
+every answered send is read back. `NEMESIS_SEED=<n>` replays a run; the seed
 is printed first. tests/bench/test_nemesis_checker.py shows the checker failing on a lost send.
 """
 

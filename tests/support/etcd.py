@@ -3,8 +3,8 @@
 `etcd_cluster(folder, members=3)` starts the members, waits until each says it is healthy
 (GET /health: it has a leader), yields an `EtcdCluster`, and stops them after. A member can
 be killed (SIGKILL), stopped and started again on its data, for tests of a member's loss.
-The members run with etcd's default raft timers (heartbeat 100 ms, election 1 s): a lost leader
-is replaced within about two seconds, and the shortest lease is 2 s (1.5 election timeouts).
+The members run with petrel up's raft timers (deploy.etcd_server: heartbeat 50 ms, election
+500 ms, pre-vote): a lost leader is replaced within about a second.
 
 etcd is Debian's `etcd-server` (`make test` installs it as root when it is missing); without
 it the tests that need it fail and say so, they never skip. The members' command lines are

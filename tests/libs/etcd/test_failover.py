@@ -5,13 +5,16 @@ Each test starts the member it killed again before it ends, so the next finds th
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from libs.etcd import Election, EtcdClient, EtcdSettings, EtcdUnavailable
+from libs.etcd import Election, EtcdClient, EtcdSettings, EtcdUnavailable, LeaseKeeper
 from tests.support.etcd import EtcdCluster, etcd_cluster
 from tests.support.waiting import eventually
 
@@ -109,3 +112,35 @@ async def test_a_call_goes_round_the_members_again_while_etcd_elects_a_leader() 
         with pytest.raises(EtcdUnavailable, match="no leader"):
             await client.put("routes/broker-a", b"x")
     assert asked == ["a", "b"]
+
+
+async def test_a_masters_lease_holds_without_a_break_while_etcd_replaces_its_killed_raft_leader(
+    three: EtcdCluster, client: EtcdClient
+) -> None:
+    """The lease as a master keeps it (TTL 2 s, counted as ending 0.5 s early): etcd must elect a new raft leader,
+    and a keep-alive reach it, before the master's last answered keep-alive runs out, or every write pauses."""
+    keeper = await LeaseKeeper.grant(client, 2, margin=0.5)
+    running = asyncio.create_task(keeper.run())
+    held: list[bool] = []
+    raft_leader = three.leader()
+    try:
+
+        async def renewed() -> bool:
+            return keeper.renewals >= 2
+
+        await eventually(renewed, "the lease is renewed")
+        raft_leader.kill()
+        until = time.monotonic() + 3.0
+
+        async def three_seconds_on() -> bool:
+            held.append(keeper.holds())
+            return time.monotonic() > until
+
+        await eventually(three_seconds_on, "three seconds pass", timeout=10)
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        raft_leader.start()
+        three.wait_healthy()
+    assert all(held), f"the lease lapsed in {held.count(False)} of {len(held)} looks after the raft leader's kill"
