@@ -13,13 +13,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from bench.nemesis import partitions
 from bench.nemesis.plan import Nemesis, Step
 
 BROKERS = ("broker-a", "broker-a@1")
 
-EXPLAINS_DUPLICATES = frozenset({Nemesis.KILL_MASTER, Nemesis.KILL_GATEWAY, Nemesis.STOP_MASTER})
-"""A crash on the write path (the gateway, the master) or an expired lease (a master stopped past its TTL): a send
-under way may be stored and not answered, and its repeat stored again. The others touch no process a send passes."""
+EXPLAINS_DUPLICATES = frozenset(
+    {
+        Nemesis.KILL_MASTER,
+        Nemesis.KILL_GATEWAY,
+        Nemesis.STOP_MASTER,
+        Nemesis.CUT_MASTER_FROM_CONTROLLER,
+        Nemesis.CUT_MASTER_FROM_ALL,
+    }
+)
+"""A crash on the write path (the gateway, the master) or an expired lease (a master stopped or cut off past its
+TTL): a send under way may be stored and not answered, and its repeat stored again. The others touch no process a
+send passes, or leave the master its lease."""
 
 
 class EtcdMember(Protocol):
@@ -76,6 +86,9 @@ async def apply(processes: Processes, etcd: Etcd, step: Step) -> Fault:
     """Apply one step, hold it, heal it; the Fault says what was hit and when."""
     if step.nemesis is Nemesis.KILL_ETCD_MEMBER:
         return await _kill_etcd_member(etcd, step)
+    if step.nemesis in partitions.PARTITIONS:
+        cut = await partitions.apply(processes, step)  # type: ignore[arg-type]  # a NetnsCluster
+        return Fault(step.nemesis, cut.target, cut.began, cut.healed)
     name = await target(processes, step.nemesis)
     if step.nemesis is Nemesis.STOP_MASTER:
         processes.pause(name)

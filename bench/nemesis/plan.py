@@ -21,6 +21,10 @@ class Nemesis(enum.StrEnum):
     KILL_ETCD_MEMBER = "kill -9 etcd member"
     KILL_GATEWAY = "kill -9 gateway"
     STOP_MASTER = "SIGSTOP master 10 s"
+    CUT_MASTER_FROM_CONTROLLER = "master cut from etcd and nameservers"
+    CUT_MASTER_FROM_SLAVE = "master cut from its slave"
+    CUT_MASTER_FROM_ALL = "master cut from all"
+    CUT_ETCD_MINORITY = "etcd member cut off (minority)"
 
 
 NEMESES = tuple(Nemesis)
@@ -32,6 +36,10 @@ KIND = {
     Nemesis.KILL_NAMESERVER: "nameserver",
     Nemesis.KILL_ETCD_MEMBER: "etcd",
     Nemesis.KILL_GATEWAY: "gateway",
+    Nemesis.CUT_MASTER_FROM_CONTROLLER: "broker",
+    Nemesis.CUT_MASTER_FROM_SLAVE: "broker",
+    Nemesis.CUT_MASTER_FROM_ALL: "broker",
+    Nemesis.CUT_ETCD_MINORITY: "etcd",
 }
 STOP_SECONDS = 10.0
 """How long SIGSTOP holds the master (five times its lease)."""

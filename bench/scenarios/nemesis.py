@@ -6,8 +6,11 @@ two mixed (bench.nemesis.plan), heals them and waits for sends to resume. Then e
 send is read back (bench.nemesis.checker). The seed is printed first; the same seed replays the
 same rounds. `--quick`: two short rounds. Anything lost, an unexplained duplicate, an epoch with
 two masters or a fault that did not heal prints the report, keeps the cluster's data and logs in
-`data/bench/nemesis-<seed>`, and exits 1. The cluster is the e2e tests' LocalCluster, so the
-scenario runs from a checkout (as `make bench` does).
+`data/bench/nemesis-<seed>`, and exits 1. The cluster runs on test hosts made of network
+namespaces (tests.support.netns_cluster: a host per etcd member, nameserver, broker and one for
+the gateway), so that the partition nemeses can cut one host from another: it needs root
+(CAP_NET_ADMIN) and iproute2, and says so when it cannot make them. The scenario runs from a
+checkout (as `make bench` does).
 """
 
 from __future__ import annotations
@@ -47,10 +50,9 @@ async def nemesis_run(data_dir: Path, config: NemesisConfig) -> NemesisResult:
     """The run on a fresh replicated cluster under `data_dir` (stopped after)."""
     if str(REPOSITORY) not in sys.path:
         sys.path.insert(0, str(REPOSITORY))
-    from tests.support.cluster import replicated_cluster
+    from tests.support.netns_cluster import netns_replicated_cluster
 
-    async with replicated_cluster(data_dir) as (cluster, client):
-        assert cluster.etcd is not None
+    async with netns_replicated_cluster(data_dir) as (cluster, client):
         return await run_nemesis(cluster, cluster.etcd, client, config)
 
 
