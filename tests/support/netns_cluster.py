@@ -225,12 +225,12 @@ class NetnsCluster:
         await asyncio.to_thread(wait_until, functools.partial(_connects, address), f"{name} accepts", timeout)
 
     async def start(self) -> None:
-        """Every service: the etcd members together, the nameservers together, broker id 0 then id 1 (a new broker
-        name's first master is its lowest live id), then the timer, the gateway and its Redis together."""
+        """Every service: the etcd members together, the nameservers together, then broker id 0 with the timer, the
+        gateway and its Redis, then broker id 1 (a new broker name's first master is its lowest live id)."""
         for name in (m.service.name for m in self.etcd.members):
             self.launch(name)
         await asyncio.to_thread(self.etcd.wait_healthy)
-        for names in (self.nameserver_names, ["broker-a"], ["broker-a@1"], ["redis", "timer", "gateway"]):
+        for names in (self.nameserver_names, ["broker-a", "redis", "timer", "gateway"], ["broker-a@1"]):
             await asyncio.gather(*(self.start_process(name) for name in names))
 
     def kill_now(self, name: str) -> None:
