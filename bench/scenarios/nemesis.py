@@ -36,14 +36,22 @@ def nemesis(options: BenchOptions) -> list[Figure]:
     config = NemesisConfig(seed, count, **(QUICK if options.quick else FULL))
     print(f"  nemesis: seed {seed}, {count} rounds", flush=True)
     with tempfile.TemporaryDirectory(prefix="petrel-bench-nemesis-") as tmp:
-        result = asyncio.run(nemesis_run(Path(tmp) / "data", config))
+        try:
+            result = asyncio.run(nemesis_run(Path(tmp) / "data", config))
+        except Exception:
+            print(f"nemesis FAILED (seed {seed}); the cluster's data and logs are in {_keep(tmp, seed)}", flush=True)
+            raise
         print(result.report(), flush=True)
         if not result.ok:
-            kept = Path("data/bench") / f"nemesis-{seed}"
-            shutil.rmtree(kept, ignore_errors=True)
-            shutil.copytree(Path(tmp) / "data", kept, ignore=shutil.ignore_patterns("*.sock"))
-            raise SystemExit(f"nemesis FAILED (seed {seed}); the cluster's data and logs are in {kept}")
+            raise SystemExit(f"nemesis FAILED (seed {seed}); the cluster's data and logs are in {_keep(tmp, seed)}")
     return figures(result)
+
+
+def _keep(tmp: str, seed: int) -> Path:
+    kept = Path("data/bench") / f"nemesis-{seed}"
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(Path(tmp) / "data", kept, ignore=shutil.ignore_patterns("*.sock"))
+    return kept
 
 
 async def nemesis_run(data_dir: Path, config: NemesisConfig) -> NemesisResult:
