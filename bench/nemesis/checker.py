@@ -38,6 +38,10 @@ AIM_S = {
     Nemesis.KILL_ETCD_LEADER: NO_PAUSE_S,
     Nemesis.CLOCK_FORWARD: NO_PAUSE_S,
     Nemesis.CLOCK_BACK: NO_PAUSE_S,
+    Nemesis.CUT_MASTER_FROM_CONTROLLER: FAILOVER_AIM_S,
+    Nemesis.CUT_MASTER_FROM_SLAVE: 4.0,
+    Nemesis.CUT_MASTER_FROM_ALL: FAILOVER_AIM_S,
+    Nemesis.CUT_ETCD_MINORITY: NO_PAUSE_S,
 }
 """The longest time without an answered send each nemesis may cause: a master's failover < 3 s (issue 27); a slave's
 loss, the replication timeout (3 s) before the master stops waiting for it; the rest, no pause. The gateway's: the time

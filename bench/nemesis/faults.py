@@ -14,14 +14,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.nemesis import clock, disk
+from bench.nemesis import clock, disk, partitions
 from bench.nemesis.plan import Nemesis, Step
 
 BROKERS = ("broker-a", "broker-a@1")
 
-EXPLAINS_DUPLICATES = frozenset({Nemesis.KILL_MASTER, Nemesis.KILL_GATEWAY, Nemesis.STOP_MASTER})
-"""A crash on the write path (the gateway, the master) or an expired lease (a master stopped past its TTL): a send
-under way may be stored and not answered, and its repeat stored again. The others touch no process a send passes."""
+EXPLAINS_DUPLICATES = frozenset(
+    {
+        Nemesis.KILL_MASTER,
+        Nemesis.KILL_GATEWAY,
+        Nemesis.STOP_MASTER,
+        Nemesis.CUT_MASTER_FROM_CONTROLLER,
+        Nemesis.CUT_MASTER_FROM_ALL,
+    }
+)
+"""A crash on the write path (the gateway, the master) or an expired lease (a master stopped or cut off past its
+TTL): a send under way may be stored and not answered, and its repeat stored again. The others touch no process a
+send passes, or leave the master its lease."""
 
 
 CLOCK_STEPS = {Nemesis.CLOCK_FORWARD: clock.STEP_SECONDS, Nemesis.CLOCK_BACK: -clock.STEP_SECONDS}
@@ -88,6 +97,9 @@ async def apply(processes: Processes, etcd: Etcd, step: Step) -> Fault:
     """Apply one step, hold it, heal it; the Fault says what was hit and when."""
     if step.nemesis in (Nemesis.KILL_ETCD_MEMBER, Nemesis.KILL_ETCD_LEADER):
         return await _kill_etcd_member(etcd, step)
+    if step.nemesis in partitions.PARTITIONS:
+        cut = await partitions.apply(processes, step)  # type: ignore[arg-type]  # a NetnsCluster
+        return Fault(step.nemesis, cut.target, cut.began, cut.healed)
     name = await target(processes, step.nemesis, step.etcd_member)
     if step.nemesis in CLOCK_STEPS:
         clock.set_offset(processes.data_dir, name, CLOCK_STEPS[step.nemesis])

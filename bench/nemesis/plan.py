@@ -25,6 +25,10 @@ class Nemesis(enum.StrEnum):
     CLOCK_FORWARD = "wall clock +1 h on one process"
     CLOCK_BACK = "wall clock -1 h on one process"
     STALL_DISK = "stalled disk on the master"
+    CUT_MASTER_FROM_CONTROLLER = "master cut from etcd and nameservers"
+    CUT_MASTER_FROM_SLAVE = "master cut from its slave"
+    CUT_MASTER_FROM_ALL = "master cut from all"
+    CUT_ETCD_MINORITY = "etcd member cut off (minority)"
 
 
 NEMESES = tuple(Nemesis)
@@ -40,6 +44,10 @@ KIND = {
     Nemesis.CLOCK_FORWARD: "clock",
     Nemesis.CLOCK_BACK: "clock",
     Nemesis.STALL_DISK: "broker",
+    Nemesis.CUT_MASTER_FROM_CONTROLLER: "broker",
+    Nemesis.CUT_MASTER_FROM_SLAVE: "broker",
+    Nemesis.CUT_MASTER_FROM_ALL: "broker",
+    Nemesis.CUT_ETCD_MINORITY: "etcd",
 }
 STOP_SECONDS = 10.0
 """How long SIGSTOP holds the master (five times its lease)."""

@@ -6,14 +6,17 @@ two mixed (bench.nemesis.plan), heals them and waits for sends to resume. Then e
 send is read back (bench.nemesis.checker). The seed is printed first; the same seed replays the
 same rounds. `--quick`: two short rounds. Anything lost, an unexplained duplicate, an epoch with
 two masters or a fault that did not heal prints the report, keeps the cluster's data and logs in
-`data/bench/nemesis-<seed>`, and exits 1. The cluster is the e2e tests' LocalCluster, so the
-scenario runs from a checkout (as `make bench` does).
+`data/bench/nemesis-<seed>`, and exits 1. The cluster runs on test hosts made of network
+namespaces (tests.support.netns_cluster: a host per etcd member, nameserver, broker and one for
+the gateway), so that the partition nemeses can cut one host from another: it needs root
+(CAP_NET_ADMIN) and iproute2, and says so when it cannot make them. Its brokers and nameservers
+run on steppable wall clocks (bench.nemesis.clock), its brokers SYNC_FLUSH through the stalling
+wrapper (bench.nemesis.disk). The scenario runs from a checkout (as `make bench` does).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 import shutil
 import sys
@@ -37,32 +40,40 @@ def nemesis(options: BenchOptions) -> list[Figure]:
     config = NemesisConfig(seed, count, **(QUICK if options.quick else FULL), only=only)
     print(f"  nemesis: seed {seed}, {count} rounds", flush=True)
     with tempfile.TemporaryDirectory(prefix="petrel-bench-nemesis-") as tmp:
-        result = asyncio.run(nemesis_run(Path(tmp) / "data", config))
+        try:
+            result = asyncio.run(nemesis_run(Path(tmp) / "data", config))
+        except Exception:
+            print(f"nemesis FAILED (seed {seed}); the cluster's data and logs are in {_keep(tmp, seed)}", flush=True)
+            raise
         print(result.report(), flush=True)
         if not result.ok:
-            kept = Path("data/bench") / f"nemesis-{seed}"
-            shutil.rmtree(kept, ignore_errors=True)
-            shutil.copytree(Path(tmp) / "data", kept, ignore=shutil.ignore_patterns("*.sock"))
-            raise SystemExit(f"nemesis FAILED (seed {seed}); the cluster's data and logs are in {kept}")
+            raise SystemExit(f"nemesis FAILED (seed {seed}); the cluster's data and logs are in {_keep(tmp, seed)}")
     return figures(result)
 
 
+def _keep(tmp: str, seed: int) -> Path:
+    kept = Path("data/bench") / f"nemesis-{seed}"
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(Path(tmp) / "data", kept, ignore=shutil.ignore_patterns("*.sock"))
+    return kept
+
+
 async def nemesis_run(data_dir: Path, config: NemesisConfig) -> NemesisResult:
-    """The run on a fresh replicated cluster under `data_dir` (stopped after): tests.support.cluster's
-    replicated_cluster, its brokers and nameservers on steppable wall clocks (bench.nemesis.clock), its brokers
-    SYNC_FLUSH and started through the stalling wrapper (bench.nemesis.disk)."""
+    """The run on a fresh replicated cluster under `data_dir` on netns hosts (stopped after): its brokers and
+    nameservers on steppable wall clocks (bench.nemesis.clock), its brokers SYNC_FLUSH and started through the
+    stalling wrapper (bench.nemesis.disk)."""
     if str(REPOSITORY) not in sys.path:
         sys.path.insert(0, str(REPOSITORY))
-    from tests.support.cluster import LocalCluster, started
+    from tests.support.netns_cluster import NetnsCluster, netns_replicated_cluster
 
-    cluster = LocalCluster(data_dir, {}, replicated=True, nameservers=2, etcd_members=3)
-    specs = cluster.specs
-    clock.steppable(data_dir, [(name, specs[name].env) for name in (*BROKERS, *cluster.nameserver_names)])
-    module = disk.stallable(data_dir, [(name, specs[name].env) for name in BROKERS])
-    for name in BROKERS:
-        specs[name] = dataclasses.replace(specs[name], module=module)
-    async with started(cluster) as (cluster, client):
-        assert cluster.etcd is not None
+    def steppable_and_stallable(cluster: NetnsCluster) -> None:
+        services = cluster.services
+        clock.steppable(data_dir, [(name, services[name].env) for name in (*BROKERS, *cluster.nameserver_names)])
+        module = disk.stallable(data_dir, [(name, services[name].env) for name in BROKERS])
+        for name in BROKERS:
+            services[name].argv = [sys.executable, "-m", module]
+
+    async with netns_replicated_cluster(data_dir, prepare=steppable_and_stallable) as (cluster, client):
         return await run_nemesis(cluster, cluster.etcd, client, config)
 
 

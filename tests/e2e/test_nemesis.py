@@ -1,12 +1,15 @@
 """The nemesis run's quick version (issue 27): two short rounds of seeded faults on a replicated cluster.
 
 `petrel bench nemesis --quick` in the suite: broker-a a SYNC_MASTER with a slave, two nameservers
-running the controller, three etcd members, a set workload through the gateway; each round applies
-a nemesis drawn from the seed (kill -9 of the master, the slave, a nameserver or the controller
-leader, an etcd member or etcd's leader, the gateway; SIGSTOP of the master; a wall-clock step of
-an hour on one process, through Debian's libfaketime: the test fails naming the package `faketime`
-when it is missing; a stalled disk on the master), heals it and waits for sends to resume; then
-every answered send is read back. `NEMESIS_SEED=<n>` replays a run; the seed
+running the controller, three etcd members, a set workload through the gateway, each process on a
+test host made of a network namespace (tests.support.netns_cluster); each round applies a nemesis
+drawn from the seed (kill -9 of the master, the slave, a nameserver or the controller leader, an
+etcd member or etcd's leader, the gateway; SIGSTOP of the master; the master cut from etcd and the
+nameservers, from its slave, from all; an etcd member cut off; a wall-clock step of an hour on one
+process, through Debian's libfaketime; a stalled disk on the master), heals it and waits for sends
+to resume; then every answered send is read back. Where network namespaces cannot be made (not
+root, no iproute2) the test fails saying so (NetnsUnavailable), and without libfaketime it fails
+naming the package `faketime`: it never skips. `NEMESIS_SEED=<n>` replays a run; the seed
 is printed first. tests/bench/test_nemesis_checker.py shows the checker failing on a lost send.
 """
 

@@ -13,10 +13,19 @@ silently, as when a cable is pulled (no reset, no error: its calls time out). Th
 has no address: the root namespace is on no cluster network, so the test cannot reach a
 host through it by mistake.
 
+`cut_between(a, b)` cuts two hosts from each other only, each still reaching every other
+host: in each one's namespace, its cluster veth's egress to the other's address goes to a
+class whose queue is a `blackhole` qdisc (tc: an htb root whose default class passes the
+rest, a u32 filter per cut peer). Packets are dropped silently both ways, as by a cable
+pulled between those two only. This needs no netfilter tool or tc action module (neither is
+in every kernel or image): htb, u32 and blackhole, with iproute2's `tc`. Cuts are counted
+per pair, so two faults that overlap each heal only their own.
+
 Names begin with `ptn<pid>` (interface names have at most 15 characters): `Hosts.build`
 first deletes what a run with the same pid, or with a pid no longer alive, left behind,
-and `close` deletes everything, processes first, even after a failure. Tests skip (they
-do not fail) where namespaces cannot be made: not root, or `ip netns add` refused.
+and `close` deletes everything, processes first, even after a failure. `netns_hosts` skips
+a test where namespaces cannot be made (not root, or `ip netns add` refused); `built_hosts`
+raises NetnsUnavailable saying why, for a run that must not pass without them (the nemesis run).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import re
 import shutil
 import signal
 import subprocess
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,12 +51,18 @@ from tests.support.waiting import eventually
 PREFIX = "ptn"
 CLUSTER_NETWORK = ipaddress.IPv4Network("10.201.0.0/24")
 MANAGEMENT_NETWORK = ipaddress.IPv4Network("10.202.0.0/16")
-HOSTS_PER_BLOCK = 4
-"""A run's management links take a /28 of MANAGEMENT_NETWORK: four /30s, one per host."""
+HOSTS_PER_BLOCK = 16
+"""A run's management links take a /26 of MANAGEMENT_NETWORK: sixteen /30s, one per host."""
 STOP_SECONDS = 10.0
+PASS_CLASS, DROP_CLASS = 1, 2
+"""htb classes of a host's cluster veth once it has a cut peer (`Hosts.cut_between`)."""
 HOST_NAME = re.compile(r"[a-z][a-z0-9]{0,2}")
 """Short, so `<prefix><host>c` fits in 15 characters."""
 LEFTOVER = re.compile(rf"{PREFIX}(\d+)")
+
+
+class NetnsUnavailable(RuntimeError):
+    """Test hosts cannot be made here (not root, no iproute2, `ip netns add` refused): the message says which."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,29 +123,33 @@ class Hosts:
         }
         self._root_ips = {name: str(block[4 * i + 1]) for i, name in enumerate(names)}
         self.processes: list[HostProcess] = []
+        self._cuts: Counter[tuple[str, str]] = Counter()
+        """(host, peer) -> how many faults now cut host's egress to peer"""
+        self._shaped: set[str] = set()
+        """hosts whose cluster veth has the htb root that `cut_between` filters on"""
 
     def __getitem__(self, name: str) -> Host:
         return self.hosts[name]
 
     def _free_block(self) -> ipaddress.IPv4Network:
-        """A /28 of MANAGEMENT_NETWORK chosen by pid, past any that a live run's links hold in the root namespace."""
-        blocks = list(MANAGEMENT_NETWORK.subnets(new_prefix=28))
+        """A /26 of MANAGEMENT_NETWORK chosen by pid, past any that a live run's links hold in the root namespace."""
+        blocks = list(MANAGEMENT_NETWORK.subnets(new_prefix=26))
         used = {ipaddress.IPv4Address(a.split("/")[0]) for a in re.findall(r"inet (\S+)", ip("-4", "-o", "addr"))}
         start = os.getpid() % len(blocks)
         for n in range(len(blocks)):
             block = blocks[(start + n) % len(blocks)]
             if not any(a in block for a in used):
                 return block
-        raise RuntimeError(f"every /28 of {MANAGEMENT_NETWORK} is in use")
+        raise RuntimeError(f"every /26 of {MANAGEMENT_NETWORK} is in use")
 
     def build(self) -> None:
-        """The bridge, each host's namespace and links; skips the test where namespaces cannot be made."""
+        """The bridge, each host's namespace and links; NetnsUnavailable where namespaces cannot be made."""
         remove_leftovers(self.prefix)
         first = next(iter(self.hosts.values()))
         try:
             ip("netns", "add", first.netns)
         except RuntimeError as exc:
-            pytest.skip(f"network namespaces cannot be made here: {exc}")
+            raise NetnsUnavailable(f"network namespaces cannot be made here: {exc}") from exc
         ip("link", "add", self.bridge, "type", "bridge")
         ip("link", "set", self.bridge, "up")
         for host in self.hosts.values():
@@ -175,12 +195,53 @@ class Hosts:
     def heal(self, host: str) -> None:
         ip("link", "set", self.hosts[host].cluster_link, "up")
 
+    def cut_between(self, a: str, b: str) -> None:
+        """`a` and `b` cut from each other only (module docstring); each keeps every other link."""
+        for host, peer in ((a, b), (b, a)):
+            self._cuts[host, peer] += 1
+            if self._cuts[host, peer] == 1:
+                self._shape(host)
+                tc(self.hosts[host].netns, "filter", "add", "dev", "cluster", "parent", "1:", "protocol", "ip",
+                   "prio", str(self._filter_prio(peer)), "u32", "match", "ip", "dst",
+                   f"{self.hosts[peer].cluster_ip}/32", "flowid", f"1:{DROP_CLASS}")  # fmt: skip
+
+    def heal_between(self, a: str, b: str) -> None:
+        """Undo one `cut_between(a, b)` (the pair is whole again once every cut of it is healed)."""
+        for host, peer in ((a, b), (b, a)):
+            assert self._cuts[host, peer] > 0, f"{host} and {peer} are not cut"
+            self._cuts[host, peer] -= 1
+            if self._cuts[host, peer] == 0:
+                tc(self.hosts[host].netns, "filter", "del", "dev", "cluster", "parent", "1:", "prio",
+                   str(self._filter_prio(peer)))  # fmt: skip
+
+    def _filter_prio(self, peer: str) -> int:
+        return list(self.hosts).index(peer) + 1
+
+    def _shape(self, host: str) -> None:
+        """An htb root on `host`'s cluster veth: a default class that passes everything, a class that drops."""
+        if host in self._shaped:
+            return
+        ns = self.hosts[host].netns
+        tc(ns, "qdisc", "add", "dev", "cluster", "root", "handle", "1:", "htb", "default", str(PASS_CLASS))
+        for klass in (PASS_CLASS, DROP_CLASS):
+            tc(ns, "class", "add", "dev", "cluster", "parent", "1:", "classid", f"1:{klass}", "htb", "rate",
+               "100gbit", "quantum", "200000")  # fmt: skip
+        tc(ns, "qdisc", "add", "dev", "cluster", "parent", f"1:{DROP_CLASS}", "handle", "2:", "blackhole")
+        self._shaped.add(host)
+
     def close(self) -> None:
         """Every process stopped (SIGTERM, then SIGKILL), then every link and namespace deleted."""
         for started in reversed(self.processes):
             stop(started.process)
         self.processes.clear()
         remove_leftovers(self.prefix)
+
+
+def tc(netns: str, *argv: str) -> None:
+    """`tc argv...` in `netns`; RuntimeError with its stderr when it fails."""
+    done = subprocess.run(["tc", "-n", netns, *argv], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"tc -n {netns} {' '.join(argv)}: {done.stderr.strip()}")
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -226,14 +287,41 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def check_netns_possible() -> None:
+    """NetnsUnavailable naming what is missing: root (CAP_NET_ADMIN), iproute2's `ip` and `tc`."""
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if os.geteuid() != 0 or missing:
+        raise NetnsUnavailable(
+            "test hosts are network namespaces: they need root (CAP_NET_ADMIN) and iproute2 (`ip netns add`, `tc`)"
+            + (f"; not found: {', '.join(missing)}" if missing else "; not root")
+        )
+
+
 @contextlib.contextmanager
-def netns_hosts(log_dir: Path, *names: str) -> Iterator[Hosts]:
-    """Hosts `names`, built; deleted at the end however the test ends. Skips the test without root or iproute2."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("test hosts are network namespaces: they need root and iproute2 (`ip netns add`)")
+def built_hosts(log_dir: Path, *names: str) -> Iterator[Hosts]:
+    """Hosts `names`, built; deleted at the end however it ends. NetnsUnavailable where they cannot be made."""
+    check_netns_possible()
     hosts = Hosts(log_dir, names)
     try:
         hosts.build()
+        yield hosts
+    finally:
+        hosts.close()
+
+
+@contextlib.contextmanager
+def netns_hosts(log_dir: Path, *names: str) -> Iterator[Hosts]:
+    """Hosts `names`, built; deleted at the end however the test ends. Skips the test without root or iproute2."""
+    try:
+        check_netns_possible()
+    except NetnsUnavailable as exc:
+        pytest.skip(str(exc))
+    hosts = Hosts(log_dir, names)
+    try:
+        try:
+            hosts.build()
+        except NetnsUnavailable as exc:
+            pytest.skip(str(exc))
         yield hosts
     finally:
         hosts.close()
