@@ -8,6 +8,7 @@ in the shared metadata database, where txcheck finds a group's checkback_url.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Query, Request, Response
@@ -228,28 +229,44 @@ async def rollback(ctx: Context, transaction_id: TransactionId, request: Request
 async def list_transactions(
     ctx: Context,
     request: Request,
-    state: Annotated[TransactionFilter, Query(description="abandoned: past the check limit, still resolvable")],
-    max: Annotated[int, Query(ge=1, le=1000, description="at most this many from each broker")] = 100,
+    state: Annotated[
+        TransactionFilter,
+        Query(description="open: not ended, checked back while left so; abandoned: past the check limit"),
+    ],
+    max: Annotated[int, Query(ge=1, le=1000, description="at most this many (a page)")] = 100,
+    after: Annotated[str, Query(description="the page after this transaction id (a page's next_after)")] = "",
 ) -> TransactionList:
-    """Transactions in a state, from every broker: abandoned ones wait for an operator's commit or rollback."""
+    """Open or abandoned transactions from every broker, by transaction id, a page at a time.
+
+    Abandoned ones wait for an operator's commit or rollback; open ones for their producer's
+    end or a check-back.
+    """
     targets = await ctx.nameservers.masters()
     if not targets:
         raise ServiceUnavailable("no broker is registered with the nameservers")
     wanted = TransactionState[state.name].value  # the broker spells states as its answers do: ABANDONED
-    answers, failed = await on_each(
-        targets, lambda name, address: ctx.brokers.list_transactions(name, address, wanted, max)
-    )
-    if not answers:
-        raise failure_of_all(e for _, e in failed)
     principal = principal_of(request)
+    listed: list[Transaction] = []
+    failed: list[tuple[str, BaseException]] = []
+    cursor = after
+    # A page of `max` from each broker, filtered by what the key may see: ask again past what was hidden.
+    while True:
+        answers, failed = await on_each(targets, partial(_list_page, ctx, wanted, max, cursor))
+        if not answers:
+            raise failure_of_all(e for _, e in failed)
+        page = sorted(
+            (_transaction(t, broker) for broker, found in answers for t in found), key=lambda t: t.transaction_id
+        )[:max]
+        listed += [t for t in page if principal.may((PUB, ADMIN), "topic", t.topic)]
+        if len(page) < max or len(listed) >= max:
+            break
+        cursor = page[-1].transaction_id
+    listed = listed[:max]
+    more = len(listed) == max
     return TransactionList(
-        transactions=[
-            _transaction(t, broker)
-            for broker, listed in answers
-            for t in listed
-            if principal.may((PUB, ADMIN), "topic", str(t["topic"]))
-        ],
+        transactions=listed,
         unavailable=[name for name, exc in failed if not isinstance(exc, NotFound)],
+        next_after=listed[-1].transaction_id if more else None,
     )
 
 
@@ -350,6 +367,12 @@ def _registration(group: producer_groups.ProducerGroup, now_ms: int, *, show_sec
         signing_secret=group.signing_secret if show_secret else None,
         secret_overlap_until=group.previous_secret_until if overlapping else None,
     )
+
+
+async def _list_page(
+    ctx: GatewayContext, state: str, max: int, after: str, broker: str, address: str
+) -> list[dict[str, Any]]:
+    return await ctx.brokers.list_transactions(broker, address, state, max, after)
 
 
 def _transaction(answer: dict[str, Any], broker: str) -> Transaction:

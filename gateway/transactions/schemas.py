@@ -114,6 +114,7 @@ class EndTransactionResult(BaseModel):
 
 
 class TransactionFilter(enum.StrEnum):
+    OPEN = "open"
     ABANDONED = "abandoned"
 
 
@@ -131,7 +132,10 @@ class Transaction(BaseModel):
 
 
 class TransactionList(BaseModel):
-    transactions: list[Transaction] = Field(description="per broker, in the order each keeps them")
+    transactions: list[Transaction] = Field(description="by transaction id, at most `max`")
     unavailable: list[str] = Field(
         default_factory=list, description="brokers that did not answer: their transactions are missing"
+    )
+    next_after: str | None = Field(
+        default=None, description="more may follow: ask again with after=this (null: this is the last page)"
     )

@@ -318,8 +318,10 @@ class BrokerClient:
             )
         )
 
-    async def list_transactions(self, broker: str, address: str, state: str, max: int) -> list[dict[str, Any]]:
-        params: dict[str, str | int] = {"state": state, "max": max}
+    async def list_transactions(
+        self, broker: str, address: str, state: str, max: int, after: str = ""
+    ) -> list[dict[str, Any]]:
+        params: dict[str, str | int] = {"state": state, "max": max, "after": after}
         return list((await self._json(broker, address, "GET", "/internal/transactions", params=params))["transactions"])
 
     async def checked(
