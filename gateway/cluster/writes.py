@@ -13,6 +13,7 @@ from libs.broker_api.schemas import BrokerTopic
 from libs.errors import (
     AlreadyExists,
     BrokerUnavailable,
+    InvalidRequest,
     PetrelError,
     QueuesNotEmpty,
     ServiceUnavailable,
@@ -82,6 +83,15 @@ def write_failed(what: str, failed: list[tuple[str, BaseException]]) -> PetrelEr
         f"{first_detail(failed)}; the call is idempotent, repeat it",
         brokers=[name for name, _ in failed],
     )
+
+
+def create_only_of(if_none_match: str | None) -> bool:
+    """Whether a PUT's If-None-Match makes it create-only: `*` does; any other value is a 400."""
+    if if_none_match is None:
+        return False
+    if if_none_match.strip() != "*":
+        raise InvalidRequest("If-None-Match: only * is understood (create only)")
+    return True
 
 
 @dataclass(frozen=True, slots=True)

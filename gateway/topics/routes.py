@@ -11,7 +11,14 @@ from fastapi import APIRouter, Body, Header, Query, Request, Response
 from gateway.auth.needs import NEEDS
 from gateway.auth.principal import principal_of
 from gateway.auth.route import AuthorizedRoute
-from gateway.cluster.writes import QueueHeld, create_topic, first_detail, master_address, queues_not_empty
+from gateway.cluster.writes import (
+    QueueHeld,
+    create_only_of,
+    create_topic,
+    first_detail,
+    master_address,
+    queues_not_empty,
+)
 from gateway.context import Context, GatewayContext
 from gateway.edge.params import AnyTopic, UserTopic
 from gateway.topics.schemas import Topic, TopicList, TopicOnBroker, TopicQueue, TopicSpec, TopicSummary
@@ -19,7 +26,6 @@ from libs.broker_api.schemas import BrokerTopic
 from libs.errors import (
     AlreadyExists,
     BrokerUnavailable,
-    InvalidRequest,
     InvalidTopicName,
     MalformedBody,
     QueuesNotEmpty,
@@ -60,7 +66,7 @@ async def put_topic(
     queues-not-empty, nothing changed) while a queue to be removed holds any message within
     retention, on any broker. `If-None-Match: *` makes it create-only (412 already-exists).
     """
-    create_only = _create_only(if_none_match)
+    create_only = create_only_of(if_none_match)
     current = await _current(ctx, topic)
     if current is not None and create_only:
         raise AlreadyExists(f"topic {topic!r} exists (If-None-Match: * creates only)")
@@ -137,14 +143,6 @@ async def delete_topic(ctx: Context, topic: UserTopic) -> Response:
             f"topic {topic!r} is still on {', '.join(n for n, _ in failed)}: {first_detail(failed)}"
         )
     return Response(status_code=204)
-
-
-def _create_only(if_none_match: str | None) -> bool:
-    if if_none_match is None:
-        return False
-    if if_none_match.strip() != "*":
-        raise InvalidRequest("If-None-Match: only * is understood (create only)")
-    return True
 
 
 @dataclass(frozen=True, slots=True)

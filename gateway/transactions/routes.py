@@ -11,13 +11,13 @@ from __future__ import annotations
 from functools import partial
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
 from gateway.auth.needs import ADMIN, PUB
 from gateway.auth.principal import authorize, principal_of, reveal
 from gateway.auth.route import AuthorizedRoute
-from gateway.cluster.writes import ensure_topic, on_each
+from gateway.cluster.writes import create_only_of, ensure_topic, on_each
 from gateway.context import Context, GatewayContext, gateway_context
 from gateway.edge.outgoing import outgoing
 from gateway.edge.params import ProducerGroupName, TransactionId, UserTopic
@@ -40,6 +40,7 @@ from libs.broker_api.fanout import failure_of_all
 from libs.broker_api.transactions import TransactionState
 from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED
 from libs.errors import (
+    AlreadyExists,
     BrokerUnavailable,
     FlushTimeout,
     InvalidMessage,
@@ -83,20 +84,35 @@ END_PROBLEMS = problem_responses(
     response_model=ProducerGroupRegistration,
     responses={
         201: {"model": ProducerGroupRegistration, "description": "Created"},
-        **problem_responses(InvalidRequest, MalformedBody, ValidationFailed),
+        **problem_responses(InvalidRequest, MalformedBody, ValidationFailed, AlreadyExists),
     },
     openapi_extra=json_body(ProducerGroupUpdate),
 )
 async def put_producer_group(
-    ctx: Context, group: ProducerGroupName, request: Request, response: Response
+    ctx: Context,
+    group: ProducerGroupName,
+    request: Request,
+    response: Response,
+    if_none_match: Annotated[str | None, Header(description="*: create only (412 when the group exists)")] = None,
 ) -> ProducerGroupRegistration:
-    """Register the group's checkback_url and signing secret, or update them (201 when created).
+    """Register the group's checkback_url and signing secret (201), or change only the fields named (200).
 
-    The secret is shown once, in the answer that set it: without one given, a new group gets a generated one and
-    an existing group keeps its own (not shown again; `:rotate-secret` makes a new one).
+    A new group needs a checkback_url. The secret is shown once, in the answer that set it: without one given,
+    a new group gets a generated one and an existing group keeps its own (not shown again; `:rotate-secret` makes
+    a new one). `If-None-Match: *` makes it create-only (412 already-exists).
     """
+    create_only = create_only_of(if_none_match)
     spec = parse_json(ProducerGroupUpdate, await request.body())
-    stored, created = await ctx.producer_groups.put(group, spec.checkback_url, spec.signing_secret)
+    try:
+        current: producer_groups.ProducerGroup | None = await ctx.producer_groups.get(group)
+    except ProducerGroupNotFound:
+        current = None
+    if current is not None and create_only:
+        raise AlreadyExists(f"producer group {group!r} exists (If-None-Match: * creates only)")
+    checkback_url = spec.checkback_url or (current.checkback_url if current is not None else None)
+    if checkback_url is None:
+        raise InvalidRequest(f"producer group {group!r} is new: its checkback_url is needed")
+    stored, created = await ctx.producer_groups.put(group, checkback_url, spec.signing_secret)
     response.status_code = 201 if created else 200
     return _registration(stored, ctx.now_ms(), show_secret=created or spec.signing_secret is not None)
 

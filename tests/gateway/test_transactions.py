@@ -110,7 +110,7 @@ async def test_list_shows_every_group_by_name_without_secrets(gateway: httpx.Asy
         ({"checkback_url": "http://"}, 400, "invalid-request", "must be an http or https URL with a host"),
         ({"signing_secret": "hunter2"}, 400, "invalid-request", "signing_secret must start with 'whsec_'"),
         ({"signing_secret": "whsec_c2hvcnQ="}, 400, "invalid-request", "signing_secret holds 5 bytes"),
-        ({"checkback_url": None}, 422, "validation-failed", "body.checkback_url"),
+        ({"checkback_url": None}, 400, "invalid-request", "its checkback_url is needed"),
         ({"retries": 3}, 422, "validation-failed", "body.retries"),
     ],
 )
