@@ -195,7 +195,8 @@ def _print_urls(
         f"  API docs:  {gateway}/docs",
         f"  logs:      {options.data_dir / 'logs'}/",
         f"  token:     {options.token_file} (internal calls carry it in x-petrel-internal-token)",
-        f"  try:       curl {bearer}-X PUT {gateway}/v1/topics/orders   (creates it, or changes only what is named)",
+        f"  try:       curl {bearer}-X PUT {gateway}/v1/topics/orders",
+        "             (a PUT creates the topic, or changes only the fields its body names)",
         "",
         "Ctrl-C stops every process.",
     ]
