@@ -196,6 +196,7 @@ def _print_urls(
         f"  logs:      {options.data_dir / 'logs'}/",
         f"  token:     {options.token_file} (internal calls carry it in x-petrel-internal-token)",
         f"  try:       curl {bearer}-X PUT {gateway}/v1/topics/orders",
+        "             (a PUT creates the topic, or changes only the fields its body names)",
         "",
         "Ctrl-C stops every process.",
     ]

@@ -289,6 +289,22 @@ class AlreadyDelivered(PetrelError):
     title = "Already delivered"
 
 
+class QueuesNotEmpty(PetrelError):
+    """A topic's queues would shrink while a queue to be removed still holds messages within retention."""
+
+    status = 409
+    slug = "queues-not-empty"
+    title = "Queues not empty"
+
+
+class AlreadyExists(PetrelError):
+    """A create-only PUT (`If-None-Match: *`) of something that exists."""
+
+    status = 412
+    slug = "already-exists"
+    title = "Already exists"
+
+
 class IdempotencyConflict(PetrelError):
     status = 409
     slug = "idempotency-key-in-use"

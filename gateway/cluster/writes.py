@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from libs.broker_api.fanout import cancel_all, failure_of_all
 from libs.broker_api.schemas import BrokerTopic
-from libs.errors import BrokerUnavailable, PetrelError, ServiceUnavailable, TopicNotFound
+from libs.errors import (
+    AlreadyExists,
+    BrokerUnavailable,
+    InvalidRequest,
+    PetrelError,
+    QueuesNotEmpty,
+    ServiceUnavailable,
+    TopicNotFound,
+)
 from libs.routing import TopicRoute
 from libs.topic import Perm, TopicConfig
 
@@ -75,12 +85,48 @@ def write_failed(what: str, failed: list[tuple[str, BaseException]]) -> PetrelEr
     )
 
 
-async def create_topic(ctx: GatewayContext, config: TopicConfig) -> list[BrokerTopic]:
-    """Create or update the topic on every broker of the gateway's cluster."""
+def create_only_of(if_none_match: str | None) -> bool:
+    """Whether a PUT's If-None-Match makes it create-only: `*` does; any other value is a 400."""
+    if if_none_match is None:
+        return False
+    if if_none_match.strip() != "*":
+        raise InvalidRequest("If-None-Match: only * is understood (create only)")
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class QueueHeld:
+    broker: str
+    queue_id: int
+    messages: int
+
+
+def queues_not_empty(topic: str, held: list[QueueHeld]) -> QueuesNotEmpty:
+    """The 409 of a shrink that would hide messages: every queue and its count, and what to do instead."""
+    named = ", ".join(f"{h.broker} queue {h.queue_id} holds {h.messages}" for h in held)
+    return QueuesNotEmpty(
+        f"topic {topic!r} keeps its queues: {named} (messages within retention, which fewer queues would hide); "
+        "wait until retention has removed them, or delete the topic",
+        queues=[{"broker": h.broker, "queue_id": h.queue_id, "messages": h.messages} for h in held],
+    )
+
+
+async def create_topic(ctx: GatewayContext, config: TopicConfig, *, create_only: bool = False) -> list[BrokerTopic]:
+    """Create or update the topic on every broker of the gateway's cluster (each refuses to hide messages)."""
     try:
-        stored, failed = await on_every_master(ctx, lambda name, address: ctx.brokers.put_topic(name, address, config))
+        stored, failed = await on_every_master(
+            ctx, lambda name, address: ctx.brokers.put_topic(name, address, config, create_only=create_only)
+        )
     finally:
         ctx.routes.invalidate(config.name)
+    held = [
+        QueueHeld(name, int(q["queue_id"]), int(q["messages"]))
+        for name, exc in failed
+        if isinstance(exc, QueuesNotEmpty)
+        for q in exc.extensions.get("queues", [])
+    ]
+    if held:
+        raise queues_not_empty(config.name, held)
     if failed:
         raise write_failed(f"topic {config.name!r}", failed)
     return [topic for _, topic in stored]
@@ -93,7 +139,8 @@ async def ensure_topic(ctx: GatewayContext, topic: str) -> None:
     except TopicNotFound:
         if not ctx.settings.auto_create_topics:
             raise
-        await create_topic(ctx, default_topic(ctx, topic))
+        with contextlib.suppress(AlreadyExists):  # created meanwhile (another gateway): as it is
+            await create_topic(ctx, default_topic(ctx, topic), create_only=True)
 
 
 def default_topic(ctx: GatewayContext, name: str) -> TopicConfig:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 
 from gateway.auth.needs import ADMIN, SUB
 from gateway.auth.principal import principal_of
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import (
+    create_only_of,
     first_master_answer,
     master_address,
     on_each,
@@ -41,6 +42,7 @@ from gateway.groups.schemas import (
 from libs.broker_api.fanout import failure_of_all
 from libs.broker_api.groups import GroupConfigAnswer
 from libs.errors import (
+    AlreadyExists,
     GroupNotFound,
     InvalidRequest,
     InvalidTopicName,
@@ -66,14 +68,36 @@ GROUP_PROBLEMS = problem_responses(InvalidRequest, GroupNotFound)
     response_model=Group,
     responses={
         201: {"model": Group, "description": "Created"},
-        **problem_responses(InvalidRequest, MalformedBody, ValidationFailed),
+        **problem_responses(InvalidRequest, MalformedBody, ValidationFailed, AlreadyExists),
     },
     openapi_extra=json_body(GroupUpdate, required=False),
 )
-async def put_group(ctx: Context, group: GroupName, request: Request, response: Response) -> Group:
-    """Create the group on every broker of the cluster, or update it (201 when created; no body: every default)."""
+async def put_group(
+    ctx: Context,
+    group: GroupName,
+    request: Request,
+    response: Response,
+    if_none_match: Annotated[str | None, Header(description="*: create only (412 when the group exists)")] = None,
+) -> Group:
+    """Create the group on every broker of the cluster (201), or change only the fields named (200).
+
+    Fields absent keep their value (on create, their defaults; no body: every default).
+    `If-None-Match: *` makes it create-only (412 already-exists).
+    """
+    create_only = create_only_of(if_none_match)
     raw = await request.body()
     update = parse_json(GroupUpdate, raw) if raw.strip() else GroupUpdate()
+    try:
+        current: GroupConfigAnswer | None = await first_master_answer(
+            ctx, lambda name, address: ctx.brokers.get_group(name, address, group)
+        )
+    except GroupNotFound:
+        current = None
+    if current is not None and create_only:
+        raise AlreadyExists(f"group {group!r} exists (If-None-Match: * creates only)")
+    if current is not None:
+        kept = {field: getattr(current, field) for field in GroupUpdate.model_fields}
+        update = GroupUpdate(**(kept | {field: getattr(update, field) for field in update.model_fields_set}))
     stored, failed = await on_every_master(
         ctx, lambda name, address: ctx.brokers.put_group(name, address, group, update)
     )

@@ -63,7 +63,11 @@ async def cancel_schedule(ctx: Context, message_id: MessageId, request: Request)
         await ctx.internal.json(
             "POST",
             f"http://{ctx.settings.timer_address}/internal/cancellations",
-            body={"broker": broker, "physical_offset": record.physical_offset},
+            body={
+                "broker": broker,
+                "physical_offset": record.physical_offset,
+                "level": record.queue_id + 1 if record.topic == SCHEDULE_TOPIC else None,
+            },
         )
     except ServiceUnavailable as exc:
         raise ServiceUnavailable(

@@ -3,22 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi import APIRouter, Body, Header, Query, Request, Response
 
 from gateway.auth.needs import NEEDS
 from gateway.auth.principal import principal_of
 from gateway.auth.route import AuthorizedRoute
-from gateway.cluster.writes import create_topic, first_detail, master_address
+from gateway.cluster.writes import (
+    QueueHeld,
+    create_only_of,
+    create_topic,
+    first_detail,
+    master_address,
+    queues_not_empty,
+)
 from gateway.context import Context, GatewayContext
 from gateway.edge.params import AnyTopic, UserTopic
 from gateway.topics.schemas import Topic, TopicList, TopicOnBroker, TopicQueue, TopicSpec, TopicSummary
 from libs.broker_api.schemas import BrokerTopic
 from libs.errors import (
+    AlreadyExists,
     BrokerUnavailable,
     InvalidTopicName,
     MalformedBody,
+    QueuesNotEmpty,
     ReservedTopicName,
     ServiceUnavailable,
     TopicNotFound,
@@ -27,7 +37,7 @@ from libs.errors import (
 from libs.names import is_system_topic
 from libs.problem import problem_responses
 from libs.routing import TopicRoute
-from libs.topic import Perm, TopicConfig
+from libs.topic import MessageType, Perm, TopicConfig
 
 router = APIRouter(prefix="/v1/topics", tags=["topics"], route_class=AuthorizedRoute)
 
@@ -38,16 +48,34 @@ router = APIRouter(prefix="/v1/topics", tags=["topics"], route_class=AuthorizedR
     response_model=Topic,
     responses={
         201: {"model": Topic, "description": "Created"},
-        **problem_responses(InvalidTopicName, ReservedTopicName, MalformedBody, ValidationFailed),
+        **problem_responses(
+            InvalidTopicName, ReservedTopicName, MalformedBody, ValidationFailed, QueuesNotEmpty, AlreadyExists
+        ),
     },
 )
 async def put_topic(
-    ctx: Context, topic: UserTopic, response: Response, spec: Annotated[TopicSpec, Body(default_factory=TopicSpec)]
+    ctx: Context,
+    topic: UserTopic,
+    response: Response,
+    spec: Annotated[TopicSpec, Body(default_factory=TopicSpec)],
+    if_none_match: Annotated[str | None, Header(description="*: create only (412 when the topic exists)")] = None,
 ) -> Topic:
-    """Create the topic on every broker of the cluster, or update it (201 when created)."""
-    queues = spec.queues or ctx.settings.default_queues
-    config = TopicConfig(topic, queues, queues, Perm.READ_WRITE, spec.message_type)
-    stored = await create_topic(ctx, config)
+    """Create the topic on every broker of the cluster (201), or change only the fields named (200).
+
+    Fields absent keep their value (on create, their defaults). Fewer queues are refused (409
+    queues-not-empty, nothing changed) while a queue to be removed holds any message within
+    retention, on any broker. `If-None-Match: *` makes it create-only (412 already-exists).
+    """
+    create_only = create_only_of(if_none_match)
+    current = await _current(ctx, topic)
+    if current is not None and create_only:
+        raise AlreadyExists(f"topic {topic!r} exists (If-None-Match: * creates only)")
+    queues = spec.queues or (current.config.write_queues if current else ctx.settings.default_queues)
+    message_type = spec.message_type or (current.config.message_type if current else MessageType.NORMAL)
+    config = TopicConfig(topic, queues, queues, Perm.READ_WRITE, message_type)
+    if current is not None:
+        await _refuse_hiding(ctx, current.route, queues)
+    stored = await create_topic(ctx, config, create_only=create_only)
     response.status_code = 201 if any(r.created for r in stored) else 200
     return _describe(topic, config, stored, [])
 
@@ -115,6 +143,40 @@ async def delete_topic(ctx: Context, topic: UserTopic) -> Response:
             f"topic {topic!r} is still on {', '.join(n for n, _ in failed)}: {first_detail(failed)}"
         )
     return Response(status_code=204)
+
+
+@dataclass(frozen=True, slots=True)
+class _Current:
+    route: TopicRoute
+    config: TopicConfig
+
+
+async def _current(ctx: GatewayContext, topic: str) -> _Current | None:
+    """The topic as its route says now (not a cached one), or None when no broker holds it."""
+    ctx.routes.invalidate(topic)
+    try:
+        route = await ctx.routes.get(topic)
+    except TopicNotFound:
+        return None
+    first = route.queues[0]
+    return _Current(route, TopicConfig(topic, first.read_queues, first.write_queues, first.perm, first.message_type))
+
+
+async def _refuse_hiding(ctx: GatewayContext, route: TopicRoute, queues: int) -> None:
+    """QueuesNotEmpty naming every broker's queues beyond `queues` that hold messages (each broker checks again
+    when it is written, atomically with its sends: this one spares a shrink half done across brokers)."""
+    shrinking = [q.broker_name for q in route.queues if max(q.read_queues, q.write_queues) > queues]
+    answers = await asyncio.gather(
+        *(ctx.brokers.topic_offsets(name, master_address(route, name), route.topic) for name in shrinking)
+    )
+    held = [
+        QueueHeld(broker=name, queue_id=queue_id, messages=high - low)
+        for name, offsets in zip(shrinking, answers, strict=True)
+        for queue_id, (low, high) in sorted(offsets.ranges().items())
+        if queue_id >= queues and high > low
+    ]
+    if held:
+        raise queues_not_empty(route.topic, held)
 
 
 async def _describe_route(ctx: GatewayContext, topic: str, route: TopicRoute) -> Topic:

@@ -8,12 +8,21 @@ from libs.topic import MAX_QUEUES, MessageType
 
 
 class TopicSpec(BaseModel):
-    """What `PUT /v1/topics/{topic}` may set; every field is optional."""
+    """What `PUT /v1/topics/{topic}` may set; every field is optional: absent, it keeps its value (on create, its
+    default)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    queues: int | None = Field(default=None, ge=1, le=MAX_QUEUES, description="queues on each broker (default 8)")
-    message_type: MessageType = Field(default=MessageType.NORMAL, description="what kind of messages the topic takes")
+    queues: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_QUEUES,
+        description="queues on each broker (default 8); fewer is refused (409) while a queue to be removed holds "
+        "messages within retention",
+    )
+    message_type: MessageType | None = Field(
+        default=None, description="what kind of messages the topic takes (default NORMAL)"
+    )
 
 
 class TopicQueue(BaseModel):

@@ -8,15 +8,16 @@ in the shared metadata database, where txcheck finds a group's checkback_url.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
 from gateway.auth.needs import ADMIN, PUB
 from gateway.auth.principal import authorize, principal_of, reveal
 from gateway.auth.route import AuthorizedRoute
-from gateway.cluster.writes import ensure_topic, on_each
+from gateway.cluster.writes import create_only_of, ensure_topic, on_each
 from gateway.context import Context, GatewayContext, gateway_context
 from gateway.edge.outgoing import outgoing
 from gateway.edge.params import ProducerGroupName, TransactionId, UserTopic
@@ -39,6 +40,7 @@ from libs.broker_api.fanout import failure_of_all
 from libs.broker_api.transactions import TransactionState
 from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED
 from libs.errors import (
+    AlreadyExists,
     BrokerUnavailable,
     FlushTimeout,
     InvalidMessage,
@@ -82,20 +84,35 @@ END_PROBLEMS = problem_responses(
     response_model=ProducerGroupRegistration,
     responses={
         201: {"model": ProducerGroupRegistration, "description": "Created"},
-        **problem_responses(InvalidRequest, MalformedBody, ValidationFailed),
+        **problem_responses(InvalidRequest, MalformedBody, ValidationFailed, AlreadyExists),
     },
     openapi_extra=json_body(ProducerGroupUpdate),
 )
 async def put_producer_group(
-    ctx: Context, group: ProducerGroupName, request: Request, response: Response
+    ctx: Context,
+    group: ProducerGroupName,
+    request: Request,
+    response: Response,
+    if_none_match: Annotated[str | None, Header(description="*: create only (412 when the group exists)")] = None,
 ) -> ProducerGroupRegistration:
-    """Register the group's checkback_url and signing secret, or update them (201 when created).
+    """Register the group's checkback_url and signing secret (201), or change only the fields named (200).
 
-    The secret is shown once, in the answer that set it: without one given, a new group gets a generated one and
-    an existing group keeps its own (not shown again; `:rotate-secret` makes a new one).
+    A new group needs a checkback_url. The secret is shown once, in the answer that set it: without one given,
+    a new group gets a generated one and an existing group keeps its own (not shown again; `:rotate-secret` makes
+    a new one). `If-None-Match: *` makes it create-only (412 already-exists).
     """
+    create_only = create_only_of(if_none_match)
     spec = parse_json(ProducerGroupUpdate, await request.body())
-    stored, created = await ctx.producer_groups.put(group, spec.checkback_url, spec.signing_secret)
+    try:
+        current: producer_groups.ProducerGroup | None = await ctx.producer_groups.get(group)
+    except ProducerGroupNotFound:
+        current = None
+    if current is not None and create_only:
+        raise AlreadyExists(f"producer group {group!r} exists (If-None-Match: * creates only)")
+    checkback_url = spec.checkback_url or (current.checkback_url if current is not None else None)
+    if checkback_url is None:
+        raise InvalidRequest(f"producer group {group!r} is new: its checkback_url is needed")
+    stored, created = await ctx.producer_groups.put(group, checkback_url, spec.signing_secret)
     response.status_code = 201 if created else 200
     return _registration(stored, ctx.now_ms(), show_secret=created or spec.signing_secret is not None)
 
@@ -228,28 +245,44 @@ async def rollback(ctx: Context, transaction_id: TransactionId, request: Request
 async def list_transactions(
     ctx: Context,
     request: Request,
-    state: Annotated[TransactionFilter, Query(description="abandoned: past the check limit, still resolvable")],
-    max: Annotated[int, Query(ge=1, le=1000, description="at most this many from each broker")] = 100,
+    state: Annotated[
+        TransactionFilter,
+        Query(description="open: not ended, checked back while left so; abandoned: past the check limit"),
+    ],
+    max: Annotated[int, Query(ge=1, le=1000, description="at most this many (a page)")] = 100,
+    after: Annotated[str, Query(description="the page after this transaction id (a page's next_after)")] = "",
 ) -> TransactionList:
-    """Transactions in a state, from every broker: abandoned ones wait for an operator's commit or rollback."""
+    """Open or abandoned transactions from every broker, by transaction id, a page at a time.
+
+    Abandoned ones wait for an operator's commit or rollback; open ones for their producer's
+    end or a check-back.
+    """
     targets = await ctx.nameservers.masters()
     if not targets:
         raise ServiceUnavailable("no broker is registered with the nameservers")
     wanted = TransactionState[state.name].value  # the broker spells states as its answers do: ABANDONED
-    answers, failed = await on_each(
-        targets, lambda name, address: ctx.brokers.list_transactions(name, address, wanted, max)
-    )
-    if not answers:
-        raise failure_of_all(e for _, e in failed)
     principal = principal_of(request)
+    listed: list[Transaction] = []
+    failed: list[tuple[str, BaseException]] = []
+    cursor = after
+    # A page of `max` from each broker, filtered by what the key may see: ask again past what was hidden.
+    while True:
+        answers, failed = await on_each(targets, partial(_list_page, ctx, wanted, max, cursor))
+        if not answers:
+            raise failure_of_all(e for _, e in failed)
+        page = sorted(
+            (_transaction(t, broker) for broker, found in answers for t in found), key=lambda t: t.transaction_id
+        )[:max]
+        listed += [t for t in page if principal.may((PUB, ADMIN), "topic", t.topic)]
+        if len(page) < max or len(listed) >= max:
+            break
+        cursor = page[-1].transaction_id
+    listed = listed[:max]
+    more = len(listed) == max
     return TransactionList(
-        transactions=[
-            _transaction(t, broker)
-            for broker, listed in answers
-            for t in listed
-            if principal.may((PUB, ADMIN), "topic", str(t["topic"]))
-        ],
+        transactions=listed,
         unavailable=[name for name, exc in failed if not isinstance(exc, NotFound)],
+        next_after=listed[-1].transaction_id if more else None,
     )
 
 
@@ -350,6 +383,12 @@ def _registration(group: producer_groups.ProducerGroup, now_ms: int, *, show_sec
         signing_secret=group.signing_secret if show_secret else None,
         secret_overlap_until=group.previous_secret_until if overlapping else None,
     )
+
+
+async def _list_page(
+    ctx: GatewayContext, state: str, max: int, after: str, broker: str, address: str
+) -> list[dict[str, Any]]:
+    return await ctx.brokers.list_transactions(broker, address, state, max, after)
 
 
 def _transaction(answer: dict[str, Any], broker: str) -> Transaction:

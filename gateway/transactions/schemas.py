@@ -25,10 +25,11 @@ class ProducerGroupUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    checkback_url: str = Field(
+    checkback_url: str | None = Field(
+        default=None,
         json_schema_extra=HTTP_URL_SCHEMA,
         description="where txcheck asks for the outcome of a transaction left open: an http or https URL with a "
-        "host, outside the cluster's own networks (else 400)",
+        "host, outside the cluster's own networks (else 400); needed to create a group, absent it keeps its value",
     )
     signing_secret: Annotated[str, Field(json_schema_extra=SIGNING_SECRET_SCHEMA)] | None = Field(
         default=None,
@@ -114,6 +115,7 @@ class EndTransactionResult(BaseModel):
 
 
 class TransactionFilter(enum.StrEnum):
+    OPEN = "open"
     ABANDONED = "abandoned"
 
 
@@ -131,7 +133,10 @@ class Transaction(BaseModel):
 
 
 class TransactionList(BaseModel):
-    transactions: list[Transaction] = Field(description="per broker, in the order each keeps them")
+    transactions: list[Transaction] = Field(description="by transaction id, at most `max`")
     unavailable: list[str] = Field(
         default_factory=list, description="brokers that did not answer: their transactions are missing"
+    )
+    next_after: str | None = Field(
+        default=None, description="more may follow: ask again with after=this (null: this is the last page)"
     )

@@ -93,12 +93,16 @@ class BrokerClient:
 
     # ---- topics ------------------------------------------------------------------------------
 
-    async def put_topic(self, broker: str, address: str, config: TopicConfig) -> BrokerTopic:
+    async def put_topic(
+        self, broker: str, address: str, config: TopicConfig, *, create_only: bool = False
+    ) -> BrokerTopic:
+        """Create or update; QueuesNotEmpty (409) when fewer queues would hide messages, AlreadyExists (412)."""
         body = {
             "read_queues": config.read_queues,
             "write_queues": config.write_queues,
             "perm": config.perm,
             "message_type": config.message_type.value,
+            "create_only": create_only,
         }
         answer = await self._json(
             broker, address, "PUT", internal_path("/internal/topics/{topic}", topic=config.name), body
@@ -318,8 +322,10 @@ class BrokerClient:
             )
         )
 
-    async def list_transactions(self, broker: str, address: str, state: str, max: int) -> list[dict[str, Any]]:
-        params: dict[str, str | int] = {"state": state, "max": max}
+    async def list_transactions(
+        self, broker: str, address: str, state: str, max: int, after: str = ""
+    ) -> list[dict[str, Any]]:
+        params: dict[str, str | int] = {"state": state, "max": max, "after": after}
         return list((await self._json(broker, address, "GET", "/internal/transactions", params=params))["transactions"])
 
     async def checked(

@@ -14,6 +14,7 @@ class TopicUpdate(BaseModel):
     write_queues: int = Field(ge=1, le=MAX_QUEUES)
     perm: int = Field(default=Perm.READ_WRITE, ge=0, le=7)
     message_type: MessageType = MessageType.NORMAL
+    create_only: bool = Field(default=False, description="412 already-exists when the topic exists here")
 
 
 class BrokerTopic(BaseModel):

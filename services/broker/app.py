@@ -84,9 +84,17 @@ async def get_broker_identity(ctx: Context) -> BrokerIdentity:
 
 @router.put("/topics/{topic}", operation_id="putBrokerTopic", response_model=BrokerTopic)
 async def put_topic(ctx: Context, topic: TopicName, body: TopicUpdate) -> BrokerTopic:
-    """Create or update a topic here; answers once the nameservers have been told."""
+    """Create or update a topic here; answers once the nameservers have been told.
+
+    Fewer queues are refused (409) while a queue to be removed holds messages; `create_only`: 412 when it exists.
+    """
     config = TopicConfig(topic, body.read_queues, body.write_queues, body.perm, body.message_type)
-    created = await ctx.topics.put(config)
+
+    def held(queue_id: int) -> int:
+        low, high = ctx.store.queue_offsets(topic, queue_id)
+        return high - low
+
+    created = await ctx.topics.put(config, held=held, create_only=body.create_only)
     return BrokerTopic.of(config, ctx.settings.broker_name, created)
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from libs.errors import TopicNotFound
+from libs.errors import AlreadyExists, QueuesNotEmpty, TopicNotFound
 from libs.names import (
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
@@ -58,19 +58,41 @@ class TopicTable:
     def all(self) -> list[TopicConfig]:
         return sorted(self._topics.values(), key=lambda t: t.name)
 
-    async def put(self, config: TopicConfig) -> bool:
+    async def put(
+        self, config: TopicConfig, *, held: Callable[[int], int] | None = None, create_only: bool = False
+    ) -> bool:
         """Create or update; True when the topic is new. Listeners run before it returns.
 
         Writes are serialised: two first receives of a new group both creating its retry
-        topic must not both insert it.
+        topic must not both insert it. `create_only`: AlreadyExists when the topic exists.
+
+        `held(queue_id)`: how many messages a queue holds (within retention). Given, fewer
+        queues are refused (QueuesNotEmpty, nothing changed) while a queue to be removed holds
+        any, and the check cannot race a send: the removed queues first stop taking writes
+        (a send checks its queue and appends with no await between), then are counted.
         """
         async with self._writing:
-            created = config.name not in self._topics
-            if self._topics.get(config.name) != config:
-                await asyncio.to_thread(self.store.save, config)
-                self._topics[config.name] = config
-                await self._changed(config.name, config)
-        return created
+            old = self._topics.get(config.name)
+            if create_only and old is not None:
+                raise AlreadyExists(f"topic {config.name!r} exists (If-None-Match: * creates only)")
+            if old is not None and held is not None and _span(config) < _span(old):
+                await self._set(replace(old, write_queues=min(old.write_queues, config.write_queues)))
+                counts = {q: n for q in range(_span(config), _span(old)) if (n := held(q))}
+                if counts:
+                    await self._set(old)
+                    raise QueuesNotEmpty(
+                        f"topic {config.name!r}: {_queues_held(counts)} would be removed with their messages; "
+                        "wait until retention has removed them, or delete the topic",
+                        queues=[{"queue_id": q, "messages": n} for q, n in sorted(counts.items())],
+                    )
+            await self._set(config)
+        return old is None
+
+    async def _set(self, config: TopicConfig) -> None:
+        if self._topics.get(config.name) != config:
+            await asyncio.to_thread(self.store.save, config)
+            self._topics[config.name] = config
+            await self._changed(config.name, config)
 
     async def delete(self, name: str) -> None:
         self.get(name)
@@ -83,6 +105,15 @@ class TopicTable:
         change = TopicChange(self.data_version, name, config)
         for listener in self._listeners:
             await listener(change)
+
+
+def _span(config: TopicConfig) -> int:
+    """The queues a topic has (readable or writable)."""
+    return max(config.read_queues, config.write_queues)
+
+
+def _queues_held(counts: dict[int, int]) -> str:
+    return ", ".join(f"queue {q} holds {n} message{'s' if n != 1 else ''}" for q, n in sorted(counts.items()))
 
 
 def system_topics(levels: int) -> list[TopicConfig]:

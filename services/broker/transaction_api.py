@@ -114,13 +114,17 @@ async def get_transaction(ctx: Context, message_id: str) -> TransactionAnswer:
 @router.get("", operation_id="listTransactions", response_model=TransactionList)
 async def list_transactions(
     ctx: Context,
-    state: Annotated[str, Query(description="abandoned (any case): the only state listed")] = "abandoned",
+    state: Annotated[str, Query(description="open or abandoned (any case)")] = "abandoned",
     max: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    after: Annotated[str, Query(description="only transaction ids that sort after this one")] = "",
 ) -> TransactionList:
-    """Abandoned transactions (past the check limit, still resolvable by commit or rollback)."""
-    if state.upper() != TransactionState.ABANDONED:
-        raise InvalidRequest(f"state={state!r}: only state=abandoned can be listed")
-    return TransactionList(transactions=[_transaction(i) for i in ctx.transactions.abandoned(max)])
+    """Open (half messages not ended) or abandoned (past the check limit) transactions, by transaction id."""
+    listed = {s.value: s for s in (TransactionState.OPEN, TransactionState.ABANDONED)}
+    if state.upper() not in listed:
+        raise InvalidRequest(f"state={state!r}: only state=open or state=abandoned can be listed")
+    return TransactionList(
+        transactions=[_transaction(i) for i in ctx.transactions.listed(listed[state.upper()], max, after)]
+    )
 
 
 @router.post("/{message_id}/checked", operation_id="renewHalfMessage", response_model=TransactionAnswer)

@@ -334,18 +334,32 @@ class Transactions:
             int(half.properties.get(FIRST_STORED, str(half.store_timestamp))),
         )
 
-    def abandoned(self, max_count: int) -> list[TransactionInfo]:
-        low, high = self.store.queue_offsets(TRANS_CHECK_MAX_TIME_TOPIC, 0)
-        found: dict[str, TransactionInfo] = {}
+    def listed(self, state: TransactionState, max_count: int, after: str = "") -> list[TransactionInfo]:
+        """Open or abandoned transactions whose id sorts after `after`, the first `max_count` by id.
+
+        Open: every half message not ended whose newest copy is still in the half topic (a
+        renewed copy supersedes the one it renews; an abandoned one is in the check-max topic).
+        A scan of the topic's queue, as the check-back service's: it costs what the queue holds.
+        """
+        topic = TRANS_HALF_TOPIC if state is TransactionState.OPEN else TRANS_CHECK_MAX_TIME_TOPIC
+        low, high = self.store.queue_offsets(topic, 0)
+        newest: dict[str, MessageRecord] = {}
         offset = low
         while offset < high:
-            result = self.store.pull(TRANS_CHECK_MAX_TIME_TOPIC, 0, offset, 256)
+            result = self.store.pull(topic, 0, offset, 256)
             for raw in result.records:
                 record = decode_record(raw)
                 if record.message_id and record.message_id not in self.outcomes:
-                    found[record.message_id] = self._info(record)
+                    newest[record.message_id] = record
             offset = result.next_offset
-        return list(found.values())[:max_count]
+        if state is TransactionState.OPEN:
+            abandoned = self.listed(TransactionState.ABANDONED, len(newest) + 1) if newest else []
+            for info in abandoned:
+                newest.pop(info.message_id, None)
+        wanted = sorted(
+            (self.transaction_id(m), record) for m, record in newest.items() if self.transaction_id(m) > after
+        )
+        return [self._info(record) for _, record in wanted[:max_count]]
 
     async def checked(self, message_id: str, physical_offset: int, *, defer: bool = False) -> TransactionInfo:
         """A check of this half copy was dispatched: renew it with one more check counted, or abandon it.

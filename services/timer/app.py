@@ -19,7 +19,7 @@ from libs.http.transport import Transport
 from libs.problem import PROBLEM_RESPONSES
 from libs.timer import TimerStore
 from services.timer.metrics import TimerCollector
-from services.timer.progress import TimerProgress
+from services.timer.progress import WHEEL, TimerProgress
 from services.timer.scheduler import TimerScheduler
 from services.timer.schemas import Cancellation, CancellationAck, Lateness, LevelPending, TimerStats
 from services.timer.settings import TimerSettings
@@ -40,10 +40,8 @@ async def get_stats(scheduler: Scheduler, request: Request) -> TimerStats:
     """Pending by level and in the wheel, the next due time, and the lateness of recent deliveries."""
     settings = cast(TimerSettings, request.app.state.settings)
     counters = scheduler.counters
-    pending: dict[int, int] = {}
-    for (_, queue_id), count in counters.level_pending.items():
-        pending[queue_id] = pending.get(queue_id, 0) + count
     wheel = scheduler.store.stats(max_scan=10_000)
+    pending, wheel_pending = scheduler.pending(wheel.pending)
     levels = len(settings.delay_levels)
     sample = sorted(counters.lateness_ms)
     next_due = [d for d in scheduler.next_due_times() if d is not None]
@@ -51,7 +49,7 @@ async def get_stats(scheduler: Scheduler, request: Request) -> TimerStats:
         next_due.append(wheel.next_slot_ms)
     return TimerStats(
         levels=[LevelPending(level=q + 1, pending=pending.get(q, 0)) for q in range(levels)],
-        wheel_pending=wheel.pending,
+        wheel_pending=wheel_pending,
         wheel_rolled=wheel.rolled,
         next_due_ms=min(next_due) if next_due else None,
         delivered=counters.delivered,
@@ -70,8 +68,10 @@ async def get_stats(scheduler: Scheduler, request: Request) -> TimerStats:
 
 @router.post("/cancellations", operation_id="cancelScheduled", response_model=CancellationAck)
 async def cancel_scheduled(scheduler: Scheduler, body: Cancellation) -> CancellationAck:
-    """Never deliver the scheduled message stored at this offset (kept until its time comes)."""
-    scheduler.progress.cancelled.add((body.broker, body.physical_offset))
+    """Never deliver the scheduled message stored at this offset (kept until its time comes, counted now)."""
+    where = WHEEL if body.level is None else body.level - 1
+    if scheduler.progress.cancel(body.broker, body.physical_offset, where):
+        scheduler.counters.cancelled += 1
     await asyncio.to_thread(scheduler.progress.save)
     return CancellationAck(broker=body.broker, physical_offset=body.physical_offset, cancelled=True)
 

@@ -31,15 +31,12 @@ class TimerCollector(Collector):
         ):
             yield CounterMetricFamily(f"petrel_timer_{name}", text, value=value)
         levels = GaugeMetricFamily("petrel_timer_level_pending", "Messages waiting per delay level", labels=["level"])
-        pending: dict[int, int] = {}
-        for (_, queue_id), count in counters.level_pending.items():
-            pending[queue_id] = pending.get(queue_id, 0) + count
+        pending, wheel_pending = self.scheduler.pending(self.scheduler.store.stats(max_scan=0).pending)
         for queue_id, count in sorted(pending.items()):
             levels.add_metric([str(queue_id + 1)], count)
         yield levels
-        wheel = self.scheduler.store.stats(max_scan=0)
         yield GaugeMetricFamily(
-            "petrel_timer_wheel_pending", "Exact-time messages in the timer wheel", value=wheel.pending
+            "petrel_timer_wheel_pending", "Exact-time messages in the timer wheel", value=wheel_pending
         )
         lateness = GaugeMetricFamily(
             "petrel_timer_lateness_ms", "Delivery lateness over the last 10,000 deliveries", labels=["quantile"]

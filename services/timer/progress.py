@@ -25,11 +25,19 @@ class BrokerCursors:
     """topic -> the broker start (incarnation) the cursors of that topic were last checked against."""
 
 
+WHEEL = -1
+"""Where a cancelled exact-time message waits: the timer wheel (a delay level's is its queue id)."""
+UNKNOWN = -2
+"""Where a cancellation saved before `where` was kept waits."""
+
+
 class TimerProgress:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.brokers: dict[str, BrokerCursors] = {}
         self.cancelled: set[tuple[str, int]] = set()
+        self.cancelled_in: dict[tuple[str, int], int] = {}
+        """Where each cancelled message waits: its delay level's queue id, or WHEEL (for the stats)."""
 
     def load(self) -> None:
         if not self.path.exists():
@@ -41,7 +49,26 @@ class TimerProgress:
             )
             for name, b in state["brokers"].items()
         }
-        self.cancelled = {(broker, int(offset)) for broker, offset in state["cancelled"]}
+        self.cancelled = {(broker, int(offset)) for broker, offset, *_ in state["cancelled"]}
+        self.cancelled_in = {
+            (broker, int(offset)): int(where[0]) for broker, offset, *where in state["cancelled"] if where
+        }
+
+    def cancel(self, broker: str, physical_offset: int, where: int) -> bool:
+        """Never deliver the message at this offset; False when it was cancelled already."""
+        if (broker, physical_offset) in self.cancelled:
+            return False
+        self.cancelled.add((broker, physical_offset))
+        self.cancelled_in[(broker, physical_offset)] = where
+        return True
+
+    def waiting_cancelled(self) -> dict[int, int]:
+        """Cancelled messages not yet past their time, by where they wait (queue id, or WHEEL)."""
+        self.cancelled_in = {key: where for key, where in self.cancelled_in.items() if key in self.cancelled}
+        counts: dict[int, int] = {}
+        for where in self.cancelled_in.values():
+            counts[where] = counts.get(where, 0) + 1
+        return counts
 
     def cursors(self, broker: str) -> BrokerCursors:
         cursors = self.brokers.get(broker)
@@ -64,6 +91,8 @@ class TimerProgress:
                 }
                 for name, c in self.brokers.items()
             },
-            "cancelled": sorted([broker, offset] for broker, offset in self.cancelled),
+            "cancelled": sorted(
+                [broker, offset, self.cancelled_in.get((broker, offset), UNKNOWN)] for broker, offset in self.cancelled
+            ),
         }
         write_atomically(self.path, json.dumps(state).encode())

@@ -34,7 +34,7 @@ from libs.broker_api.schemas import ExpectedRecord
 from libs.errors import PetrelError
 from libs.names import SCHEDULE_TOPIC
 from libs.timer import MessageRef, TimerRecord, TimerStore
-from services.timer.progress import TimerProgress
+from services.timer.progress import UNKNOWN, TimerProgress
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class RetentionKeeper:
         """A cancellation that came in while the message was being rolled applies to its copy."""
         if (broker, old) in self.progress.cancelled:
             self.progress.cancelled.discard((broker, old))
-            self.progress.cancelled.add((broker, new))
+            self.progress.cancel(broker, new, self.progress.cancelled_in.pop((broker, old), UNKNOWN))
 
     def _cancelled(self, broker: str, unit: DueUnit) -> bool:
         return (broker, unit.physical_offset) in self.progress.cancelled

@@ -47,7 +47,7 @@ from libs.errors import PetrelError
 from libs.events import EventWriter
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from libs.timer import Action, MessageRef, TimerEntry, TimerStore
-from services.timer.progress import TimerProgress
+from services.timer.progress import WHEEL, TimerProgress
 from services.timer.retention import RetentionKeeper
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,19 @@ class TimerScheduler:
         self._addresses_at = -1e9
         self._next_due: dict[tuple[str, int], int] = {}
         self._checkpointed_at = 0
+
+    def pending(self, wheel_pending: int) -> tuple[dict[int, int], int]:
+        """Messages waiting per delay level (queue id) and in the wheel, less those cancelled.
+
+        A cancelled message keeps its place until its time comes (it is then passed over),
+        but it is no longer pending: it is counted as cancelled from the moment it is.
+        """
+        levels: dict[int, int] = {}
+        for (_, queue_id), count in self.counters.level_pending.items():
+            levels[queue_id] = levels.get(queue_id, 0) + count
+        cancelled = self.progress.waiting_cancelled()
+        left = {queue_id: max(0, count - cancelled.get(queue_id, 0)) for queue_id, count in levels.items()}
+        return left, max(0, wheel_pending - cancelled.get(WHEEL, 0))
 
     def next_due_times(self) -> list[int]:
         """Due times of the first waiting message of each delay level seen so far."""
@@ -343,8 +356,7 @@ class TimerScheduler:
     def _forget_cancelled(self, broker: str, physical_offset: int) -> bool:
         """True when the message was cancelled: its time has come, so the cancellation is done with."""
         if (broker, physical_offset) in self.progress.cancelled:
-            self.progress.cancelled.discard((broker, physical_offset))
-            self.counters.cancelled += 1
+            self.progress.cancelled.discard((broker, physical_offset))  # counted when it was cancelled
             return True
         return False
 

@@ -35,6 +35,9 @@ class Cancellation(BaseModel):
 
     broker: str = Field(min_length=1)
     physical_offset: int = Field(ge=0, description="where the scheduled message is stored on that broker")
+    level: int | None = Field(
+        default=None, ge=1, description="the delay level it waits in; absent: an exact time (the timer wheel)"
+    )
 
 
 class CancellationAck(BaseModel):

@@ -177,3 +177,26 @@ async def test_more_messages_due_at_once_than_one_delivery_carries_all_arrive(ga
         return len(await delivered_all(gateway)) == 1500
 
     await eventually(all_arrived, "1,500 messages due at once all delivered", timeout=15)
+
+
+async def test_a_cancelled_message_is_no_longer_pending_once_the_cancel_is_answered(gateway: Gateway) -> None:
+    later = await send(gateway, "in an hour", delay_ms=3_600_000)
+    level = await send(gateway, "level 18 (2 h)", delay_level=18)
+
+    before: dict[str, Any] = {}
+
+    async def both_pending() -> bool:
+        before.update((await gateway.get("/v1/timers/stats")).json())
+        return bool(before["wheel_pending"] >= 1 and before["levels"][17]["pending"] >= 1)
+
+    await eventually(both_pending, "the two messages pending in the timer's stats", timeout=10)
+    for sent in (later, level):
+        assert (await gateway.delete(f"/v1/messages/{sent['message_id']}/schedule")).status_code == 204
+    after = (await gateway.get("/v1/timers/stats")).json()
+    assert (
+        after["wheel_pending"] - before["wheel_pending"],
+        after["levels"][17]["pending"] - before["levels"][17]["pending"],
+        after["cancelled"] - before["cancelled"],
+    ) == (-1, -1, 2), "a cancel answered 204 left the message pending in /v1/timers/stats"
+    assert (await gateway.delete(f"/v1/messages/{later['message_id']}/schedule")).status_code == 204
+    assert (await gateway.get("/v1/timers/stats")).json()["cancelled"] == after["cancelled"], "a repeat counted"

@@ -39,6 +39,7 @@ SERVED_MODULES = frozenset(
         "test_route_cache",
         "test_slave_reads",
         "test_transactions",
+        "test_transaction_lists",
     }
 )
 BOTH_PATHS_MODULES = frozenset({"test_messages", "test_consume", "test_auth"})

@@ -32,7 +32,7 @@ async def test_put_creates_the_group_on_every_broker_then_updates_it(
     updated = await gateway.put("/v1/groups/billing", json={"retry_policy": policy})
     assert updated.status_code == 200, updated.text
     assert updated.json()["retry_policy"] == policy
-    assert updated.json()["max_retries"] == 16
+    assert (updated.json()["max_retries"], updated.json()["fifo"]) == (3, True), "fields not named were changed"
 
 
 async def test_put_without_a_body_takes_every_default(gateway: httpx.AsyncClient) -> None:

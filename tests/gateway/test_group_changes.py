@@ -1,0 +1,74 @@
+"""`PUT` on a consumer group or a producer group changes only the fields it names; `If-None-Match: *` creates only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.gateway_calls import problem_type
+
+URL = "http://127.0.0.1:9/checkback"
+
+
+async def settings_of(gateway: httpx.AsyncClient, group: str) -> dict[str, Any]:
+    body = (await gateway.get(f"/v1/groups/{group}")).json()
+    return {k: body[k] for k in ("max_retries", "fifo", "consume_from")}
+
+
+async def test_a_group_put_changes_only_the_fields_it_names(gateway: httpx.AsyncClient) -> None:
+    created = await gateway.put("/v1/groups/billing", json={"max_retries": 2, "fifo": True})
+    assert created.status_code == 201, created.text
+    nothing: tuple[dict[str, object] | None, ...] = (None, {})
+    for body in nothing:
+        again = await gateway.put("/v1/groups/billing", json=body)
+        assert again.status_code == 200, again.text
+        assert await settings_of(gateway, "billing") == {"max_retries": 2, "fifo": True, "consume_from": "first"}
+    assert (await gateway.put("/v1/groups/billing", json={"consume_from": "last"})).status_code == 200
+    assert await settings_of(gateway, "billing") == {"max_retries": 2, "fifo": True, "consume_from": "last"}
+    # Explicit defaults are changes like any other.
+    assert (await gateway.put("/v1/groups/billing", json={"max_retries": 16, "fifo": False})).status_code == 200
+    assert await settings_of(gateway, "billing") == {"max_retries": 16, "fifo": False, "consume_from": "last"}
+
+
+async def test_a_group_put_with_if_none_match_star_creates_only(gateway: httpx.AsyncClient) -> None:
+    create_only = {"if-none-match": "*"}
+    assert (await gateway.put("/v1/groups/billing", json={"max_retries": 3}, headers=create_only)).status_code == 201
+    again = await gateway.put("/v1/groups/billing", json={"max_retries": 5}, headers=create_only)
+    assert again.status_code == 412, again.text
+    assert problem_type(again) == "already-exists"
+    assert (await settings_of(gateway, "billing"))["max_retries"] == 3
+
+
+async def test_a_producer_group_put_keeps_its_url_and_secret_unless_named(gateway: httpx.AsyncClient) -> None:
+    created = await gateway.put("/v1/producer-groups/shop", json={"checkback_url": URL})
+    assert created.status_code == 201, created.text
+    secret = created.json()["signing_secret"]
+    kept = await gateway.put("/v1/producer-groups/shop", json={})
+    assert kept.status_code == 200, kept.text
+    assert kept.json()["checkback_url"] == URL
+    assert kept.json().get("signing_secret") is None, "a secret was shown again"
+    moved = await gateway.put("/v1/producer-groups/shop", json={"checkback_url": URL + "/v2"})
+    assert moved.json()["checkback_url"] == URL + "/v2"
+    assert secret
+
+
+@pytest.mark.parametrize("headers", [{}, {"if-none-match": "*"}])
+async def test_a_new_producer_group_needs_its_checkback_url(
+    gateway: httpx.AsyncClient, headers: dict[str, str]
+) -> None:
+    answer = await gateway.put("/v1/producer-groups/shop", json={}, headers=headers)
+    assert answer.status_code == 400, answer.text
+    assert "checkback_url" in answer.json()["detail"]
+
+
+async def test_a_producer_group_put_with_if_none_match_star_creates_only(gateway: httpx.AsyncClient) -> None:
+    create_only = {"if-none-match": "*"}
+    assert (
+        await gateway.put("/v1/producer-groups/shop", json={"checkback_url": URL}, headers=create_only)
+    ).status_code == 201
+    again = await gateway.put("/v1/producer-groups/shop", json={"checkback_url": URL + "/v2"}, headers=create_only)
+    assert again.status_code == 412, again.text
+    assert problem_type(again) == "already-exists"
+    assert (await gateway.get("/v1/producer-groups/shop")).json()["checkback_url"] == URL
