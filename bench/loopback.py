@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -16,14 +18,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+LOWEST_RUN_PORT = 10_000
+
+
 def free_port_run(count: int) -> int:
     """The first of `count` consecutive ports free now (a broker name's master and its slaves: `petrel up` puts
-    the slaves on the ports after the masters')."""
+    the slaves on the ports after the masters'). Below the kernel's ephemeral range: a port there is never handed
+    to an outgoing connection or a bind to port 0 (a run from `free_port` was: a suite's `petrel up` found its
+    second broker's port taken between the check and its start)."""
+    ephemeral_low = _ephemeral_range()[0]
+    picker = random.SystemRandom()
     for _ in range(100):
-        first = free_port()
-        if first + count <= 65_535 and all(_free(first + n) for n in range(1, count)):
+        first = picker.randrange(LOWEST_RUN_PORT, ephemeral_low - count)
+        if all(_free(first + n) for n in range(count)):
             return first
     raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32_768, 60_999  # Linux's default
 
 
 def _free(port: int) -> bool:
