@@ -26,6 +26,7 @@ from deploy.plan import ProcessSpec
 from deploy.supervisor import Child, Supervisor
 from libs.cluster_token import TOKEN_FILE_SETTING, ensure_token_file, read_token_file, token_file_of
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from tests.support.controller import controller_view, leading, master_id
 from tests.support.etcd import EtcdCluster, etcd_cluster
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
@@ -160,33 +161,19 @@ class LocalCluster:
 
     async def controller_view(self) -> dict[str, Any]:
         """`GET /internal/controller` of the first nameserver that answers it (any reads it from etcd)."""
-        failures: list[str] = []
-        for name in self.nameserver_names:
-            try:
-                url = self.specs[name].url
-                async with httpx.AsyncClient(base_url=url, headers=self.internal_headers(), timeout=5) as client:
-                    answer = await client.get("/internal/controller")
-                if answer.status_code == 200:
-                    view: dict[str, Any] = answer.json()
-                    return view
-                failures.append(f"{name}: {answer.status_code}")
-            except httpx.HTTPError as exc:
-                failures.append(f"{name}: {type(exc).__name__}")
-        raise RuntimeError(f"no nameserver answered the controller's view: {failures}")
+        urls = {name: self.specs[name].url for name in self.nameserver_names}
+        return await controller_view(urls, self.internal_headers())
 
     async def controller_leader(self) -> str | None:
         """The nameserver process whose controller leads now (None: no leader in etcd)."""
-        leader = (await self.controller_view()).get("leader")
-        return next((n for n in self.nameserver_names if leader and leader.endswith(f":{self.specs[n].port}")), None)
+        return leading(await self.controller_view(), {n: self.specs[n].port for n in self.nameserver_names})
 
     async def master(self) -> str:
         """The process that is broker-a's master now, as the controller says."""
         if not self.replicated:
             return "broker-a"
-        view = await self.controller_view()
-        assignment = view["broker_names"][0]["assignment"] if view["broker_names"] else None
-        master_id = assignment["master_id"] if assignment else 0
-        return "broker-a" if master_id == 0 else f"broker-a@{master_id}"
+        leader_id = master_id(await self.controller_view())
+        return "broker-a" if leader_id == 0 else f"broker-a@{leader_id}"
 
     async def promoted_after(self, killed: str, timeout: float = 30.0) -> None:
         """Until the controller has made another broker the master (the killed one's lease and timeout passed)."""

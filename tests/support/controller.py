@@ -11,6 +11,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from libs.controller_api import MasterClaim, ReplicaReport, ReplicationState, master_key, replica_key, state_key
 from libs.etcd import EtcdClient, Lease
@@ -92,3 +95,32 @@ async def granted(client: EtcdClient, name: str, epoch: int, timeout: float = 10
     found = await state(client, name)
     assert found is not None
     return found
+
+
+async def controller_view(nameservers: dict[str, str], headers: dict[str, str], timeout: float = 5) -> dict[str, Any]:
+    """`GET /internal/controller` of the first of `nameservers` (process name: URL) that answers it (any reads it
+    from etcd)."""
+    failures: list[str] = []
+    for name, url in nameservers.items():
+        try:
+            async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout) as client:
+                answer = await client.get("/internal/controller")
+            if answer.status_code == 200:
+                view: dict[str, Any] = answer.json()
+                return view
+            failures.append(f"{name}: {answer.status_code}")
+        except httpx.HTTPError as exc:
+            failures.append(f"{name}: {type(exc).__name__}")
+    raise RuntimeError(f"no nameserver answered the controller's view: {failures}")
+
+
+def leading(view: dict[str, Any], ports: dict[str, int]) -> str | None:
+    """Of the nameservers (process name: port), the one the view names as the controller's leader."""
+    leader = view.get("leader")
+    return next((name for name, port in ports.items() if leader and leader.endswith(f":{port}")), None)
+
+
+def master_id(view: dict[str, Any]) -> int:
+    """The id of the first broker name's master in the view (0 before any assignment)."""
+    assignment = view["broker_names"][0]["assignment"] if view["broker_names"] else None
+    return int(assignment["master_id"]) if assignment else 0

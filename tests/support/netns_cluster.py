@@ -42,6 +42,7 @@ from deploy import etcd_server
 from libs.cluster_token import TOKEN_FILE_SETTING, ensure_token_file, read_token_file, token_file_of
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from tests.support.cluster import REPLICATED_BROKER, REPLICATED_NAMESERVER, SMALL_BROKER, SMALL_TIMER
+from tests.support.controller import controller_view, leading, master_id
 from tests.support.etcd import etcd_binary
 from tests.support.netns import HostProcess, Hosts, built_hosts, serving
 from tests.support.waiting import eventually, wait_until
@@ -278,28 +279,14 @@ class NetnsCluster:
 
     async def controller_view(self) -> dict[str, Any]:
         """`GET /internal/controller` of the first nameserver that answers it."""
-        failures: list[str] = []
-        for name in self.nameserver_names:
-            try:
-                async with httpx.AsyncClient(base_url=self.url(name), headers=self.internal_headers(), timeout=3) as c:
-                    answer = await c.get("/internal/controller")
-                if answer.status_code == 200:
-                    view: dict[str, Any] = answer.json()
-                    return view
-                failures.append(f"{name}: {answer.status_code}")
-            except httpx.HTTPError as exc:
-                failures.append(f"{name}: {type(exc).__name__}")
-        raise RuntimeError(f"no nameserver answered the controller's view: {failures}")
+        urls = {name: self.url(name) for name in self.nameserver_names}
+        return await controller_view(urls, self.internal_headers(), timeout=3)
 
     async def controller_leader(self) -> str | None:
-        leader = (await self.controller_view()).get("leader")
-        return next((n for n, (_, port) in NAMESERVER_HOSTS.items() if leader and leader.endswith(f":{port}")), None)
+        return leading(await self.controller_view(), {n: port for n, (_, port) in NAMESERVER_HOSTS.items()})
 
     async def master(self) -> str:
-        view = await self.controller_view()
-        assignment = view["broker_names"][0]["assignment"] if view["broker_names"] else None
-        master_id = assignment["master_id"] if assignment else 0
-        return list(BROKER_HOSTS)[master_id]
+        return list(BROKER_HOSTS)[master_id(await self.controller_view())]
 
     async def promoted_after(self, killed: str, timeout: float = 30.0) -> None:
         async def other_master() -> bool:
