@@ -28,6 +28,7 @@ from celery import Celery, Task
 from celery.signals import after_setup_logger, worker_process_shutdown, worker_shutdown
 from celery.utils.time import get_exponential_backoff_interval
 
+from libs.celery_json import JSON_ONLY
 from libs.errors import NameserverUnavailable
 from libs.redis_url import celery_tls
 from services.txcheck.runtime import RuntimeHolder
@@ -58,6 +59,7 @@ def celery_config(settings: TxcheckSettings) -> dict[str, Any]:
             "socket_timeout": 10,
             "socket_connect_timeout": 5,
         },
+        **JSON_ONLY,
         "result_backend": None,
         "task_ignore_result": True,
         "task_acks_late": True,
@@ -65,7 +67,7 @@ def celery_config(settings: TxcheckSettings) -> dict[str, Any]:
         "task_default_queue": CHECK_QUEUE,
         "task_routes": {SCAN_TASK: {"queue": SCAN_QUEUE}, CHECK_TASK: {"queue": CHECK_QUEUE}},
         "worker_prefetch_multiplier": 1,
-        "worker_concurrency": settings.worker_concurrency,
+        "worker_concurrency": settings.concurrency,
         "worker_enable_remote_control": False,
         "worker_send_task_events": False,
         "beat_schedule": {
