@@ -33,6 +33,8 @@ def main(argv: list[str]) -> int:
     if role in {"worker", "beat"}:
         settings.cluster_token()  # a token file that cannot be used stops the worker here, not at its first task
         settings.state_dir.mkdir(parents=True, exist_ok=True)
+        if role == "worker":
+            import services.txcheck.runtime  # noqa: F401, PLC0415  (before the pool forks: its children share it)
         app = create_celery(settings)
         quiet_root_warning(app.conf.accept_content)  # JSON only: Celery's warning about root does not apply
         return int(app.start(celery_argv(role, settings, argv[1:])) or 0)
