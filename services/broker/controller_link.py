@@ -22,6 +22,14 @@ puts its report again when it changed (its log end alone: every LOG_END_REPORT_S
 master records its in-sync changes in the state itself (`change_in_sync`), conditioned on
 the state's mod_revision, so a grant made in between makes the change fail, and a shrink is
 in etcd before any write stops waiting for the slave that left.
+
+A master whose store turned read-only (a sync failed: libs.store.flush) hands over when a
+slave is in sync (`_resign`): it records the in-sync set without itself, then revokes its
+lease, so the controller promotes that slave at once and cannot elect this broker again
+until it has caught up as a slave; its app restarts (re-opening the store, validated from the
+last checkpoint) as a new run. With no slave in sync it stays master for reads and refuses
+writes (503 `store-read-only`): handing over then would leave the broker name without a master
+that has every answered write.
 """
 
 from __future__ import annotations
@@ -103,6 +111,7 @@ class ControllerLink:
         self._reported_at = 0.0
         self._master_taken = False
         self._changing = asyncio.Lock()
+        self._read_only_logged = False
 
     @property
     def is_master(self) -> bool:
@@ -323,6 +332,8 @@ class ControllerLink:
     async def _follow(self, in_sync: InSyncReplicas | None, restart: Callable[[str], None]) -> None:
         while True:
             why = "this broker's etcd lease is gone" if self.lease_lost else await self._watch_state()
+            if why is None and in_sync is not None and self.is_master and self.store.read_only:
+                why = await self._resign(in_sync)
             if why is not None:
                 log.warning("controller: %s: restarting as the new role", why)
                 restart(why)
@@ -335,6 +346,33 @@ class ControllerLink:
             if in_sync is not None and self.is_master:
                 await in_sync.drop_lagging(self.store.commitlog.write_offset)
                 await self._write_in_sync(lambda: sorted({self.broker_id, *in_sync.in_sync()}))
+
+    async def _resign(self, in_sync: InSyncReplicas) -> str | None:
+        """This master's store is read-only: leave the in-sync set (recorded in etcd first), then give up the lease;
+        why its run is over, or None while no slave is in sync to take over (or etcd did not take the change)."""
+        others = [slave for slave in in_sync.in_sync() if slave != self.broker_id]
+        if not others:
+            if not self._read_only_logged:
+                self._read_only_logged = True
+                log.error(
+                    "controller: %s's store is read-only and no slave is in sync: this broker stays master for reads "
+                    "and refuses writes until it is restarted (or a slave catches up and takes over)",
+                    self.broker_name,
+                )
+            return None
+        if not await self._write_in_sync(lambda: others):
+            return None
+        self._master_taken = False  # nothing more is acknowledged on this run's lease
+        await self._stop_keeping()
+        keeper, self.keeper = self.keeper, None
+        if keeper is not None:
+            with contextlib.suppress(EtcdError, TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self.client.revoke(keeper.lease.id)  # at its expiry otherwise: the failover waits a TTL
+        return (
+            f"this master's store is read-only (a sync failed): it left {self.broker_name}'s in-sync set to slaves "
+            f"{others} and gave up its lease, so the controller promotes one of them"
+        )
 
     async def _record_joins(self, in_sync: InSyncReplicas) -> None:
         """Each slave that joins, in etcd's in-sync set as soon as it joins, not at the next heartbeat: until it is

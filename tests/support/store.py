@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from libs.codec import decode_record, encode_record
 from libs.message import KEY_SEPARATOR, MessageRecord, Prop
 from libs.store.config import StoreConfig
@@ -162,3 +164,18 @@ def age(store: MessageStore, segments: int, clock: FakeClock) -> None:
     old = clock() - store.config.file_reserved_hours * 3600 - 60
     for segment in store.commitlog.segments[:segments]:
         os.utime(segment.path, (old, old))
+
+
+def failing_disk(monkeypatch: pytest.MonkeyPatch, fail: list[OSError]) -> list[int]:
+    """The disk answers the next fdatasync calls with the errors in `fail` (an injected disk fault); the fds synced."""
+    real = os.fdatasync
+    synced: list[int] = []
+
+    def fdatasync(fd: int) -> None:
+        synced.append(fd)
+        if fail:
+            raise fail.pop(0)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    return synced

@@ -13,7 +13,7 @@ from libs.errors import FlushTimeout, StoreReadOnly
 from libs.store.checkpoint import Checkpoint
 from libs.store.config import FlushMode
 from libs.store.message_store import MessageStore
-from tests.support.store import Stores, pull_all, record, stored
+from tests.support.store import Stores, failing_disk, pull_all, record, stored
 
 
 def flush_done(store: MessageStore) -> asyncio.Event:
@@ -96,21 +96,6 @@ async def test_a_sync_flush_put_times_out_when_the_disk_does_not_answer(stores: 
     await stores.close(store)
     store = stores.open()
     assert pull_all(store, "T", 0) == [b"in limbo"]
-
-
-def failing_disk(monkeypatch: pytest.MonkeyPatch, fail: list[OSError]) -> list[int]:
-    """The disk answers the next fdatasync calls with the errors in `fail` (an injected disk fault); the fds synced."""
-    real = os.fdatasync
-    synced: list[int] = []
-
-    def fdatasync(fd: int) -> None:
-        synced.append(fd)
-        if fail:
-            raise fail.pop(0)
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", fdatasync)
-    return synced
 
 
 async def test_after_a_failed_sync_the_store_takes_no_more_writes_until_restarted(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -12,8 +13,10 @@ import pytest
 
 from libs.broker_api.replication import BrokerRole
 from libs.controller_api import ReplicaReport, ReplicationState
+from libs.errors import FlushTimeout
 from libs.etcd import EtcdClient, EtcdSettings
 from libs.events.writer import EventWriter
+from libs.store.config import FlushMode
 from libs.store.epochs import EpochFile
 from libs.store.message_store import MessageStore
 from services.broker.app import create_app
@@ -22,10 +25,10 @@ from services.broker.in_sync import InSyncReplicas
 from tests.support.apps import broker_settings, in_process
 from tests.support.broker_calls import put
 from tests.support.clock import FakeClock
-from tests.support.controller import controller, granted, replica, running, state
+from tests.support.controller import controller, granted, replica, running, scanned, state
 from tests.support.etcd import EtcdCluster, etcd_cluster
 from tests.support.serving import ServedApp
-from tests.support.store import fill, make_store
+from tests.support.store import failing_disk, fill, make_store, record
 from tests.support.waiting import POLL, eventually
 
 NAME = "broker-a"
@@ -331,3 +334,81 @@ async def test_a_promoted_slave_keeps_its_run_and_lease_across_its_restart_so_on
         async with closing(link(settings, store, 1, handover)) as restarted:
             took = await as_master(restarted)
     assert (took.epoch, took.master_run) == (2, slave.run_id), "no second election: the grant named this run"
+
+
+async def a_master_whose_disk_fails(
+    settings: EtcdSettings, client: EtcdClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, slave_in_sync: bool
+) -> tuple[ReplicationState, ReplicationState | None, list[str]]:
+    """Broker 0 master with slave 1 alive (in sync or not); a SYNC_FLUSH put meets a failing fdatasync. The state
+    when the master took the role, the state after (broker 1 granted, or the controller's next decisions), the
+    restarts the master's run asked for."""
+    store = make_store(tmp_path / "broker", flush_mode=FlushMode.SYNC_FLUSH)
+    store.start()
+    restarts: list[str] = []
+    try:
+        async with closing(link(settings, store)) as master, running(controller(client, tmp_path)) as ctl:
+            await master.start()
+            await replica(client, NAME, 1, log_end=0)
+            found = await as_master(master)
+            in_sync = InSyncReplicas(NAME, 0.3, EventWriter(tmp_path / "export", "broker", enabled=False))
+            following = asyncio.create_task(master.run(in_sync, restarts.append))
+            try:
+                if slave_in_sync:
+                    in_sync.acked(1, "127.0.0.1:10912", store.commitlog.write_offset, store.commitlog.write_offset)
+                    await eventually(lambda: _in_sync_is(client, [0, 1]), "slave 1 in etcd's in-sync set", 5)
+                failing_disk(monkeypatch, [OSError(errno.EIO, "Input/output error")])
+                with pytest.raises(FlushTimeout):
+                    await store.put(record("T", 0, b"in doubt"))
+                assert store.read_only
+
+                if slave_in_sync:
+
+                    async def promoted() -> bool:
+                        now = await state(client, NAME)
+                        return now is not None and now.master_id == 1
+
+                    await eventually(promoted, "broker 1 granted", 5)
+                else:
+
+                    async def master_saw_it() -> bool:
+                        return master._read_only_logged
+
+                    await eventually(master_saw_it, "the master's follow loop saw its read-only store", 5)
+                    await scanned(ctl, 5)  # the controller decided five more times after it
+                after = await state(client, NAME)
+            finally:
+                following.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await following
+            return found, after, restarts
+    finally:
+        monkeypatch.undo()
+        await store.close()
+
+
+async def _in_sync_is(client: EtcdClient, wanted: list[int]) -> bool:
+    found = await state(client, NAME)
+    return found is not None and found.in_sync == wanted
+
+
+async def test_a_master_whose_store_turned_read_only_hands_over_to_its_in_sync_slave_at_once(
+    settings: EtcdSettings, client: EtcdClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    found, after, restarts = await a_master_whose_disk_fails(
+        settings, client, tmp_path, monkeypatch, slave_in_sync=True
+    )
+    assert after is not None, "the slave was not promoted: the read-only master kept its lease"
+    assert (after.master_id, after.epoch, after.in_sync) == (1, found.epoch + 1, [1])
+    assert len(restarts) == 1
+    assert "store is read-only" in restarts[0]
+
+
+async def test_a_master_whose_store_turned_read_only_stays_for_reads_while_no_slave_is_in_sync(
+    settings: EtcdSettings, client: EtcdClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    found, after, restarts = await a_master_whose_disk_fails(
+        settings, client, tmp_path, monkeypatch, slave_in_sync=False
+    )
+    assert after is not None
+    assert (after.master_id, after.epoch) == (0, found.epoch), "a slave without every answered write was promoted"
+    assert restarts == []
