@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -43,12 +44,14 @@ class Flusher:
         queues: ConsumeQueueTable,
         sync_index: Callable[[], None],
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.commitlog = commitlog
         self.queues = queues
         self.sync_index = sync_index
         self.clock = clock
+        self.monotonic = monotonic
         self._waiters: list[tuple[int, asyncio.Future[None], float]] = []
         """(offset to be durable, the waiting put's future, its deadline on the loop clock)"""
         self._kick = asyncio.Event()
@@ -57,7 +60,9 @@ class Flusher:
         self._checkpointing = threading.Lock()
         """A round cancelled while its worker thread syncs leaves that thread running: the next round's
         thread waits for it, so checkpoints are written one at a time and the newest last."""
-        self._last_checkpoint = 0.0
+        self._last_checkpoint = -math.inf
+        """On `monotonic`: a step of the wall clock (`clock`, which stamps the checkpoint) neither stops checkpoints
+        until it has caught up again (a step back) nor changes how often they are written."""
         self.syncs = 0
         self.failure: OSError | None = None
         """The sync error that made the store read-only, until it is restarted."""
@@ -100,8 +105,8 @@ class Flusher:
         async with self._round:
             if self.failure is not None:
                 return  # a sync failed: nothing may be called durable again before a restart
-            now = self.clock()
-            checkpoint = checkpoint or now - self._last_checkpoint >= self.config.checkpoint_interval_ms / 1000
+            now, since = self.clock(), self.monotonic()
+            checkpoint = checkpoint or since - self._last_checkpoint >= self.config.checkpoint_interval_ms / 1000
             target = self.commitlog.write_offset
             async with self._syncing():
                 await asyncio.to_thread(self.commitlog.sync, target)
@@ -112,7 +117,7 @@ class Flusher:
                 dirty = self.queues.take_dirty_files()
                 async with self._syncing():
                     await asyncio.to_thread(self._sync_dispatch, dirty, Checkpoint(target, target, int(now * 1000)))
-                self._last_checkpoint = now
+                self._last_checkpoint = since
 
     @contextlib.asynccontextmanager
     async def _syncing(self) -> AsyncIterator[None]:

@@ -65,7 +65,15 @@ DispatchListener = Callable[[str, int, int, int], None]
 
 
 class MessageStore:
-    def __init__(self, config: StoreConfig, store_host: str = "127.0.0.1:0", clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        config: StoreConfig,
+        store_host: str = "127.0.0.1:0",
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
+        """`clock`: the wall clock of born and stored times, retention and checkpoints' stamps; `monotonic` times
+        intervals (the flusher's checkpoints), so a wall-clock step neither stops nor bunches them."""
         self.config = config
         self.store_host = store_host
         self.clock = clock
@@ -75,7 +83,7 @@ class MessageStore:
             config.consumequeue_dir, config.cq_units_per_file, config.max_open_cq_files, self._is_ours
         )
         self.listeners: list[DispatchListener] = []
-        self.flusher = Flusher(config, self.commitlog, self.queues, self.index.flush, clock)
+        self.flusher = Flusher(config, self.commitlog, self.queues, self.index.flush, clock, monotonic)
         self._recovering = False
         self.index_failures = 0
         self.retention = Retention(self)

@@ -38,8 +38,10 @@ def make_config(root: Path, **overrides: Any) -> StoreConfig:
 
 
 def make_store(root: Path, clock: FakeClock | None = None, **overrides: Any) -> MessageStore:
-    """An opened (not started) store on `root` with small sizes."""
-    store = MessageStore(make_config(root, **overrides), clock=clock or FakeClock())
+    """An opened (not started) store on `root` with small sizes; `clock` (one fake moved by hand) is its wall clock
+    and its monotonic clock alike."""
+    clock = clock or FakeClock()
+    store = MessageStore(make_config(root, **overrides), clock=clock, monotonic=clock)
     store.open()
     return store
 
@@ -121,7 +123,7 @@ class Stores:
         return make_config(self.root, **overrides)
 
     def open(self, **overrides: Any) -> MessageStore:
-        store = MessageStore(self.config(**overrides), clock=self.clock)
+        store = MessageStore(self.config(**overrides), clock=self.clock, monotonic=self.clock)
         self.reports.append(store.open())
         self._open.append(store)
         return store

@@ -6,6 +6,7 @@ import asyncio
 import errno
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,8 @@ from libs.errors import FlushTimeout, StoreReadOnly
 from libs.store.checkpoint import Checkpoint
 from libs.store.config import FlushMode
 from libs.store.message_store import MessageStore
-from tests.support.store import Stores, failing_disk, pull_all, record, stored
+from tests.support.clock import FakeClock
+from tests.support.store import Stores, failing_disk, make_config, pull_all, record, stored
 
 
 def flush_done(store: MessageStore) -> asyncio.Event:
@@ -203,3 +205,31 @@ async def test_puts_are_answered_while_a_checkpoint_waits_on_a_slow_disk(
     await checkpoint
     assert Checkpoint.read(store.config.checkpoint_path) is not None
     assert on_the_loop == []
+
+
+async def test_checkpoints_keep_their_interval_through_a_wall_clock_step(tmp_path: Path) -> None:
+    # The flusher times checkpoints on the monotonic clock: a wall clock stepped an hour back must not stop them
+    # for an hour, nor one stepped forward write them any more often.
+    wall, monotonic = FakeClock(), FakeClock(1_000.0)
+    store = MessageStore(make_config(tmp_path / "store"), clock=wall, monotonic=monotonic)
+    store.open()
+    interval = store.config.checkpoint_interval_ms / 1000
+    try:
+        await store.flusher.flush()
+        first = Checkpoint.read(store.config.checkpoint_path)
+        assert first is not None
+
+        wall.advance(-3600)
+        monotonic.advance(interval)
+        await store.put(record("T", 0, b"after the step back"))
+        await store.flusher.flush()
+        second = Checkpoint.read(store.config.checkpoint_path)
+        assert second is not None
+        assert second.dispatch_offset == store.commitlog.write_offset > first.dispatch_offset
+
+        wall.advance(7200)
+        await store.put(record("T", 0, b"after the step forward"))
+        await store.flusher.flush()
+        assert Checkpoint.read(store.config.checkpoint_path) == second, "a wall-clock step brought a checkpoint early"
+    finally:
+        await store.close()

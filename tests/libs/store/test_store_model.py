@@ -38,7 +38,7 @@ class StoreModel(RuleBasedStateMachine):
         self.store = self.reopen()
 
     def reopen(self) -> MessageStore:
-        store = MessageStore(make_config(Path(self.tmp.name), **TINY), clock=self.clock)
+        store = MessageStore(make_config(Path(self.tmp.name), **TINY), clock=self.clock, monotonic=self.clock)
         store.open()
         return store
 
