@@ -66,10 +66,10 @@ class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings
         "request_id (x-request-id, given or made) and key_id when auth is on; never a key, query or body",
     )
     idempotency_lease_ms: int = Field(
-        default=15_000,
+        default=3_000,
         ge=10,
-        description="how long a send with an Idempotency-Key holds the key; after a gateway died, a repeat "
-        "waits this long",
+        description="the lease a send with an Idempotency-Key holds the key on, renewed every third of it while "
+        "the send runs; after a gateway died, a repeat waits at most this long",
     )
     auth: Literal["required", "off"] | None = Field(
         default=None,

@@ -14,8 +14,11 @@ and where each was sent) plus a short lease held by the request working on it:
   stored releases the key. A send with an unsettled outcome (a flush timeout, a
   broker that got the put but did not answer) keeps its record and drops its
   lease: a repeat resumes it at once, same ids, same brokers.
-- a repeat while the lease is held: 409 (the first is in flight). A gateway that
-  died mid-request leaves its lease to expire (`LEASE_MS`), then a repeat resumes.
+- a repeat while the lease is held: 409 (the first is in flight). The request renews
+  its lease every third of it while it runs (`kept`), however long its puts wait; a
+  gateway that died mid-request stops renewing, its lease expires (`LEASE_MS`, 3 s),
+  then a repeat resumes. A gateway paused past its lease is taken over: its later
+  writes to the record fail (guarded by the lease's owner), the brokers keep one copy.
 - a repeat with a different payload: 422.
 
 So a kill -9 of the gateway at any await leaves one of: no record (nothing sent),
@@ -31,9 +34,11 @@ lease. With auth off every caller is the same one, and a key is scoped by topic 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -44,7 +49,7 @@ from libs import jsonutil
 from libs.errors import IdempotencyConflict, PetrelError, ServiceUnavailable, ValidationFailed
 
 TTL_SECONDS = 24 * 3600
-LEASE_MS = 15_000
+LEASE_MS = 3_000
 MAX_KEY_LENGTH = 255
 T = TypeVar("T")
 
@@ -53,6 +58,11 @@ _GUARDED_SET = """
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+_GUARDED_RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 _GUARDED_DEL = """
@@ -111,6 +121,7 @@ class IdempotencyKeys:
     def __init__(self, client: aioredis.Redis, lease_ms: int = LEASE_MS) -> None:
         self.client = client
         self.lease_ms = lease_ms
+        self.renewals = 0
 
     async def claim(
         self, scope: str, key: str, payload: bytes, count: int, new_id: Callable[[], str], *, api_key_id: str | None
@@ -164,6 +175,29 @@ class IdempotencyKeys:
     async def complete(self, claim: Claim, answer: dict[str, Any]) -> None:
         done = {"state": "done", "fingerprint": claim.fingerprint, "answer": answer}
         await self._guarded(_GUARDED_SET, claim, jsonutil.dumps(done).decode(), "1")
+
+    @contextlib.asynccontextmanager
+    async def kept(self, claim: Claim) -> AsyncIterator[None]:
+        """The claim's lease renewed every third of it while the block runs (a slow put keeps its key; a dead
+        gateway's lease ends a lease after its last renewal). Renewing stops once the lease is another's."""
+        renewing = asyncio.create_task(self._renew(claim), name="idempotency-lease")
+        try:
+            yield
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+
+    async def _renew(self, claim: Claim) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000)
+            try:
+                call = self.client.eval(_GUARDED_RENEW, 1, claim.lease_key, claim.owner, str(self.lease_ms))
+                if not await cast(Awaitable[int], call):
+                    return  # taken over: the guarded writes after this say so
+                self.renewals += 1
+            except (aioredis.RedisError, OSError):
+                continue  # Redis away for a moment: the next renewal may still be in time
 
     async def suspend(self, claim: Claim) -> None:
         """The outcome is not settled: keep the record (ids, brokers) and let a repeat resume it now."""

@@ -312,7 +312,8 @@ async def _idempotent(
         return claim.replay
     ids: list[str | None] = list(claim.message_ids)
     try:
-        answer, settled = await run(ids, claim)
+        async with ctx.idempotency.kept(claim):
+            answer, settled = await run(ids, claim)
     except BaseException as exc:
         # Released only when no put of this key can have stored anything: not one an earlier
         # request made (`fixed`), nor one whose outcome is unsure, nor one the record may not name.

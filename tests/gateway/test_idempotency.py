@@ -1,5 +1,6 @@
 """IdempotencyKeys against the real Redis on 127.0.0.1:6379."""
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 
@@ -109,3 +110,27 @@ async def test_an_unsettled_request_is_resumed_at_once(keys: IdempotencyKeys) ->
 
 async def _lease_gone(client: aioredis.Redis, lease_key: str) -> bool:
     return not await client.exists(lease_key)
+
+
+async def test_a_running_request_keeps_its_key_past_its_lease_and_a_dead_ones_key_is_free_a_lease_later() -> None:
+    client = aioredis.Redis.from_url("redis://127.0.0.1:6379/0")
+    keys = IdempotencyKeys(client, lease_ms=60)
+    key = str(uuid.uuid4())
+    try:
+        first = await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id=None)
+        claimed_at = time.monotonic()
+        async with keys.kept(first):  # a put that waits for many leases (a slow replication, a stalled disk)
+
+            async def many_leases_passed() -> bool:
+                return time.monotonic() - claimed_at > 3 * keys.lease_ms / 1000 and keys.renewals >= 3
+
+            await eventually(many_leases_passed, "the lease renewed past three of its lengths")
+            with pytest.raises(IdempotencyConflict, match="still in progress"):
+                await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id=None)
+            await first.record({first.message_ids[0]: "broker-a"})  # still its owner
+        # the gateway dies here (kill -9): the renewals stop and the lease runs out
+        await eventually(lambda: _lease_gone(client, first.lease_key), "the dead request's lease ran out", 2)
+        again = await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id=None)
+        assert (again.message_ids, again.fixed) == (first.message_ids, {first.message_ids[0]: "broker-a"})
+    finally:
+        await client.aclose()
