@@ -96,6 +96,7 @@ async def run_nemesis(cluster: Cluster, etcd: Etcd, gateway: httpx.AsyncClient, 
     failure: str | None = None
     try:
         await _resumed(workload, time.monotonic())
+        await _whole(cluster)  # the slave in the in-sync set first: a master killed before cannot be failed over
         for one in planned:
             print(f"  nemesis: round {one.number}: {one.name}", flush=True)
             log = RoundLog(one, time.monotonic(), 0.0)
