@@ -122,6 +122,7 @@ NEEDS: Final[dict[str, tuple[Need, ...]]] = {
     "deleteGroup": (on_group(ADMIN),),
     "listGroups": (later("group", "listed: the groups the key may subscribe to or administer", SUB, ADMIN),),
     "getGroupLag": (on_group(SUB, ADMIN),),
+    "getGroupLagHistory": (on_group(SUB, ADMIN),),
     "resetGroupOffsets": (on_group(ADMIN), on_topic(SUB, ADMIN)),
     "peekDeadLetters": (
         on_group(SUB, ADMIN),

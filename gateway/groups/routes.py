@@ -24,7 +24,7 @@ from gateway.cluster.writes import (
 )
 from gateway.context import Context
 from gateway.edge.params import GroupName, UserTopic
-from gateway.groups import dead_letters
+from gateway.groups import dead_letters, lag_history
 from gateway.groups.schemas import (
     DeadLetterList,
     DeadLetterQueue,
@@ -32,6 +32,7 @@ from gateway.groups.schemas import (
     GroupLag,
     GroupList,
     GroupUpdate,
+    LagHistory,
     OffsetReset,
     OffsetResetRequest,
     QueueLag,
@@ -154,6 +155,25 @@ async def get_lag(ctx: Context, group: GroupName) -> GroupLag:
         total_in_flight=sum(q.in_flight for q in queues),
         unavailable=_unavailable(failed),
     )
+
+
+@router.get(
+    "/{group}/lag/history",
+    operation_id="getGroupLagHistory",
+    response_model=LagHistory,
+    responses=GROUP_PROBLEMS,
+)
+async def get_lag_history(
+    ctx: Context,
+    group: GroupName,
+    topic: Annotated[str | None, Query(description="only this topic's series")] = None,
+) -> LagHistory:
+    """The group's lag per topic over the brokers' history (every 10 s for an hour by default), oldest first: what
+    the console's lag chart draws. Longer history is Prometheus's (`petrel_group_lag`)."""
+    answers, failed = await on_every_master(ctx, lambda name, address: ctx.brokers.lag_history(name, address, group))
+    if not answers:
+        raise failure_of_all(e for _, e in failed)
+    return lag_history.merged(group, answers, topic, _unavailable(failed))
 
 
 @router.post(

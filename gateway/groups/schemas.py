@@ -6,6 +6,7 @@ bounds, defaults and their documentation); `GroupUpdate` and `Group` derive from
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -60,6 +61,26 @@ class GroupLag(BaseModel):
     queues: list[QueueLag] = Field(description="per broker, topic and queue")
     total_lag: int = Field(description="the sum of the queues' lag")
     total_in_flight: int = Field(description="the sum of the queues' in_flight")
+    unavailable: list[str] = Field(
+        default_factory=list, description="brokers that did not answer: their queues are missing"
+    )
+
+
+class LagPoint(BaseModel):
+    at: datetime = Field(description="when the brokers sampled it (UTC), at the start of its interval")
+    lag: int = Field(description="the group's lag on the topic then, over every broker")
+
+
+class LagSeries(BaseModel):
+    topic: str
+    samples: list[LagPoint] = Field(description="oldest first")
+
+
+class LagHistory(BaseModel):
+    group: str = Field(description="the group's name")
+    interval_seconds: float = Field(description="how often the brokers sample (PETREL_BROKER_LAG_SAMPLE_SECONDS)")
+    retention_seconds: float = Field(description="how far back they keep samples (PETREL_BROKER_LAG_HISTORY_SECONDS)")
+    series: list[LagSeries] = Field(description="per subscribed topic (its retry topic too, once it exists)")
     unavailable: list[str] = Field(
         default_factory=list, description="brokers that did not answer: their queues are missing"
     )

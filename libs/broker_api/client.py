@@ -276,6 +276,11 @@ class BrokerClient:
             ]
         )
 
+    async def lag_history(self, broker: str, address: str, group: str) -> dict[str, Any]:
+        """The broker's samples of the group's lag (libs.broker_api.consume.LagHistoryAnswer's fields)."""
+        path = internal_path("/internal/groups/{group}/lag/history", group=group)
+        return dict(await self._json(broker, address, "GET", path))
+
     async def reset_offsets(
         self, broker: str, address: str, group: str, topic: str, body: Mapping[str, Any]
     ) -> list[dict[str, Any]]:

@@ -84,6 +84,18 @@ class LagAnswer(BaseModel):
     queues: list[QueueLagModel]
 
 
+class LagSampleModel(BaseModel):
+    at_ms: int
+    topics: dict[str, int]
+    """topic -> the group's lag on the answering broker's queues of it"""
+
+
+class LagHistoryAnswer(BaseModel):
+    interval_seconds: float
+    history_seconds: float
+    samples: list[LagSampleModel]
+
+
 class OffsetResetBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -43,6 +43,7 @@ from services.broker.context import BrokerContext, Context, broker_context
 from services.broker.controller_link import RunHandover
 from services.broker.epoch_sync import RoleOfRun, decide_role
 from services.broker.in_sync import InSyncReplicas
+from services.broker.lag_history import LagHistory
 from services.broker.long_polling import PullWaiters
 from services.broker.memory import watch_memory
 from services.broker.metadata import AttemptStore, OffsetStore, RedrivenStore, TopicStore, open_engine
@@ -143,7 +144,7 @@ def create_app(
         pop, settlement = _consumers(settings, topics, groups, store, offsets, waiters, app.state.events, clock)
         transactions = await _transactions(settings, store, topics, app.state.events, clock)
         watch_memory(app.state.metrics.registry, pop, transactions)
-        leases = asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry")
+        lag_history, background = _background(settings, pop, settlement, clock)
         replication, follower = await _replication(
             settings,
             run,
@@ -181,6 +182,7 @@ def create_app(
                             schedule_at_start,
                             replication,
                             ScheduledChecks(store, app.state.events, app.state.metrics.registry),
+                            lag_history,
                         )
                     }
                 finally:
@@ -190,7 +192,7 @@ def create_app(
                     await registrar.unregister_all()
         finally:
             heard()
-            for task in (leases, retention, *follower):
+            for task in (*background, retention, *follower):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -384,6 +386,17 @@ def _consumers(
         scan_budget=settings.filter_scan_budget(),
     )
     return pop, Settlement(pop)
+
+
+def _background(
+    settings: BrokerSettings, pop: PopService, settlement: Settlement, clock: Callable[[], float]
+) -> tuple[LagHistory, list[asyncio.Task[None]]]:
+    """The leases' expiry and the groups' lag history, each a task of its own."""
+    lag_history = LagHistory(settings.lag_sample_seconds, settings.lag_history_seconds, clock)
+    return lag_history, [
+        asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry"),
+        asyncio.create_task(lag_history.run(pop), name="lag-history"),
+    ]
 
 
 async def _retention(store: MessageStore, interval: float) -> None:

@@ -11,6 +11,7 @@ from libs.store.message_store import MessageStore
 from services.broker.consume.dead_letters import DeadLetters
 from services.broker.consume.pop import PopService
 from services.broker.consume.settle import Settlement
+from services.broker.lag_history import LagHistory
 from services.broker.long_polling import PullWaiters
 from services.broker.offsets import ConsumerOffsets
 from services.broker.registration import NameserverRegistrar
@@ -37,6 +38,7 @@ class BrokerContext:
     schedule_at_start: ScheduleQueuesAtStart
     replication: Replication
     scheduled: ScheduledChecks
+    lag_history: LagHistory
 
 
 def broker_context(request: Request) -> BrokerContext:

@@ -107,6 +107,14 @@ class BrokerSettings(DelayLevelSettings):
     disk_refuse_ratio: float = Field(
         default=0.95, gt=0, le=1, description="past this disk use, sends are refused (507)"
     )
+    lag_sample_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="how often each consumer group's lag is sampled for its history (the console's chart)",
+    )
+    lag_history_seconds: float = Field(
+        default=3600.0, gt=0, description="how much lag history each group keeps in memory (longer is Prometheus's)"
+    )
     retention_scan_seconds: float = Field(
         default=10.0, gt=0, description="how often retention looks for what to delete"
     )

@@ -12,6 +12,8 @@ from libs.broker_api.consume import (
     HandleList,
     HandleResults,
     LagAnswer,
+    LagHistoryAnswer,
+    LagSampleModel,
     NackBody,
     OffsetResetAnswer,
     OffsetResetBody,
@@ -222,6 +224,18 @@ async def lag(ctx: Context, group: str) -> LagAnswer:
             )
             for q in group_lag(ctx.pop, group)
         ]
+    )
+
+
+@router.get("/{group}/lag/history", operation_id="getGroupLagHistory", response_model=LagHistoryAnswer)
+async def lag_history(ctx: Context, group: str) -> LagHistoryAnswer:
+    """This broker's samples of the group's lag per topic, oldest first (services.broker.lag_history)."""
+    ctx.pop.groups.get(group)  # 404 group-not-found for a group this broker does not know
+    history = ctx.lag_history
+    return LagHistoryAnswer(
+        interval_seconds=history.interval,
+        history_seconds=history.history,
+        samples=[LagSampleModel(at_ms=s.at_ms, topics=s.topics) for s in history.samples(group)],
     )
 
 

@@ -1,0 +1,74 @@
+"""LagHistory: each consumer group's lag per topic, sampled on this broker into a bounded ring.
+
+Every `interval` seconds the sampler adds up, per group and subscribed topic, the lag of this
+broker's queues (services.broker.consume.progress.group_lag: the broker's offset less the
+group's committed one, retry queues counted under their retry topic), stamped with the wall
+clock in ms. Each group keeps `history / interval` samples (an hour of 10 s samples by
+default: 360 entries of a few topics each), older ones drop off the ring. Nothing is kept on
+disk: a restarted broker starts a new history, and longer history is Prometheus's (the
+`petrel_group_lag` gauge, deploy/grafana). The gateway adds the brokers' samples of the
+same interval together (`GET /v1/groups/{group}/lag/history`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from libs.errors import PetrelError
+from services.broker.consume.pop import PopService
+from services.broker.consume.progress import group_lag
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LagSample:
+    at_ms: int
+    topics: dict[str, int]
+    """topic -> the group's lag on this broker's queues of it"""
+
+
+class LagHistory:
+    def __init__(self, interval: float, history: float, clock: Callable[[], float] = time.time) -> None:
+        self.interval = interval
+        self.history = history
+        self.clock = clock
+        self._length = max(1, int(history // interval))
+        self._rings: dict[str, deque[LagSample]] = {}
+
+    def sample(self, pop: PopService) -> None:
+        """One sample of every group this broker knows; groups deleted since are forgotten."""
+        at_ms = int(self.clock() * 1000)
+        known = set()
+        for config in pop.groups.all():
+            known.add(config.name)
+            try:
+                queues = group_lag(pop, config.name)
+            except PetrelError:
+                continue  # deleted between the listing and its lag
+            topics: dict[str, int] = {}
+            for queue in queues:
+                topics[queue.topic] = topics.get(queue.topic, 0) + queue.lag
+            ring = self._rings.get(config.name)
+            if ring is None:
+                ring = self._rings[config.name] = deque(maxlen=self._length)
+            ring.append(LagSample(at_ms, topics))
+        for gone in set(self._rings) - known:
+            del self._rings[gone]
+
+    def samples(self, group: str) -> list[LagSample]:
+        return list(self._rings.get(group, ()))
+
+    async def run(self, pop: PopService) -> None:
+        """Until cancelled: a sample at once, then every `interval` seconds."""
+        while True:
+            try:
+                self.sample(pop)
+            except Exception:
+                log.exception("sampling the groups' lag failed; the next sample tries again")
+            await asyncio.sleep(self.interval)
