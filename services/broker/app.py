@@ -144,7 +144,7 @@ def create_app(
         pop, settlement = _consumers(settings, topics, groups, store, offsets, waiters, app.state.events, clock)
         transactions = await _transactions(settings, store, topics, app.state.events, clock)
         watch_memory(app.state.metrics.registry, pop, transactions)
-        lag_history, background = _background(settings, pop, settlement, clock)
+        lag_history, background = _background(settings, pop, settlement, clock, app.state.metrics.registry)
         replication, follower = await _replication(
             settings,
             run,
@@ -389,10 +389,14 @@ def _consumers(
 
 
 def _background(
-    settings: BrokerSettings, pop: PopService, settlement: Settlement, clock: Callable[[], float]
+    settings: BrokerSettings,
+    pop: PopService,
+    settlement: Settlement,
+    clock: Callable[[], float],
+    registry: CollectorRegistry,
 ) -> tuple[LagHistory, list[asyncio.Task[None]]]:
-    """The leases' expiry and the groups' lag history, each a task of its own."""
-    lag_history = LagHistory(settings.lag_sample_seconds, settings.lag_history_seconds, clock)
+    """The leases' expiry and the groups' lag history (and its petrel_group_lag gauge), each a task of its own."""
+    lag_history = LagHistory(settings.lag_sample_seconds, settings.lag_history_seconds, clock, registry)
     return lag_history, [
         asyncio.create_task(settlement.run(settings.lease_scan_ms / 1000), name="lease-expiry"),
         asyncio.create_task(lag_history.run(pop), name="lag-history"),

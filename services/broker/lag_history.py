@@ -13,11 +13,14 @@ same interval together (`GET /v1/groups/{group}/lag/history`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Gauge
 
 from libs.errors import PetrelError
 from services.broker.consume.pop import PopService
@@ -34,12 +37,24 @@ class LagSample:
 
 
 class LagHistory:
-    def __init__(self, interval: float, history: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        interval: float,
+        history: float,
+        clock: Callable[[], float] = time.time,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self.interval = interval
         self.history = history
         self.clock = clock
         self._length = max(1, int(history // interval))
         self._rings: dict[str, deque[LagSample]] = {}
+        self._gauge = Gauge(
+            "petrel_group_lag",
+            "a consumer group's lag on this broker's queues of a topic, at the last sample (messages)",
+            ["group", "topic"],
+            registry=registry,
+        )
 
     def sample(self, pop: PopService) -> None:
         """One sample of every group this broker knows; groups deleted since are forgotten."""
@@ -58,8 +73,12 @@ class LagHistory:
             if ring is None:
                 ring = self._rings[config.name] = deque(maxlen=self._length)
             ring.append(LagSample(at_ms, topics))
+            for topic, lag in topics.items():
+                self._gauge.labels(config.name, topic).set(lag)
         for gone in set(self._rings) - known:
-            del self._rings[gone]
+            for topic in self._rings.pop(gone)[-1].topics:
+                with contextlib.suppress(KeyError):
+                    self._gauge.remove(gone, topic)
 
     def samples(self, group: str) -> list[LagSample]:
         return list(self._rings.get(group, ()))

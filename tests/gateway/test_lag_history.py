@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from tests.support.gateway_calls import ack, problem_type, receive, send_many
+from tests.support.in_process import InProcessApp
 from tests.support.waiting import eventually
 
 
@@ -26,7 +27,9 @@ def lags(found: dict[str, Any], topic: str) -> list[int]:
     return [p["lag"] for s in found["series"] if s["topic"] == topic for p in s["samples"]]
 
 
-async def test_the_history_shows_a_group_falling_behind_and_catching_up(gateway: httpx.AsyncClient) -> None:
+async def test_the_history_shows_a_group_falling_behind_and_catching_up(
+    gateway: httpx.AsyncClient, brokers: dict[str, InProcessApp]
+) -> None:
     await gateway.put("/v1/topics/invoices", json={"queues": 2})
     await gateway.put("/v1/groups/billing")
     assert (await receive(gateway, "billing", "invoices", max_messages=1, wait_seconds=0)).status_code == 200
@@ -36,6 +39,16 @@ async def test_the_history_shows_a_group_falling_behind_and_catching_up(gateway:
         return 6 in lags(await history(gateway, "billing"), "invoices")
 
     await eventually(behind, "a sample with the 6 sent and not received")
+    gauges = 0
+    for broker in brokers.values():
+        async with broker.client() as client:
+            metrics = (await client.get("/metrics")).text
+        gauges += sum(
+            int(float(line.rsplit(" ", 1)[1]))
+            for line in metrics.splitlines()
+            if line.startswith('petrel_group_lag{group="billing",topic="invoices"}')
+        )
+    assert gauges == 6, "Prometheus's petrel_group_lag, over the brokers, is the lag too"
     leased = (await receive(gateway, "billing", "invoices", max_messages=32)).json()["messages"]
     assert len(leased) == 6
     await ack(gateway, "billing", [m["receipt_handle"] for m in leased])
