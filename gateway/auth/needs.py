@@ -91,6 +91,7 @@ NEEDS: Final[dict[str, tuple[Need, ...]]] = {
     "queryMessagesByKey": (on_topic(SUB),),
     "pullMessages": (on_topic(SUB),),
     "getMessage": (later("topic", "the message's topic", SUB),),
+    "traceMessage": (later("topic", "the message's topic", SUB),),
     "cancelScheduledMessage": (later("topic", "the message's topic", PUB, ADMIN),),
     # consuming
     "receiveMessages": (on_group(SUB), on_topic(SUB)),

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel
 
-from gateway.auth.needs import SUB
+from gateway.auth.needs import ADMIN, SUB
 from gateway.auth.principal import principal_of, reveal
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import ensure_topic, read_address
@@ -20,6 +20,7 @@ from gateway.edge.message_ids import ask_every_broker, id_time
 from gateway.edge.outgoing import outgoing
 from gateway.edge.params import MessageId, QueueId, ReadableTopic, UserTopic
 from gateway.edge.records import message_fields
+from gateway.messages import trace
 from gateway.messages.idempotency import MAX_KEY_LENGTH
 from gateway.messages.schemas import (
     BatchEntry,
@@ -32,11 +33,13 @@ from gateway.messages.schemas import (
     SendResult,
 )
 from gateway.messages.sender import Pins, Prepared, Sent, unsettled
+from gateway.messages.trace_schemas import MessageTrace
 from libs import jsonutil
 from libs.codec import iter_records
 from libs.errors import (
     BrokerUnavailable,
     FlushTimeout,
+    Forbidden,
     IdempotencyConflict,
     InvalidFilter,
     InvalidMessage,
@@ -237,6 +240,50 @@ async def get_message(ctx: Context, message_id: MessageId, request: Request) -> 
     message = min(found, key=lambda m: m.stored_at)
     reveal(request, (SUB,), "topic", message.topic, missing)  # a topic the key may not read: as if missing
     return message
+
+
+@router.get(
+    "/messages/{message_id}/trace",
+    operation_id="traceMessage",
+    response_model=MessageTrace,
+    responses=problem_responses(MessageNotFound),
+)
+async def trace_message(ctx: Context, message_id: MessageId, request: Request) -> MessageTrace:
+    """Where the message is stored, whether it was scheduled or half of a transaction, and per group its state
+    (waiting, in_flight, acked, retrying, dead_lettered, redriven), attempts, leases, retry and dead-letter copies,
+    and each push subscription's attempts, from the brokers' and the push service's own state."""
+    born = id_time(message_id)
+    params: dict[str, str | int] = {"begin": max(0, born - 60_000), "end": ctx.now_ms() + 60_000}
+    traces, unavailable = await trace.broker_traces(ctx, message_id, params)
+    found = trace.composed(message_id, traces, unavailable)
+    missing = MessageNotFound(f"no broker holds a message with id {message_id}")
+    reveal(request, (SUB,), "topic", found.topic, missing)  # a topic the key may not read: as if missing
+    principal = principal_of(request)
+    principal.require((SUB,), "topic", found.topic)  # holds (revealed): the check that names the topic
+
+    def readable(group: str | None) -> bool:  # a group's state is shown to a key that may see its lag
+        if group is None:
+            return True
+        try:
+            principal.require((SUB, ADMIN), "group", group)
+        except Forbidden:
+            return False
+        return True
+
+    found.groups = [g for g in found.groups if readable(g.group)]
+    found.steps = [step for step in found.steps if readable(step.group)]
+    found.push = await trace.push_traces(ctx, found.topic, message_id, readable)
+    found.steps.extend(
+        trace.TraceStep(
+            at=None,
+            what="pushed",
+            group=p.group,
+            detail=f"{p.attempts} push attempt(s), last status {p.last_status}"
+            + ("" if p.delivered else f", not acked yet ({p.last_error or 'no answer'})"),
+        )
+        for p in found.push
+    )
+    return found
 
 
 @router.get(

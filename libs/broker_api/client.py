@@ -22,6 +22,7 @@ from libs.broker_api.consume import RedriveBody
 from libs.broker_api.frames import DueUnit, KeyQueryAnswer, Lease, PulledBatch, decode_leased, read_units
 from libs.broker_api.groups import GroupConfigAnswer, GroupConfigList, GroupUpdate
 from libs.broker_api.schemas import BrokerTopic, ExpectedRecord, PutAnswer, TopicOffsets
+from libs.broker_api.trace import TraceAnswer
 from libs.codec import decode_record
 from libs.errors import BrokerUnavailable, FlushTimeout, PetrelError, ServiceUnavailable
 from libs.http.client import BINARY_TYPE, JSON_TYPE, BinaryResponse, InternalClient
@@ -161,6 +162,10 @@ class BrokerClient:
     async def query_key(self, broker: str, address: str, params: Mapping[str, str | int]) -> KeyQueryAnswer:
         response = await self._binary(broker, address, "GET", "/internal/messages", params=params)
         return KeyQueryAnswer.read(response.body, response.headers)
+
+    async def trace(self, broker: str, address: str, message_id: str, params: Mapping[str, str | int]) -> TraceAnswer:
+        path = internal_path("/internal/messages/by-id/{message_id}/trace", message_id=message_id)
+        return TraceAnswer.model_validate(await self._json(broker, address, "GET", path, params=params))
 
     async def query_id(self, broker: str, address: str, message_id: str, params: Mapping[str, str | int]) -> bytes:
         path = internal_path("/internal/messages/by-id/{message_id}", message_id=message_id)

@@ -20,6 +20,7 @@ from libs.broker_api.schemas import (
     PutAnswer,
     QueueOffsets,
 )
+from libs.broker_api.trace import TraceAnswer
 from libs.broker_api.wire import BINARY, TRUNCATED
 from libs.codec import encode_record, peek_head
 from libs.delay import is_scheduled
@@ -35,6 +36,7 @@ from libs.store.message_store import PullResult, PutOutcome
 from libs.store.results import stored_entries
 from services.broker.context import Context, broker_context
 from services.broker.schedule import schedule_batch
+from services.broker.trace import trace
 
 router = APIRouter(prefix="/internal", tags=["messages"], responses=PROBLEM_RESPONSES)
 
@@ -294,6 +296,17 @@ async def query_by_id(
     """Every stored record with this message id (a retried message appears more than once)."""
     records = ctx.store.query_id(message_id, begin, end, where=is_public_topic if public else None)
     return Response(b"".join(encode_record(r) for r in records), media_type=BINARY)
+
+
+@router.get("/messages/by-id/{message_id}/trace", operation_id="traceMessage", response_model=TraceAnswer)
+async def trace_message(
+    ctx: Context,
+    message_id: str,
+    begin: Annotated[int, Query(ge=0)] = 0,
+    end: Annotated[int, Query(ge=0)] = 2**62,
+) -> TraceAnswer:
+    """Every copy of the message here, and each group's position at the copies it reads (services.broker.trace)."""
+    return trace(ctx.pop, message_id, begin, end)
 
 
 @router.get("/consumer-offsets/{group}", operation_id="listConsumerOffsets", response_model=ConsumerOffsetList)
