@@ -20,6 +20,7 @@ from gateway.auth.opened import opened_auth
 from gateway.auth.principal import SCOPE_KEY, Principal
 from gateway.auth.schemas import KeyRequest
 from gateway.auth.spec import document_security
+from gateway.cluster import overview as cluster_overview
 from gateway.cluster import routes as cluster_routes
 from gateway.cluster.long_polls import LongPollGate
 from gateway.consume import routes as consume
@@ -173,6 +174,7 @@ def create_app(
         topics.router,
         timers.router,
         cluster_routes.router,
+        cluster_overview.router,
         groups.router,
         push.router,
         keys.router,

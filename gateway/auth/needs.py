@@ -117,6 +117,7 @@ NEEDS: Final[dict[str, tuple[Need, ...]]] = {
     "getTimerStats": (CLUSTER_ADMIN,),
     # cluster
     "getCluster": (CLUSTER_ADMIN,),
+    "getOverview": (CLUSTER_ADMIN,),
     # consumer groups
     "putGroup": (on_group(ADMIN),),
     "getGroup": (on_group(SUB, ADMIN),),

@@ -21,6 +21,7 @@ from libs import jsonutil
 from libs.broker_api.consume import RedriveBody
 from libs.broker_api.frames import DueUnit, KeyQueryAnswer, Lease, PulledBatch, decode_leased, read_units
 from libs.broker_api.groups import GroupConfigAnswer, GroupConfigList, GroupUpdate
+from libs.broker_api.overview import BrokerOverview
 from libs.broker_api.schemas import BrokerTopic, ExpectedRecord, PutAnswer, TopicOffsets
 from libs.broker_api.trace import TraceAnswer
 from libs.codec import decode_record
@@ -280,6 +281,9 @@ class BrokerClient:
                 "queues"
             ]
         )
+
+    async def overview(self, broker: str, address: str) -> BrokerOverview:
+        return BrokerOverview.model_validate(await self._json(broker, address, "GET", "/internal/overview"))
 
     async def lag_history(self, broker: str, address: str, group: str) -> dict[str, Any]:
         """The broker's samples of the group's lag (libs.broker_api.consume.LagHistoryAnswer's fields)."""

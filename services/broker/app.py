@@ -30,7 +30,7 @@ from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.store.message_store import MessageStore
 from libs.topic import TopicConfig
-from services.broker import messages, timers, transaction_api
+from services.broker import messages, overview, timers, transaction_api
 from services.broker import replication as replication_routes
 from services.broker.consume import api as consume_api
 from services.broker.consume.dead_letters import DeadLetters
@@ -218,7 +218,7 @@ def create_app(
         hot_routes=messages.HOT_ROUTES | consume_api.HOT_ROUTES | transaction_api.HOT_ROUTES,
     )
     routers = (router, messages.router, timers.router, consume_api.router, transaction_api.router)
-    add_routers(app, *routers, replication_routes.router)
+    add_routers(app, *routers, replication_routes.router, overview.router)
     register_schemas(app, [ReceiveBody, HandleList, NackBody, EndRequest, EndBatch])
     return app
 
