@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from deploy import keys
+from deploy.admin import commands as admin_commands
 from deploy.plan import UpOptions
 from deploy.serve import SERVICES
 
@@ -173,6 +174,12 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="with PETREL_AUTH=off and --host other than loopback: run the gateway open to anyone who reaches it",
     )
     p.add_argument(
+        "--wait",
+        action="store_true",
+        help="start it in the background and return once it is up (for scripts; output in <data-dir>/logs/up.log)",
+    )
+    p.add_argument("--wait-timeout", type=float, default=180.0, help="with --wait: give up after this long (s)")
+    p.add_argument(
         "--fresh",
         action="store_true",
         help="start over: delete --data-dir (every topic, message, key and log) and the cluster's Redis keys first",
@@ -293,6 +300,37 @@ def _openapi(directory: Path, check: bool) -> None:
     print(f"wrote {', '.join(written)}" if written else "OpenAPI specs are up to date")
 
 
+def _up(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.wait:
+        from deploy.up_wait import up_and_wait
+
+        return up_and_wait(argv, Path(args.data_dir), args.wait_timeout)
+    from deploy.up import up
+
+    options = UpOptions(
+        data_dir=args.data_dir,
+        brokers=args.brokers,
+        replicas=args.replicas,
+        async_replication=args.async_replication,
+        nameservers=args.nameservers,
+        etcd_members=args.etcd_members,
+        etcd_port=args.etcd_port,
+        host=args.host,
+        gateway_port=args.gateway_port,
+        gateway_workers=args.gateway_workers,
+        nameserver_port=args.nameserver_port,
+        broker_port=args.broker_port,
+        timer_port=args.timer_port,
+        txcheck_port=args.txcheck_port,
+        push_port=args.push_port,
+        delay_levels=args.delay_levels,
+        etl=args.etl,
+        insecure_no_auth=args.insecure_no_auth,
+        fresh=args.fresh,
+    )
+    return up(options, args.redis_url)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # the harness parses its own arguments (and answers its own --help)
@@ -313,34 +351,14 @@ def main(argv: list[str] | None = None) -> None:
     sr = sub.add_parser("settings-reference", help="write docs/settings.md from the services' settings classes")
     sr.add_argument("--check", action="store_true", help="only check; exit 1 when docs/settings.md is stale")
     _receiver_parsers(sub)
+    admin_commands.add_arguments(sub)
     sub.add_parser("bench", help="run the benchmark harness (same as `make bench`); `petrel bench --help`")
     args = parser.parse_args(argv)
 
     if args.command == "up":
-        from deploy.up import up
-
-        options = UpOptions(
-            data_dir=args.data_dir,
-            brokers=args.brokers,
-            replicas=args.replicas,
-            async_replication=args.async_replication,
-            nameservers=args.nameservers,
-            etcd_members=args.etcd_members,
-            etcd_port=args.etcd_port,
-            host=args.host,
-            gateway_port=args.gateway_port,
-            gateway_workers=args.gateway_workers,
-            nameserver_port=args.nameserver_port,
-            broker_port=args.broker_port,
-            timer_port=args.timer_port,
-            txcheck_port=args.txcheck_port,
-            push_port=args.push_port,
-            delay_levels=args.delay_levels,
-            etl=args.etl,
-            insecure_no_auth=args.insecure_no_auth,
-            fresh=args.fresh,
-        )
-        sys.exit(up(options, args.redis_url))
+        sys.exit(_up(args, argv))
+    if args.command in admin_commands.COMMANDS:
+        sys.exit(admin_commands.run(args))
     if args.command == "serve":
         from deploy.serve import serve
 
