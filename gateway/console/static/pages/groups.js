@@ -21,6 +21,7 @@ function drawLag(history) {
   if (chart) chart.destroy();
   box.replaceChildren();
   box.dataset.samples = String(times.length);
+  box.dataset.peak = String(Math.max(0, ...data.slice(1).flat().filter((v) => v !== null)));
   box.dataset.last = JSON.stringify(data.slice(1).map((ys) => ys[ys.length - 1] ?? null));
   if (!times.length) {
     box.append(el("p", { class: "empty" }, "no sample yet"));
