@@ -82,12 +82,16 @@ export function notice(text) {
   box.append(el("p", { class: "notice" }, text));
 }
 
+// body[data-loaded] marks a page whose loader has finished, well or not (the browser tests wait on it).
 async function run(load) {
+  delete document.body.dataset.loaded;
   try {
     await load();
   } catch (error) {
     if (!(error instanceof ApiProblem && error.status === 401)) showProblem(error);
     else showProblem(error, "the gateway asks for a key");
+  } finally {
+    document.body.dataset.loaded = "";
   }
 }
 

@@ -70,17 +70,18 @@ async function trace(id) {
 
 async function peek(topic, max) {
   const described = await get(path`/v1/topics/${topic}`);
-  const messages = [];
-  for (const broker of described.brokers.filter((b) => b.available)) {
-    for (const queue of broker.queues) {
-      const b = encodeURIComponent(broker.broker);
-      const head = await get(path`/v1/topics/${topic}/queues/${queue.queue_id}/messages` + `?offset=0&max=1&broker=${b}`);
+  const queues = described.brokers.filter((b) => b.available).flatMap((b) => b.queues.map((q) => [b.broker, q.queue_id]));
+  const pulls = await Promise.all(
+    queues.map(async ([broker, queueId]) => {
+      const b = encodeURIComponent(broker);
+      const head = await get(path`/v1/topics/${topic}/queues/${queueId}/messages` + `?offset=0&max=1&broker=${b}`);
       const from = Math.max(head.min_offset, head.max_offset - max);
-      if (head.max_offset <= from) continue;
-      const pulled = await get(path`/v1/topics/${topic}/queues/${queue.queue_id}/messages` + `?offset=${from}&max=${max}&broker=${b}`);
-      messages.push(...pulled.messages);
-    }
-  }
+      if (head.max_offset <= from) return [];
+      const pulled = await get(path`/v1/topics/${topic}/queues/${queueId}/messages` + `?offset=${from}&max=${max}&broker=${b}`);
+      return pulled.messages;
+    }),
+  );
+  const messages = pulls.flat();
   messages.sort((a, b) => b.stored_at - a.stored_at);
   fill("results", el("h2", {}, `Newest ${max} of every queue of ${topic}: ${messages.length}`), table(MESSAGE_COLUMNS, messages, "the topic holds no message"));
 }

@@ -12,10 +12,8 @@ async function act(sub, verb) {
 
 async function load() {
   const groups = (await get("/v1/groups")).groups;
-  const subscriptions = [];
-  for (const group of groups) {
-    subscriptions.push(...(await get(path`/v1/groups/${group.name}/subscriptions`)).subscriptions);
-  }
+  const lists = await Promise.all(groups.map((group) => get(path`/v1/groups/${group.name}/subscriptions`)));
+  const subscriptions = lists.flatMap((list) => list.subscriptions);
   fill(
     "subscriptions",
     table(

@@ -7,13 +7,15 @@ async function queueOffsets(topic, broker, queueId) {
 
 async function showTopic(name) {
   const topic = await get(path`/v1/topics/${name}`);
-  const rows = [];
-  for (const broker of topic.brokers) {
-    for (const queue of broker.queues) {
-      const offsets = broker.available ? await queueOffsets(name, broker.broker, queue.queue_id) : null;
-      rows.push({ broker: broker.broker, queue, offsets, available: broker.available });
-    }
-  }
+  const queues = topic.brokers.flatMap((broker) => broker.queues.map((queue) => ({ broker, queue })));
+  const rows = await Promise.all(
+    queues.map(async ({ broker, queue }) => ({
+      broker: broker.broker,
+      queue,
+      available: broker.available,
+      offsets: broker.available ? await queueOffsets(name, broker.broker, queue.queue_id) : null,
+    })),
+  );
   const form = document.getElementById("put-topic");
   form.elements.topic.value = name;
   fill(
@@ -35,7 +37,7 @@ async function showTopic(name) {
 }
 
 async function load() {
-  const list = await get("/v1/topics");
+  const [list] = await Promise.all([get("/v1/topics"), param("topic") ? showTopic(param("topic")) : null]);
   fill(
     "topics",
     table(
@@ -49,7 +51,6 @@ async function load() {
       "no topic yet: create one above",
     ),
   );
-  if (param("topic")) await showTopic(param("topic"));
 }
 
 onSubmit("put-topic", async (data) => {
