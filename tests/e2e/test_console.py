@@ -185,10 +185,11 @@ def test_a_trace_shows_a_nacked_then_acked_messages_steps(
         page.goto(page_url(cluster, "messages"))
         page.get_by_label("Message id").fill(message_id)
         page.get_by_role("button", name="Trace").click()
-        group_row = page.locator("#trace tr", has_text=group)
-        expect(group_row.first).to_contain_text("acked")
-        steps = page.locator("#trace").inner_text()
-        for step in ("stored", "nacked", "acked"):
+        group_row = page.locator("#trace tr", has_text=group).last
+        expect(group_row).to_contain_text("acked")
+        expect(group_row.locator("td").nth(2)).to_have_text("2")  # two deliveries: the nacked one, the acked one
+        steps = page.locator("#trace").inner_text().lower()
+        for step in ("stored", "nack", "ack"):
             assert step in steps, f"the trace names {step}: {steps}"
         assert errors.seen == []
         shot(page, "trace")
@@ -210,6 +211,8 @@ def test_with_auth_on_the_page_asks_for_a_key_and_shows_a_403_as_a_message(
         page.get_by_role("button", name="Use key").click()
         expect(key_form).to_be_hidden()
         expect(page.locator("#topics")).to_contain_text("topic")
+        assert page.context.cookies() == [], "no cookie carries the key"
+        assert page.evaluate("sessionStorage.getItem('petrel.console.key')") == reader
 
         page.get_by_label("Topic").fill("not-mine")
         page.get_by_role("button", name="Create or change").click()
