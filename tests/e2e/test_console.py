@@ -220,3 +220,16 @@ def test_with_auth_on_the_page_asks_for_a_key_and_shows_a_403_as_a_message(
         expect(problem).to_contain_text("403")
         expect(problem).to_contain_text("forbidden")
         assert api.get("/v1/topics/not-mine").status_code == 404, "the read-only key changed nothing"
+
+
+def test_the_api_docs_render_from_the_gateway_alone(cluster: UpCluster, browser: Browser) -> None:
+    with console_tab(browser) as (page, _):
+        elsewhere: list[str] = []
+        local = (cluster.gateway, f"blob:{cluster.gateway}", "data:")  # blob: ReDoc's worker, made in the page
+        page.on("request", lambda r: None if r.url.startswith(local) else elsewhere.append(r.url))
+        page.goto(f"{cluster.gateway}/docs")
+        expect(page.locator(".opblock-summary-path").first).to_be_visible()
+        page.goto(f"{cluster.gateway}/redoc")
+        expect(page.get_by_role("heading", name="Petrel gateway").first).to_be_visible()
+        # ReDoc 2.5.4's bundle links its "API docs by Redocly" logo from its CDN: the one image missing offline.
+        assert [url for url in elsewhere if url != "https://cdn.redoc.ly/redoc/logo-mini.svg"] == []
