@@ -17,11 +17,11 @@ say() { echo "install_debian_package: $*" >&2; }
 
 if ! command -v apt-get >/dev/null 2>&1; then
     say "$package is not installed and apt-get is not available: install it (Debian: $package) yourself;"
-    say "$what fails until then"
+    say "until then, $what will fail"
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
-    say "$package is not installed: run \`sudo apt-get install -y $package\` ($what fails until then)"
+    say "$package is not installed: run \`sudo apt-get install -y $package\` (until then, $what will fail)"
     exit 0
 fi
 
@@ -37,7 +37,7 @@ apt-get install -y -q "$package" >/dev/null || { apt-get update -q >/dev/null &&
 status=$?
 [ -n "$own_policy" ] && rm -f "$policy"
 if [ "$status" -ne 0 ]; then
-    say "apt-get could not install $package (status $status): $what fails until it is installed"
+    say "apt-get could not install $package (status $status): until it is, $what will fail"
     exit 0
 fi
 if [ "$package" = etcd-server ] && command -v systemctl >/dev/null 2>&1; then
