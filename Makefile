@@ -4,18 +4,31 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+# One stamp per set of extras: `make run` installs the runtime and the ETL's Spark (`.[etl]`, the default cluster
+# runs the nightly ETL's worker and beat); `make test`/`make check` add the toolchain (`dev`) to the same venv, and
+# stamp both sets, so a `make run` after them reuses it.
+CREATED   := $(VENV)/.created-stamp
+RUN_STAMP := $(VENV)/.installed-etl-stamp
+DEV_STAMP := $(VENV)/.installed-dev-stamp
 
 .PHONY: run test test-fast check format bench openapi clean venv etcd faketime chromium
 
-$(STAMP): pyproject.toml
+$(CREATED):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Petrel needs Python 3.11 or newer (set PYTHON=...)")'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
-	@touch $(STAMP)
+	$(BIN)/pip install --upgrade --progress-bar on pip
+	@touch $(CREATED)
 
-venv: $(STAMP)
+# pip's progress is shown: a first `make run` downloads Spark (~450 MB) when pip's cache does not hold it.
+$(RUN_STAMP): pyproject.toml $(CREATED)
+	$(BIN)/pip install --no-compile --progress-bar on -e '.[etl]'
+	@touch $(RUN_STAMP)
+
+$(DEV_STAMP): pyproject.toml $(CREATED)
+	$(BIN)/pip install --quiet --no-compile -e '.[etl,dev]'
+	@touch $(RUN_STAMP) $(DEV_STAMP)
+
+venv: $(DEV_STAMP)
 
 # Debian packages the tests need, installed through apt when missing and run as root (CI); otherwise a message says
 # what to install, and the tests that need one fail naming it (deploy/install_debian_package.sh).
@@ -32,7 +45,7 @@ faketime:
 chromium:
 	@sh deploy/install_debian_package.sh chromium "the console's browser tests" 'test -x /usr/bin/chromium'
 
-run: $(STAMP) etcd
+run: $(RUN_STAMP) etcd
 	$(BIN)/petrel up $(ARGS)
 
 # The tests keep Python's bytecode caches even where the shell turns them off (PYTHONDONTWRITEBYTECODE, as some
@@ -42,30 +55,30 @@ TEST_ENV := PYTHONDONTWRITEBYTECODE=
 
 # Two workers, each test file on one (a module's shared cluster stays with its tests); tests use
 # ephemeral ports, their own Redis key prefixes and PostgreSQL schemas. One process: PYTEST_ARGS=-n0
-test: $(STAMP) etcd faketime chromium
+test: $(DEV_STAMP) etcd faketime chromium
 	$(TEST_ENV) $(BIN)/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 # The developer's quick loop, under two minutes: every test but those marked `e2e` (whole clusters of real
 # processes on loopback, the docs pages run as written) and those marked `spark` (they start a JVM: the ETL job's
 # tests under tests/services/etl and the Spark docs page, tests.support.markers); property and fuzz tests try a quarter
 # of their generated inputs (tests.support.examples). `make test` runs everything, every input.
-test-fast: $(STAMP) etcd
+test-fast: $(DEV_STAMP) etcd
 	$(TEST_ENV) TESTS_QUICK=1 $(BIN)/pytest -n 2 --dist loadfile -m "not e2e and not spark" $(PYTEST_ARGS)
 
-check: $(STAMP)
+check: $(DEV_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-format: $(STAMP)
+format: $(DEV_STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(STAMP) faketime
+bench: $(DEV_STAMP) faketime
 	$(BIN)/petrel bench $(ARGS)
 
-openapi: $(STAMP)
+openapi: $(DEV_STAMP)
 	$(BIN)/petrel openapi
 
 clean:

@@ -131,7 +131,7 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the first etcd member's client port; its peer port is the next, the next member's after (default: 2379)",
     )
     p.add_argument("--host", default=d.host, help="the gateway's bind address (default: 127.0.0.1)")
-    p.add_argument("--gateway-port", type=int, default=d.gateway_port)
+    p.add_argument("--gateway-port", type=int, default=d.gateway_port, help="(default: %(default)s)")
     p.add_argument(
         "--gateway-workers",
         type=int,
@@ -140,11 +140,21 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="gateway processes sharing --gateway-port (SO_REUSEPORT, Linux), for machines with more cores; "
         "named gateway, gateway-2, ... (default: 1)",
     )
-    p.add_argument("--nameserver-port", type=int, default=d.nameserver_port, help="the first nameserver's port")
-    p.add_argument("--broker-port", type=int, default=d.broker_port, help="the first broker's port (+1 per broker)")
-    p.add_argument("--timer-port", type=int, default=d.timer_port)
-    p.add_argument("--txcheck-port", type=int, default=d.txcheck_port)
-    p.add_argument("--push-port", type=int, default=d.push_port)
+    p.add_argument(
+        "--nameserver-port",
+        type=int,
+        default=d.nameserver_port,
+        help="the first nameserver's port (default: %(default)s)",
+    )
+    p.add_argument(
+        "--broker-port",
+        type=int,
+        default=d.broker_port,
+        help="the first broker's port, +1 per broker (default: %(default)s)",
+    )
+    p.add_argument("--timer-port", type=int, default=d.timer_port, help="(default: %(default)s)")
+    p.add_argument("--txcheck-port", type=int, default=d.txcheck_port, help="(default: %(default)s)")
+    p.add_argument("--push-port", type=int, default=d.push_port, help="(default: %(default)s)")
     p.add_argument(
         "--redis-url",
         default=None,
@@ -161,6 +171,11 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--insecure-no-auth",
         action="store_true",
         help="with PETREL_AUTH=off and --host other than loopback: run the gateway open to anyone who reaches it",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over: delete --data-dir (every topic, message, key and log) and the cluster's Redis keys first",
     )
     p.add_argument(
         "--no-etl",
@@ -323,6 +338,7 @@ def main(argv: list[str] | None = None) -> None:
             delay_levels=args.delay_levels,
             etl=args.etl,
             insecure_no_auth=args.insecure_no_auth,
+            fresh=args.fresh,
         )
         sys.exit(up(options, args.redis_url))
     if args.command == "serve":

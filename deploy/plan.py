@@ -53,6 +53,8 @@ class UpOptions:
     etl: bool = True
     """the nightly ETL's Celery worker and beat (`--no-etl`, PETREL_ETL_NIGHTLY=false: left out)"""
     insecure_no_auth: bool = False
+    fresh: bool = False
+    """`--fresh`: wipe the data directory (and the cluster's Redis keys) first, after a line saying so"""
     """`--insecure-no-auth`: let the gateway run without API keys on an address other hosts reach"""
 
     @property

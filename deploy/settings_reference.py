@@ -136,8 +136,8 @@ def _type(field: FieldInfo) -> str:
 
 
 def _type_name(annotation: Any) -> str:
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return " or ".join(str(member.value) for member in annotation)
+    if choices := _choices(annotation):
+        return " or ".join(choices)
     if annotation is SecretStr:
         return "secret"
     origin = typing.get_origin(annotation)
@@ -151,6 +151,15 @@ def _type_name(annotation: Any) -> str:
             annotation.__name__, annotation.__name__
         )
     return str(annotation)
+
+
+def _choices(annotation: Any) -> list[str]:
+    """The values an enum or a Literal allows, as the variable spells them (none for other types)."""
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return [str(member.value) for member in annotation]
+    if typing.get_origin(annotation) is typing.Literal:
+        return [str(value) for value in typing.get_args(annotation)]
+    return []
 
 
 def _default(field: FieldInfo) -> str:

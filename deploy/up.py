@@ -9,9 +9,11 @@ import sys
 from types import FrameType
 
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from deploy import etcd_server
 from deploy.etcd_server import EtcdNotAvailable
+from deploy.fresh import forget_redis_keys, wipe_data_dir
 from deploy.plan import ProcessSpec, UpOptions, plan_cluster
 from deploy.redis_server import (
     DEFAULT_REDIS_URL,
@@ -38,12 +40,16 @@ def up(options: UpOptions, redis_url: str | None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
+        if options.fresh:
+            wipe_data_dir(options.data_dir)
         options = _with_etl_setting(options)
         auth = _gateway_auth(options)
         etcd = _etcd_settings(options)
         _check_etcd(options, etcd)
         ensure_token_file(options.token_file)
         url = _redis(supervisor, options, redis_url or os.environ.get("PETREL_REDIS_URL"))
+        if options.fresh:
+            forget_redis_keys(options.data_dir, url)
         specs = plan_cluster(options, url, etcd)
         members = [spec for spec in specs if spec.restart]
         supervisor.check_ports(specs)
@@ -54,7 +60,7 @@ def up(options: UpOptions, redis_url: str | None) -> int:
             if not spec.restart:
                 print(f"[petrel] starting {spec.name}{f' on {spec.url}' if spec.port else ''} ...", flush=True)
                 supervisor.start(spec)
-    except (StartupFailed, RedisNotAvailable, EtcdNotAvailable, ValueError, ClusterTokenError) as exc:
+    except (StartupFailed, RedisNotAvailable, EtcdNotAvailable, ValueError, ClusterTokenError, RedisError) as exc:
         print(f"[petrel] could not start the cluster: {exc}", file=sys.stderr, flush=True)
         supervisor.stop_all()
         return 1

@@ -11,11 +11,13 @@ from collections.abc import AsyncIterator, Callable
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from prometheus_client import Gauge
+from starlette.types import Scope
 
 from gateway.auth import routes as keys
 from gateway.auth.audit import RateBudget
 from gateway.auth.key_check import Authenticator, KeyCheck
 from gateway.auth.opened import opened_auth
+from gateway.auth.principal import SCOPE_KEY, Principal
 from gateway.auth.schemas import KeyRequest
 from gateway.auth.spec import document_security
 from gateway.cluster import routes as cluster_routes
@@ -49,6 +51,7 @@ from libs.http.app import add_routers, register_schemas, service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.http.guards import Guard
 from libs.http.middleware import HostCheck
+from libs.http.request_log import RequestLog
 from libs.http.site_guards import CrossSiteCheck, LoopbackHostCheck
 from libs.http.transport import Transport
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
@@ -161,6 +164,7 @@ def create_app(
         readiness_detail=readiness_detail,
         readiness_clock=clock,
         cdn_docs=False,
+        request_log=RequestLog(caller_key_id) if settings.request_log else None,
     )
     # Starlette tries routes in order, a few microseconds each: the hot paths (send, consume, transactions) first.
     add_routers(
@@ -200,6 +204,12 @@ def create_app(
     document_public_problems(app)
     document_security(app)
     return app
+
+
+def caller_key_id(scope: Scope) -> str | None:
+    """The id of the key a request was let in with (None with auth off, or before the key check answered)."""
+    principal = scope.get(SCOPE_KEY)
+    return principal.key_id if isinstance(principal, Principal) else None
 
 
 def edge_guards(settings: GatewaySettings) -> list[Guard]:

@@ -60,6 +60,11 @@ class GatewaySettings(SharedDatabaseSettings, DelayLevelSettings, EgressSettings
     timer_address: str = Field(default="127.0.0.1:10931", description="the timer service, for stats and cancels")
     push_address: str = Field(default="127.0.0.1:10951", description="the push service: push subscriptions")
     max_delay_days: float = Field(default=30.0, gt=0, description="how far ahead a send may be scheduled")
+    request_log: bool = Field(
+        default=False,
+        description="one JSON line per request on the gateway's log: time, method, path, status, duration_ms, "
+        "request_id (x-request-id, given or made) and key_id when auth is on; never a key, query or body",
+    )
     idempotency_lease_ms: int = Field(
         default=15_000,
         ge=10,

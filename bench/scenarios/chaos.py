@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -35,6 +34,7 @@ from bench.chaos.run import (
     store_checks,
 )
 from bench.figures import BenchOptions, Figure
+from bench.kept import keep_failed_run
 from libs import webhooks
 
 SECONDS_ENV, KILLS_ENV = "BENCH_CHAOS_SECONDS", "BENCH_CHAOS_KILLS"
@@ -50,9 +50,7 @@ def chaos(options: BenchOptions) -> list[Figure]:
         result = asyncio.run(_run(Path(tmp) / "data", config))
         print(result.report(), flush=True)
         if not result.ok:
-            kept = Path("data/bench") / f"chaos-{config.seed}"
-            shutil.rmtree(kept, ignore_errors=True)
-            shutil.copytree(Path(tmp) / "data", kept)
+            kept = keep_failed_run(Path(tmp) / "data", f"chaos-{config.seed}")
             print(f"  chaos FAILED (seed {config.seed}); the cluster's data and logs are in {kept}", flush=True)
     return _figures(result)
 

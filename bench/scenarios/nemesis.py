@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 from bench.figures import BenchOptions, Figure
+from bench.kept import keep_failed_run
 from bench.nemesis import clock, disk
 from bench.nemesis.faults import BROKERS
 from bench.nemesis.plan import Nemesis
@@ -52,10 +52,7 @@ def nemesis(options: BenchOptions) -> list[Figure]:
 
 
 def _keep(tmp: str, seed: int) -> Path:
-    kept = Path("data/bench") / f"nemesis-{seed}"
-    shutil.rmtree(kept, ignore_errors=True)
-    shutil.copytree(Path(tmp) / "data", kept, ignore=shutil.ignore_patterns("*.sock"))
-    return kept
+    return keep_failed_run(Path(tmp) / "data", f"nemesis-{seed}")
 
 
 async def nemesis_run(data_dir: Path, config: NemesisConfig) -> NemesisResult:

@@ -46,6 +46,7 @@ from libs.http.readiness import (
     readiness_answer,
     token_holders,
 )
+from libs.http.request_log import RequestLog
 from libs.problem import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA_REF, Problem, install_problem_handlers
 from libs.settings import ServiceSettings
 
@@ -82,6 +83,7 @@ def service_app(
     readiness_detail: DetailPolicy | None = None,
     readiness_clock: Callable[[], float] = time.monotonic,
     cdn_docs: bool = True,
+    request_log: RequestLog | None = None,
 ) -> FastAPI:
     """A FastAPI app with Petrel's common endpoints and middleware.
 
@@ -96,6 +98,8 @@ def service_app(
 
     `hot_routes` (operation id -> Binder): routes served without FastAPI's request cycle, inside every
     check (libs.http.hot_routes), unless the settings turn the hot path off.
+
+    `request_log`: one JSON line per request (libs.http.request_log), around everything, the hot path too.
 
     `readiness` runs at most once a second (`readiness_clock`), and its checks are told only to callers
     `readiness_detail` lets see them (default: those with the cluster token): libs.http.readiness.
@@ -117,6 +121,7 @@ def service_app(
     )
     metrics = RequestMetrics(name)
     app.state.metrics = metrics
+    app.request_log = request_log
     install_problem_handlers(app)
 
     @app.get(
@@ -192,8 +197,16 @@ class ServiceApp(FastAPI):
     """A Petrel service's app: FastAPI, with its hot routes answered before FastAPI's stack (libs.http.hot_routes)."""
 
     hot_path: HotPath | None = None
+    request_log: RequestLog | None = None
+    """one JSON line per request (libs.http.request_log) when set; it wraps the hot path too"""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.request_log is not None:
+            await self.request_log.serve(self._answer, scope, receive, send)
+            return
+        await self._answer(scope, receive, send)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.hot_path is not None:
             found = self.hot_path.find(scope)
             if found is not None:

@@ -18,6 +18,7 @@ import sys
 
 import redis
 
+from libs.celery_json import quiet_root_warning
 from services.etl.logs import configure_logging
 from services.etl.nightly import NIGHTLY_QUEUE, EtlNotInstalled, create_celery, run_nightly, state_dir
 from services.etl.settings import EtlSettings
@@ -29,6 +30,7 @@ def main(argv: list[str]) -> int:
     if role in {"worker", "beat"}:
         state_dir(settings).mkdir(parents=True, exist_ok=True)
         app = create_celery(settings)
+        quiet_root_warning(app.conf.accept_content)  # JSON only: Celery's warning about root does not apply
         return int(app.start(celery_argv(role, settings, argv[1:])) or 0)
     if role == "now":
         return now(settings)

@@ -42,6 +42,7 @@ from celery.schedules import crontab
 from celery.signals import worker_shutting_down
 from redis.exceptions import LockError
 
+from libs.celery_json import JSON_ONLY
 from libs.redis_url import celery_tls
 from services.etl.arguments import daily_arguments
 from services.etl.settings import EtlSettings
@@ -210,6 +211,7 @@ def celery_config(settings: EtlSettings) -> dict[str, Any]:
             "socket_timeout": 10,
             "socket_connect_timeout": 5,
         },
+        **JSON_ONLY,
         "result_backend": None,
         "task_ignore_result": True,
         "task_default_queue": NIGHTLY_QUEUE,

@@ -90,7 +90,10 @@ async def get_topic_route(table: Table, topic: str) -> TopicRoute:
     """Which brokers hold the topic, with how many queues, and where they are."""
     route = table.route(topic)
     if route is None:
-        raise TopicNotFound(f"no live broker holds topic {topic!r}")
+        raise TopicNotFound(
+            f"there is no topic {topic!r}: create it with PUT /v1/topics/{topic} "
+            "(a topic is also unknown while every broker holding it is down)"
+        )
     return route
 
 

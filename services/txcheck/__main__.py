@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
+from libs.celery_json import quiet_root_warning
 from libs.http.serve import serve
 from services.txcheck.app import create_app
 from services.txcheck.celery_app import QUEUES, create_celery
@@ -32,7 +33,10 @@ def main(argv: list[str]) -> int:
     if role in {"worker", "beat"}:
         settings.cluster_token()  # a token file that cannot be used stops the worker here, not at its first task
         settings.state_dir.mkdir(parents=True, exist_ok=True)
+        if role == "worker":
+            import services.txcheck.runtime  # noqa: F401, PLC0415  (before the pool forks: its children share it)
         app = create_celery(settings)
+        quiet_root_warning(app.conf.accept_content)  # JSON only: Celery's warning about root does not apply
         return int(app.start(celery_argv(role, settings, argv[1:])) or 0)
     print(f"usage: python -m services.txcheck [serve | worker | beat]; not {role!r}", file=sys.stderr)
     return 2
@@ -48,7 +52,7 @@ def celery_argv(role: str, settings: TxcheckSettings, extra: list[str]) -> list[
             "--pool",
             "prefork",
             "--concurrency",
-            str(settings.worker_concurrency),
+            str(settings.concurrency),
             "--queues",
             ",".join(QUEUES),
             "--hostname",

@@ -22,17 +22,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from celery import Celery, Task
 from celery.signals import after_setup_logger, worker_process_shutdown, worker_shutdown
 from celery.utils.time import get_exponential_backoff_interval
 
+from libs.celery_json import JSON_ONLY
 from libs.errors import NameserverUnavailable
 from libs.redis_url import celery_tls
-from services.txcheck.runtime import RuntimeHolder
 from services.txcheck.scan import CheckOrder, HalfScanner, ScanOptions
 from services.txcheck.settings import TxcheckSettings
+
+if TYPE_CHECKING:
+    from services.txcheck.runtime import Runtime, RuntimeHolder
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,7 @@ def celery_config(settings: TxcheckSettings) -> dict[str, Any]:
             "socket_timeout": 10,
             "socket_connect_timeout": 5,
         },
+        **JSON_ONLY,
         "result_backend": None,
         "task_ignore_result": True,
         "task_acks_late": True,
@@ -65,7 +69,7 @@ def celery_config(settings: TxcheckSettings) -> dict[str, Any]:
         "task_default_queue": CHECK_QUEUE,
         "task_routes": {SCAN_TASK: {"queue": SCAN_QUEUE}, CHECK_TASK: {"queue": CHECK_QUEUE}},
         "worker_prefetch_multiplier": 1,
-        "worker_concurrency": settings.worker_concurrency,
+        "worker_concurrency": settings.concurrency,
         "worker_enable_remote_control": False,
         "worker_send_task_events": False,
         "beat_schedule": {
@@ -85,7 +89,7 @@ def celery_config(settings: TxcheckSettings) -> dict[str, Any]:
 def create_celery(settings: TxcheckSettings) -> Celery:
     app = Celery("txcheck", set_as_current=False)
     app.conf.update(celery_config(settings))
-    runtime = RuntimeHolder(settings)
+    runtime = LazyRuntime(settings)
 
     # shared=False: a shared task would be added to every Celery app made later in this process
     @app.task(
@@ -152,6 +156,27 @@ def create_celery(settings: TxcheckSettings) -> Celery:
     worker_shutdown.connect(close_runtime, weak=False)
     after_setup_logger.connect(quiet_task_lines, weak=False)
     return app
+
+
+class LazyRuntime:
+    """The process's RuntimeHolder, whose module (HTTP clients, SQLAlchemy, the event writer) is imported on first use:
+    beat, which runs no task, never imports it (~25 MB less); a worker imports it before it forks its pool
+    (`python -m services.txcheck worker`), so its children share those pages."""
+
+    def __init__(self, settings: TxcheckSettings) -> None:
+        self.settings = settings
+        self._holder: RuntimeHolder | None = None
+
+    def get(self) -> Runtime:
+        if self._holder is None:
+            from services.txcheck.runtime import RuntimeHolder  # noqa: PLC0415  (lazy: see the class)
+
+            self._holder = RuntimeHolder(self.settings)
+        return self._holder.get()
+
+    def close(self) -> None:
+        if self._holder is not None:
+            self._holder.close()
 
 
 def quiet_task_lines(**_: object) -> None:

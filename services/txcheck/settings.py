@@ -9,6 +9,7 @@ txcheck passes nothing for it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field
@@ -50,10 +51,19 @@ class TxcheckSettings(SharedDatabaseSettings, EgressSettings):
         gt=0,
         description="a task taken by a worker that died is given to another worker after this",
     )
-    worker_concurrency: int = Field(default=8, ge=1, description="check tasks run at once by one worker")
+    worker_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="check tasks run at once by one worker (its prefork processes); unset: min(2, the machine's cores)",
+    )
     redis_key_prefix: str = Field(
         default="petrel:txcheck:", description="prefix of every Redis key txcheck and its Celery queues use"
     )
+
+    @property
+    def concurrency(self) -> int:
+        """The worker's prefork processes: `worker_concurrency`, else one per core up to two (each is ~60 MB)."""
+        return self.worker_concurrency or min(2, os.cpu_count() or 1)
 
     @property
     def state_dir(self) -> Path:

@@ -28,3 +28,9 @@ def test_every_setting_of_every_service_is_on_the_page() -> None:
                 assert f"`{variable}`" not in page, f"{service} does not use {name}, yet {variable} is on the page"
             else:
                 assert f"`{variable}`" in page, f"{service}'s setting {name} ({variable}) is missing"
+
+
+def test_a_setting_with_a_few_allowed_values_shows_them_not_pythons_spelling() -> None:
+    page = settings_reference.render()
+    assert "typing." not in page
+    assert "| `PETREL_AUTH` | required or off (optional) |" in page

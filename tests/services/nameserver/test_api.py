@@ -57,6 +57,7 @@ async def test_unknown_topic_is_a_problem_404(client: httpx.AsyncClient) -> None
     assert answer.status_code == 404
     assert answer.headers["content-type"] == PROBLEM
     assert answer.json()["type"] == "https://petrel.dev/problems/topic-not-found"
+    assert "create it with PUT /v1/topics/nothing" in answer.json()["detail"]
 
 
 @pytest.mark.parametrize(

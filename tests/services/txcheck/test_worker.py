@@ -90,6 +90,7 @@ def test_a_scan_on_the_worker_resolves_what_the_producer_says_and_keeps_the_rest
     assert sorted(m for m, _ in producer.requests) == ["C", "R", "U"]
     assert (tx_broker.state("U")["state"], tx_broker.state("U")["check_count"]) == ("OPEN", 1)
     assert [r.message_id for r in tx_broker.records("orders", 1)] == ["C"]
+    assert "superuser" not in worker.log_tail(200), "the worker warns about root though it accepts JSON only"
 
 
 def test_a_check_whose_worker_is_killed_is_run_again_and_commits_once(
@@ -132,3 +133,10 @@ def test_checks_whose_broker_does_not_answer_are_retried_then_given_up(
     wait_for(lambda: "1 checks on broker-x given up after 1 retries" in worker.log_tail(), "the retry", worker)
     assert worker.log_tail(100).count("check of X: POST") == 0
     assert worker.log_tail(100).count(f"check of X: broker broker-x at {gone} did not answer") == 2, "not tried twice"
+
+
+def test_the_workers_processes_follow_the_cores_up_to_two_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PETREL_TXCHECK_WORKER_CONCURRENCY", raising=False)
+    assert TxcheckSettings().concurrency == min(2, os.cpu_count() or 1)
+    monkeypatch.setenv("PETREL_TXCHECK_WORKER_CONCURRENCY", "5")
+    assert TxcheckSettings().concurrency == 5
