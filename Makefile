@@ -11,7 +11,7 @@ CREATED   := $(VENV)/.created-stamp
 RUN_STAMP := $(VENV)/.installed-etl-stamp
 DEV_STAMP := $(VENV)/.installed-dev-stamp
 
-.PHONY: run test test-fast check format bench openapi clean venv etcd faketime
+.PHONY: run test test-fast check format bench openapi clean venv etcd faketime chromium
 
 $(CREATED):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Petrel needs Python 3.11 or newer (set PYTHON=...)")'
@@ -30,15 +30,20 @@ $(DEV_STAMP): pyproject.toml $(CREATED)
 
 venv: $(DEV_STAMP)
 
-# The tests of a replicated cluster run real etcd members, as `petrel up --replicas` does: Debian's etcd-server,
-# installed through apt when missing and run as root (CI); otherwise a message says what to install, and those
-# tests fail naming the package (and `petrel up --replicas` refuses to start, naming it too).
+# Debian packages the tests need, installed through apt when missing and run as root (CI); otherwise a message says
+# what to install, and the tests that need one fail naming it (deploy/install_debian_package.sh).
+# etcd: the tests of a replicated cluster run real etcd members, as `petrel up --replicas` does (which refuses to
+# start without it, naming the package too).
 etcd:
-	@sh deploy/install_etcd.sh
+	@sh deploy/install_debian_package.sh etcd-server "the etcd tests" 'command -v etcd'
 
-# The nemesis run steps one process's wall clock through Debian's libfaketime (package faketime): installed like etcd.
+# The nemesis run steps one process's wall clock through Debian's libfaketime (package faketime).
 faketime:
-	@sh deploy/install_faketime.sh
+	@sh deploy/install_debian_package.sh faketime "the nemesis test" 'ls /usr/lib/*/faketime/libfaketime.so.1'
+
+# The console's browser tests drive Debian's chromium through Playwright (tests/e2e/test_console.py).
+chromium:
+	@sh deploy/install_debian_package.sh chromium "the console's browser tests" 'test -x /usr/bin/chromium'
 
 run: $(RUN_STAMP) etcd
 	$(BIN)/petrel up $(ARGS)
@@ -50,7 +55,7 @@ TEST_ENV := PYTHONDONTWRITEBYTECODE=
 
 # Two workers, each test file on one (a module's shared cluster stays with its tests); tests use
 # ephemeral ports, their own Redis key prefixes and PostgreSQL schemas. One process: PYTEST_ARGS=-n0
-test: $(DEV_STAMP) etcd faketime
+test: $(DEV_STAMP) etcd faketime chromium
 	$(TEST_ENV) $(BIN)/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 # The developer's quick loop, under two minutes: every test but those marked `e2e` (whole clusters of real

@@ -23,6 +23,7 @@ from gateway.auth.spec import document_security
 from gateway.cluster import overview as cluster_overview
 from gateway.cluster import routes as cluster_routes
 from gateway.cluster.long_polls import LongPollGate
+from gateway.console import routes as console
 from gateway.consume import routes as consume
 from gateway.consume.schemas import AckRequest, NackRequest, ReceiveRequest, VisibilityRequest
 from gateway.context import GatewayContext, gateway_context
@@ -163,6 +164,7 @@ def create_app(
         worker=settings.worker,
         readiness_detail=readiness_detail,
         readiness_clock=clock,
+        cdn_docs=False,
         request_log=RequestLog(caller_key_id) if settings.request_log else None,
     )
     # Starlette tries routes in order, a few microseconds each: the hot paths (send, consume, transactions) first.
@@ -178,7 +180,9 @@ def create_app(
         groups.router,
         push.router,
         keys.router,
+        console.router,
     )
+    app.router.routes.append(console.static_files())
     register_schemas(
         app,
         [

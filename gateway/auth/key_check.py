@@ -1,4 +1,4 @@
-"""KeyCheck: every call but health, readiness, metrics and the docs carries a valid key, within its rate.
+"""KeyCheck: every call but health, readiness, metrics, the docs and the console's pages carries a valid key.
 
 A guard (libs.http.guards), in front of routing and before any body is read: a call without a valid
 key costs the gateway a header lookup, whatever it sends after. It answers 401 (with
@@ -23,8 +23,12 @@ from libs.errors import RateLimited, Unauthorized
 from libs.http.guards import HTTP_ONLY, Refusal
 from libs.http.middleware import header
 
-OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc"})
+OPEN_PATHS: Final = frozenset(
+    {"/healthz", "/readyz", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/", "/console"}
+)
 OPEN_SPEC: Final = "/openapi.json"
+OPEN_PREFIX: Final = "/console/"
+"""The console's page shells and static files: they hold no data, and each page asks for a key when /v1 answers 401."""
 
 
 @dataclass(slots=True)
@@ -45,7 +49,8 @@ class KeyCheck:
     scopes = HTTP_ONLY
 
     async def refusal(self, scope: Scope) -> Refusal | None:
-        if scope["path"] in OPEN_PATHS or scope["path"] == OPEN_SPEC:
+        path = scope["path"]
+        if path in OPEN_PATHS or path == OPEN_SPEC or path.startswith(OPEN_PREFIX):
             return None
         auth: Authenticator = scope["state"]["auth"]
         try:

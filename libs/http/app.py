@@ -82,6 +82,7 @@ def service_app(
     worker: str | None = None,
     readiness_detail: DetailPolicy | None = None,
     readiness_clock: Callable[[], float] = time.monotonic,
+    cdn_docs: bool = True,
     request_log: RequestLog | None = None,
 ) -> FastAPI:
     """A FastAPI app with Petrel's common endpoints and middleware.
@@ -102,6 +103,9 @@ def service_app(
 
     `readiness` runs at most once a second (`readiness_clock`), and its checks are told only to callers
     `readiness_detail` lets see them (default: those with the cluster token): libs.http.readiness.
+
+    `cdn_docs`: FastAPI's /docs and /redoc pages, which load their scripts from a CDN; a service that serves its
+    own (the gateway: gateway.console) turns them off.
     """
     token = settings.cluster_token()
     require_token_off_loopback(name, settings.host, token)
@@ -112,6 +116,8 @@ def service_app(
         version=version,
         description=description,
         lifespan=_with_events(name, settings, lifespan),
+        docs_url="/docs" if cdn_docs else None,
+        redoc_url="/redoc" if cdn_docs else None,
     )
     metrics = RequestMetrics(name)
     app.state.metrics = metrics
