@@ -65,7 +65,12 @@ def composed(message_id: str, traces: list[tuple[str, TraceAnswer]], unavailable
         ((b, c) for b, t in traces for c in t.copies), key=lambda bc: (bc[1].stored_at, bc[1].queue_offset)
     )
     public = [bc for bc in copies if is_public_topic(bc[1].topic)]
-    scheduled_copies = [bc for bc in copies if bc[1].topic in SCHEDULE_TOPICS]
+    # a delayed retry waits in the schedule topic too: only a copy bound for a user topic is the send's scheduling
+    scheduled_copies = [
+        bc
+        for bc in copies
+        if bc[1].topic in SCHEDULE_TOPICS and is_public_topic(bc[1].properties.get(Prop.REAL_TOPIC, ""))
+    ]
     halves = [bc for bc in copies if bc[1].topic == TRANS_HALF_TOPIC]
     candidates = public or scheduled_copies or halves
     if not candidates:
@@ -108,7 +113,12 @@ def _scheduled(copies: list[Located], delivered: bool) -> Scheduled | None:
 def _group(
     group: str, original: Located | None, copies: list[Located], positions: list[tuple[str, GroupPositionModel]]
 ) -> tuple[GroupTrace, list[TraceStep]]:
-    retries = [c for _, c in copies if c.topic == retry_topic(group)]
+    retries = [  # in its retry topic, or still in the schedule topic until its delay is over
+        c
+        for _, c in copies
+        if c.topic == retry_topic(group)
+        or (c.topic in SCHEDULE_TOPICS and c.properties.get(Prop.REAL_TOPIC) == retry_topic(group))
+    ]
     dead = [c for _, c in copies if c.topic == dlq_topic(group)]
     mine = [(b, p) for b, p in positions if p.group == group]
 

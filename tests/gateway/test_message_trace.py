@@ -52,6 +52,18 @@ async def test_a_nacked_then_acked_message_shows_each_step(gateway: httpx.AsyncC
     assert (found["scheduled"], found["transaction"]) == (None, None)
 
 
+async def test_a_retry_waiting_out_its_delay_is_retrying_not_a_scheduled_send(gateway: httpx.AsyncClient) -> None:
+    await gateway.put("/v1/groups/slow")
+    (message_id,) = await send_many(gateway, "orders", 1)
+    (leased,) = await received(gateway, "slow", "orders")
+    await nack(gateway, "slow", [leased["receipt_handle"]], delay_ms=60_000)  # its retry copy waits in the timer
+
+    found = await trace(gateway, message_id)
+    slow = group(found, "slow")
+    assert (slow["state"], [r["level"] for r in slow["retries"]]) == ("retrying", [1])
+    assert found["scheduled"] is None, "the retry's delay is not the send's scheduling"
+
+
 async def test_a_dead_lettered_then_redriven_message(gateway: httpx.AsyncClient) -> None:
     await gateway.put("/v1/groups/strict", json={"max_retries": 0})
     (message_id,) = await send_many(gateway, "orders", 1)
