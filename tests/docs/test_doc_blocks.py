@@ -97,3 +97,19 @@ def test_an_http_error_fails_its_block_unless_a_comment_announces_it(tmp_path: P
     failure = result.failure()
     assert failure is not None
     assert failure.startswith("page.md, shell block 2 (line 5) answered HTTP 404 (not announced in a # comment)")
+
+
+def test_a_json_comment_is_what_the_block_prints_and_an_elided_one_is_an_illustration(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        '```sh\necho \'{"ok": true}\'    # {"ok":true}\necho \'{"id": 7}\'   # {"id":"01A1..."}\n```\n\n'
+        '```sh\necho \'{"acked":12}\'\n# {"acked":1}\n```\n'
+    )
+    blocks = shell_blocks(page, "page.md")
+    assert [b.shown for b in blocks] == [[{"ok": True}], [{"acked": 1}]]
+
+    failure = run_page(blocks, {}, tmp_path, {"PATH": "/usr/bin:/bin"}, 10).failure()
+
+    assert failure is not None
+    assert failure.startswith('page.md, shell block 2 (line 6) did not print {"acked":1} (as its # comment says)')
+    assert '{"acked":12}' in failure

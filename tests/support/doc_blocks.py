@@ -4,13 +4,16 @@ A fenced block whose info string starts with `sh` or `bash` runs, unless its inf
 says `skip` (```sh skip) or the line before it (blank lines aside) is `<!-- not-run -->`.
 A page's blocks run in order in one `bash` (variables carry over, as in a reader's
 terminal) with `set -e -o pipefail`, and `curl` notes each answer's HTTP status: a 4xx or
-5xx fails the block unless a comment in the block names that status (`# 409 ...`). The
-default ports of `petrel up` in the text are rewritten to the test cluster's.
+5xx fails the block unless a comment in the block names that status (`# 409 ...`). A
+comment that is a whole JSON object or array without an elision (`# {"ok":true}`, not
+`# {"id":"01A1..."}`) is what the block shows: a line of its output must be that JSON value.
+The default ports of `petrel up` in the text are rewritten to the test cluster's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -23,6 +26,7 @@ FENCE = re.compile(r"^```(\S*)[ \t]*(.*)$")
 NOT_RUN = "<!-- not-run -->"
 MARK = "@@petrel-doc-block "
 HTTP = re.compile(r"@@http (\d{3})@@\n?")
+JSON_COMMENT = re.compile(r"(?:^|\s)#\s*([\[{].*?)\s*$")
 PRELUDE = """set -e -o pipefail
 curl() { command curl -sS -w '%{stderr}@@http %{http_code}@@\\n' "$@"; }
 """
@@ -41,6 +45,17 @@ class ShellBlock:
     def allowed_errors(self) -> set[str]:
         """HTTP error statuses the block's comments announce (`# 404 topic-not-found`)."""
         return {m for comment in re.findall(r"#.*", self.text) for m in re.findall(r"\b([45]\d\d)\b", comment)}
+
+    @property
+    def shown(self) -> list[object]:
+        """The JSON values the block's comments say it prints (`# {"ok":true}`), each a line of its output."""
+        values = []
+        for line in self.text.splitlines():
+            match = JSON_COMMENT.search(line)
+            if match and "..." not in match.group(1):
+                with contextlib.suppress(ValueError):
+                    values.append(json.loads(match.group(1)))
+        return values
 
     def where(self) -> str:
         return f"{self.page}, shell block {self.number} (line {self.line})"
@@ -101,12 +116,26 @@ class PageRun:
             unexpected = [s for s in run.statuses if s[0] in "45" and s not in run.block.allowed_errors]
             if unexpected:
                 return _report(run, f"answered HTTP {', '.join(unexpected)} (not announced in a # comment)")
+            finished = run is not self.runs[-1] or self.exit_code == 0  # else its exit is what went wrong
+            missing = [value for value in run.block.shown if value not in _json_lines(run.output)]
+            if finished and missing:
+                said = ", ".join(json.dumps(value, separators=(",", ":")) for value in missing)
+                return _report(run, f"did not print {said} (as its # comment says)")
         if self.exit_code != 0:
             last = self.runs[-1] if self.runs else None
             if last is None:
                 return f"the page's shell session failed before its first block (exit {self.exit_code})"
             return _report(last, f"exited {self.exit_code}")
         return None
+
+
+def _json_lines(output: str) -> list[object]:
+    values = []
+    for line in output.splitlines():
+        if line.strip().startswith(("{", "[")):
+            with contextlib.suppress(ValueError):
+                values.append(json.loads(line))
+    return values
 
 
 def _report(run: BlockRun, what: str) -> str:
