@@ -19,7 +19,7 @@ class GatewayCalls:
         self.base = (base or os.environ.get("PETREL_GATEWAY") or DEFAULT_GATEWAY).rstrip("/")
         key = key if key is not None else os.environ.get("PETREL_API_KEY")
         headers = {"authorization": f"Bearer {key}"} if key else {}
-        self.client = httpx.Client(base_url=self.base, headers=headers, timeout=timeout)
+        self.client = httpx.Client(base_url=self.base, headers=headers, timeout=timeout, trust_env=False)
 
     def __enter__(self) -> GatewayCalls:
         return self

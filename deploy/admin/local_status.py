@@ -25,7 +25,7 @@ def status(data_dir: str, quiet: bool) -> dict[str, Any]:
         ) from None
     version = metadata.version("petrel")
     rows, found = [], []
-    with httpx.Client(timeout=2.0) as client:
+    with httpx.Client(timeout=2.0, trust_env=False) as client:
         for process in state["processes"]:
             url = process["url"]
             port = urlparse(url).port if url.startswith("http") else None
