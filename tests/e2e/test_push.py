@@ -174,6 +174,10 @@ async def test_a_message_answered_500_retries_into_the_dlq_while_the_others_flow
     assert "HTTP 500" in dead["reason"]
     attempts = (await client.get(f"/v1/groups/{group}/subscriptions/{topic}/attempts")).json()["attempts"]
     assert [a["outcome"] for a in attempts if a["message_id"] == poison] == ["failed"] * 3
+    traced = (await client.get(f"/v1/messages/{poison}/trace")).json()
+    (pushed,) = [p for p in traced["push"] if p["group"] == group]
+    assert (pushed["attempts"], pushed["last_status"], pushed["delivered"]) == (3, 500, False)
+    assert [g["state"] for g in traced["groups"] if g["group"] == group] == ["dead_lettered"]
 
 
 async def test_a_429_storm_slows_the_push_honours_retry_after_and_costs_no_attempt(

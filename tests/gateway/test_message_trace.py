@@ -93,3 +93,9 @@ async def test_an_unknown_message_is_404(gateway: httpx.AsyncClient) -> None:
     answer = await gateway.get(f"/v1/messages/{unknown}/trace")
     assert answer.status_code == 404
     assert problem_type(answer) == "message-not-found"
+
+
+async def test_an_id_that_is_not_a_message_id_is_404_as_a_find_by_id_is(gateway: httpx.AsyncClient) -> None:
+    answer = await gateway.get("/v1/messages/not-an-id/trace")
+    assert answer.status_code == 404
+    assert problem_type(answer) == "message-not-found"
