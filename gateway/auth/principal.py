@@ -73,6 +73,9 @@ def authorize(request: Request, actions: tuple[Action, ...], kind: ResourceKind,
 
 def reveal(request: Request, actions: tuple[Action, ...], kind: ResourceKind, name: str, missing: NotFound) -> None:
     """For a resource found late, by an id (a message's topic, a transaction's): `missing`, the 404 of an id that
-    is not there, unless permitted. Called before any answer that depends on the resource's state."""
-    if not principal_of(request).may(actions, kind, name):
-        raise missing
+    is not there, unless permitted. Called before any answer that depends on the resource's state. It is `require`
+    (so it names the resource it checks, as every check does) with its 403 answered as that 404."""
+    try:
+        principal_of(request).require(actions, kind, name)
+    except Forbidden:
+        raise missing from None

@@ -114,30 +114,27 @@ def _group(
     group: str, original: Located | None, copies: list[Located], positions: list[tuple[str, GroupPositionModel]]
 ) -> tuple[GroupTrace, list[TraceStep]]:
     retries = [  # in its retry topic, or still in the schedule topic until its delay is over
-        c
-        for _, c in copies
+        (b, c)
+        for b, c in copies
         if c.topic == retry_topic(group)
         or (c.topic in SCHEDULE_TOPICS and c.properties.get(Prop.REAL_TOPIC) == retry_topic(group))
     ]
     dead = [c for _, c in copies if c.topic == dlq_topic(group)]
-    mine = [(b, p) for b, p in positions if p.group == group]
+    mine = {(b, p.topic, p.queue_id, p.queue_offset): p for b, p in positions if p.group == group}
 
-    def position_at(copy: CopyModel) -> GroupPositionModel | None:
-        return next(
-            (
-                p
-                for _, p in mine
-                if (p.topic, p.queue_id, p.queue_offset) == (copy.topic, copy.queue_id, copy.queue_offset)
-            ),
-            None,
-        )
+    def position_at(located: Located | None) -> GroupPositionModel | None:
+        """The group's position at a copy: the same queue and offset on the same broker (each broker has its own
+        queues of a topic)."""
+        if located is None:
+            return None
+        broker, copy = located
+        return mine.get((broker, copy.topic, copy.queue_id, copy.queue_offset))
 
-    at_original = position_at(original[1]) if original else None
-    read = ([original[1]] if original else []) + retries
+    read = ([original] if original else []) + retries
     newest = read[-1] if read else None
-    newest_position = position_at(newest) if newest else None
+    newest_position = position_at(newest)
     dead_letter = dead[-1] if dead else None
-    redriven = dead_letter is not None and any(c.stored_at > dead_letter.stored_at for c in retries)
+    redriven = dead_letter is not None and any(c.stored_at > dead_letter.stored_at for _, c in retries)
     state: GroupState
     if dead_letter is not None and not redriven:
         state = "dead_lettered"
@@ -145,18 +142,18 @@ def _group(
         state = "redriven" if redriven else "retrying" if retries else "waiting"
     else:
         state = "in_flight" if newest_position.position == "in_flight" else "acked"
+    # a copy for attempt n+1 carries reconsume_times n (the original 0); delivered, it is one more attempt
     delivered = newest_position is not None and newest_position.position != "waiting"
-    attempts = (
-        newest.reconsume_times if newest is not None and newest is not (original[1] if original else None) else 0
-    ) + (1 if delivered else 0)
+    attempts = (newest[1].reconsume_times if newest else 0) + (1 if delivered else 0)
     if dead_letter is not None and not redriven:
         attempts = max(attempts, dead_letter.reconsume_times)
+    at_original = position_at(original)
     trace = GroupTrace(
         group=group,
         consumer_offset=at_original.consumer_offset if at_original else 0,
         state=state,
         attempts=attempts,
-        leases_in_flight=sum(1 for _, p in mine if p.position == "in_flight"),
+        leases_in_flight=sum(1 for p in mine.values() if p.position == "in_flight"),
         retries=[
             RetryCopy(
                 topic=c.topic,
@@ -165,7 +162,7 @@ def _group(
                 level=c.reconsume_times,
                 stored_at=when(c.stored_at),
             )
-            for c in retries
+            for _, c in retries
         ],
         dead_letter=(
             DeadLetterCopy(
@@ -187,7 +184,7 @@ def _group(
             detail=f"attempt {c.reconsume_times} ended (nacked or its lease expired): a retry copy for attempt "
             f"{c.reconsume_times + 1} in {c.topic} queue {c.queue_id}",
         )
-        for c in retries
+        for _, c in retries
     ]
     if dead_letter is not None:
         reason = dead_letter.properties.get(Prop.DLQ_REASON)
@@ -218,30 +215,18 @@ def _steps(
     halves: list[Located],
     traced: list[tuple[GroupTrace, list[TraceStep]]],
 ) -> list[TraceStep]:
-    steps: list[TraceStep] = []
-    for broker, c in halves[:1]:
-        steps.append(
-            TraceStep(
-                at=when(c.stored_at),
-                what="half",
-                group=None,
-                detail=f"stored as a transaction's half message on {broker}",
-            )
-        )
-    for broker, c in scheduled[:1]:
-        steps.append(TraceStep(at=when(c.stored_at), what="scheduled", group=None, detail=f"scheduled on {broker}"))
-    for broker, c in public[:1]:
-        steps.append(
-            TraceStep(
-                at=when(c.stored_at),
-                what="stored",
-                group=None,
-                detail=f"stored in {c.topic} on {broker}, queue {c.queue_id} at offset {c.queue_offset}",
-            )
-        )
-    timed = sorted([s for _, group_steps in traced for s in group_steps if s.at is not None], key=lambda s: s.at or 0)
-    untimed = [s for _, group_steps in traced for s in group_steps if s.at is None]
-    return sorted(steps, key=lambda s: s.at or 0) + timed + untimed
+    """The message's own steps and each group's timed ones in time order, then the groups' untimed last states."""
+    own: list[TraceStep] = []
+    for b, c in halves[:1]:
+        own.append(TraceStep(at=when(c.stored_at), what="half", group=None, detail=f"a transaction's half on {b}"))
+    for b, c in scheduled[:1]:
+        own.append(TraceStep(at=when(c.stored_at), what="scheduled", group=None, detail=f"scheduled on {b}"))
+    for b, c in public[:1]:
+        where = f"stored in {c.topic} on {b}, queue {c.queue_id} at offset {c.queue_offset}"
+        own.append(TraceStep(at=when(c.stored_at), what="stored", group=None, detail=where))
+    of_groups = [s for _, group_steps in traced for s in group_steps]
+    timed = sorted(own + [s for s in of_groups if s.at is not None], key=lambda s: s.at or when(0))
+    return timed + [s for s in of_groups if s.at is None]
 
 
 async def push_traces(
