@@ -112,6 +112,7 @@ class ControllerLink:
         self._master_taken = False
         self._changing = asyncio.Lock()
         self._read_only_logged = False
+        self._resigned = False
 
     @property
     def is_master(self) -> bool:
@@ -281,17 +282,19 @@ class ControllerLink:
         unreachable, or this master's epoch is over)."""
         return await self._write_in_sync(lambda: sorted({self.broker_id, *kept}))
 
-    async def _write_in_sync(self, wanted: Callable[[], list[int]]) -> bool:
-        if not self.is_master:
-            return False
+    async def _write_in_sync(self, wanted: Callable[[], list[int]], *, resigning: bool = False) -> bool:
+        """`resigning`: the master leaves the set (`_resign`); once that is written, no change puts it back (a slave's
+        join recorded just after would otherwise make this read-only master electable again)."""
         key = state_key(self.broker_name)
         async with self._changing:  # one change at a time, each computed from the set as it is when it is written
+            if not self.is_master or self._resigned:
+                return False
             try:
                 for _ in range(3):
                     last = self.last
                     assert last is not None
                     if wanted() == last.in_sync:
-                        return True
+                        return True  # (resigning: a master is always in its set, so never here)
                     new = last.model_copy(update={"in_sync": wanted(), "version": last.version + 1})
                     result = await (
                         self.client.txn()
@@ -301,7 +304,7 @@ class ControllerLink:
                         .commit()
                     )
                     if result.succeeded:
-                        self.last, self._revision = new, result.revision
+                        self.last, self._revision, self._resigned = new, result.revision, resigning
                         log.info("controller: %s in-sync set %s -> %s", self.broker_name, last.in_sync, new.in_sync)
                         return True
                     held = result.responses[0] if result.responses else None
@@ -360,7 +363,7 @@ class ControllerLink:
                     self.broker_name,
                 )
             return None
-        if not await self._write_in_sync(lambda: others):
+        if not await self._write_in_sync(lambda: others, resigning=True):
             return None
         self._master_taken = False  # nothing more is acknowledged on this run's lease
         await self._stop_keeping()

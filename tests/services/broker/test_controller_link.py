@@ -412,3 +412,41 @@ async def test_a_master_whose_store_turned_read_only_stays_for_reads_while_no_sl
     assert after is not None
     assert (after.master_id, after.epoch) == (0, found.epoch), "a slave without every answered write was promoted"
     assert restarts == []
+
+
+async def test_a_master_that_left_its_set_for_a_read_only_store_is_never_put_back_by_a_late_join(
+    settings: EtcdSettings, client: EtcdClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No controller once the grant is made: nothing replaces the state, so only the master's own writes change it.
+    store = make_store(tmp_path / "broker", flush_mode=FlushMode.SYNC_FLUSH)
+    store.start()
+    restarts: list[str] = []
+    try:
+        async with closing(link(settings, store)) as master:
+            async with running(controller(client, tmp_path)):
+                await master.start()
+                await replica(client, NAME, 1, log_end=0)
+                await as_master(master)
+            in_sync = InSyncReplicas(NAME, 0.3, EventWriter(tmp_path / "export", "broker", enabled=False))
+            following = asyncio.create_task(master.run(in_sync, restarts.append))
+            try:
+                in_sync.acked(1, "127.0.0.1:10912", store.commitlog.write_offset, store.commitlog.write_offset)
+                await eventually(lambda: _in_sync_is(client, [0, 1]), "slave 1 in etcd's in-sync set", 5)
+                failing_disk(monkeypatch, [OSError(errno.EIO, "Input/output error")])
+                with pytest.raises(FlushTimeout):
+                    await store.put(record("T", 0, b"in doubt"))
+
+                async def handed_over() -> bool:
+                    return restarts != []
+
+                await eventually(handed_over, "the read-only master handing over", 5)
+            finally:
+                following.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await following
+            assert await _in_sync_is(client, [1])
+            assert not await master.change_in_sync([1]), "a join recorded after the handover put the master back"
+            assert await _in_sync_is(client, [1])
+    finally:
+        monkeypatch.undo()
+        await store.close()
