@@ -4,6 +4,8 @@ Each broker samples on its own timer, so samples of one moment differ by up to a
 between brokers. A sample counts in the interval its time falls in (its latest there, should
 a broker have two); an interval where a broker has none takes that broker's previous one (it
 was sampled a moment before or after), so a sum never drops because two timers drifted.
+The latest interval is still open: a broker that has not sampled in it yet may change its sum
+(its carried value gives way to its own); every earlier interval is final.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How long a service's /healthz takes to answer while another request of the same event loop runs."""
+"""Whether a service's /healthz keeps being answered while another request of the same event loop runs."""
 
 from __future__ import annotations
 
@@ -22,17 +22,18 @@ class HealthLatencies:
     probe waited for, without the time the machine gave to other processes."""
 
     @property
-    def worst(self) -> float:
-        """The longest the loop itself kept a probe waiting; a stall of the whole machine (CI runs the
-        suite beside Spark on 2 cores) lengthens `during` but not this."""
-        return max(self.busy, default=0.0)
+    def turns(self) -> int:
+        """How many probes the loop answered while the work ran: a work that never yields gives it one."""
+        return len(self.during)
 
     @property
-    def typical(self) -> float:
-        """The 90th percentile: what the loop gives a request while the work runs, a stall of the machine aside
-        (the suite's other worker, a collection); a loop blocked by the work shows in every probe of it."""
-        ordered = sorted(self.during)
-        return ordered[int(len(ordered) * 0.9)] if ordered else 0.0
+    def longest_share(self) -> float:
+        """The longest the loop itself kept one probe waiting (CPU seconds, so a stall of the whole machine
+        does not count), as a share of all the CPU the waits took: near 1 when one slice of the work held
+        the loop, small when the work yields all along. A ratio of the work to itself, it is the same on a
+        fast and a slow day; /healthz's latency in seconds is the bench's to measure."""
+        total = sum(self.busy)
+        return max(self.busy, default=0.0) / total if total > 0 else 0.0
 
 
 async def healthz_while(service: httpx.AsyncClient, work: Awaitable[T]) -> tuple[T, HealthLatencies]:
