@@ -25,7 +25,7 @@ from sqlalchemy import BigInteger, Engine, MetaData, String, delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from libs.errors import InvalidRequest, ProducerGroupNotFound
+from libs.errors import AlreadyExists, InvalidRequest, ProducerGroupNotFound
 from libs.metadata_db import open_engine
 from libs.webhooks import SECRET_PREFIX, InvalidSecret, new_secret, secret_key
 
@@ -141,35 +141,50 @@ class ProducerGroupStore:
         return group
 
     def put(
-        self, name: str, checkback_url: str, signing_secret: str | None = None, now_ms: int | None = None
+        self,
+        name: str,
+        checkback_url: str | None,
+        signing_secret: str | None = None,
+        now_ms: int | None = None,
+        *,
+        create_only: bool = False,
     ) -> tuple[ProducerGroup, bool]:
         """Create or update the group; answers it and whether it was created.
 
-        Without a secret a new group gets a generated one and an existing group keeps its own (and a
-        rotation's previous one); a given secret replaces both.
+        Read and changed in one transaction (the row locked), so two changes of different fields at once
+        both hold. A new group needs its checkback_url (InvalidRequest); an existing one keeps its own
+        when none is given. Without a secret a new group gets a generated one and an existing group
+        keeps its own (and a rotation's previous one); a given secret replaces both. `create_only`:
+        AlreadyExists when the group exists.
         """
-        validate_checkback_url(checkback_url)
+        if checkback_url is not None:
+            validate_checkback_url(checkback_url)
         if signing_secret is not None:
             validate_signing_secret(signing_secret)
         created_at = int(time.time() * 1000) if now_ms is None else now_ms
         try:
-            return self._put(name, checkback_url, signing_secret, created_at)
+            return self._put(name, checkback_url, signing_secret, created_at, create_only)
         except IntegrityError:  # created by someone else since our read: now it is an update
-            return self._put(name, checkback_url, signing_secret, created_at)
+            return self._put(name, checkback_url, signing_secret, created_at, create_only)
 
     def _put(
-        self, name: str, checkback_url: str, signing_secret: str | None, created_at: int
+        self, name: str, checkback_url: str | None, signing_secret: str | None, created_at: int, create_only: bool
     ) -> tuple[ProducerGroup, bool]:
         with Session(self.engine) as session, session.begin():
             row = session.get(ProducerGroupRow, name, with_for_update=True)
             created = row is None
+            if row is not None and create_only:
+                raise AlreadyExists(f"producer group {name!r} exists (If-None-Match: * creates only)")
             if row is None:
+                if checkback_url is None:
+                    raise InvalidRequest(f"producer group {name!r} is new: its checkback_url is needed")
                 row = ProducerGroupRow(name=name, signing_secret=signing_secret or new_secret(), created_at=created_at)
                 session.add(row)
             elif signing_secret is not None:
                 row.signing_secret = signing_secret
                 session.execute(delete(PreviousSecretRow).where(PreviousSecretRow.name == name))
-            row.checkback_url = checkback_url
+            if checkback_url is not None:
+                row.checkback_url = checkback_url
             session.flush()
             return _group(row, session.get(PreviousSecretRow, name)), created
 

@@ -20,7 +20,7 @@ from libs.errors import (
     TopicNotFound,
 )
 from libs.routing import TopicRoute
-from libs.topic import Perm, TopicConfig
+from libs.topic import MessageType, Perm, TopicConfig
 
 if TYPE_CHECKING:  # the context holds the Receiver, which uses this module
     from gateway.context import GatewayContext
@@ -113,12 +113,43 @@ def queues_not_empty(topic: str, held: list[QueueHeld]) -> QueuesNotEmpty:
 
 async def create_topic(ctx: GatewayContext, config: TopicConfig, *, create_only: bool = False) -> list[BrokerTopic]:
     """Create or update the topic on every broker of the gateway's cluster (each refuses to hide messages)."""
+    return await _on_every_master_topic(
+        ctx, config.name, lambda name, address: ctx.brokers.put_topic(name, address, config, create_only=create_only)
+    )
+
+
+async def change_topic(
+    ctx: GatewayContext,
+    topic: str,
+    *,
+    queues: int | None,
+    message_type: MessageType | None,
+    create_only: bool = False,
+) -> list[BrokerTopic]:
+    """Create the topic on every broker (the gateway's default_queues unless `queues`), or change only what is
+    not None: each broker merges under its own lock, so two changes of different fields at once both hold."""
+    return await _on_every_master_topic(
+        ctx,
+        topic,
+        lambda name, address: ctx.brokers.change_topic(
+            name,
+            address,
+            topic,
+            queues=queues,
+            message_type=message_type,
+            default_queues=ctx.settings.default_queues,
+            create_only=create_only,
+        ),
+    )
+
+
+async def _on_every_master_topic(
+    ctx: GatewayContext, topic: str, call: Callable[[str, str], Awaitable[BrokerTopic]]
+) -> list[BrokerTopic]:
     try:
-        stored, failed = await on_every_master(
-            ctx, lambda name, address: ctx.brokers.put_topic(name, address, config, create_only=create_only)
-        )
+        stored, failed = await on_every_master(ctx, call)
     finally:
-        ctx.routes.invalidate(config.name)
+        ctx.routes.invalidate(topic)
     held = [
         QueueHeld(name, int(q["queue_id"]), int(q["messages"]))
         for name, exc in failed
@@ -126,10 +157,10 @@ async def create_topic(ctx: GatewayContext, config: TopicConfig, *, create_only:
         for q in exc.extensions.get("queues", [])
     ]
     if held:
-        raise queues_not_empty(config.name, held)
+        raise queues_not_empty(topic, held)
     if failed:
-        raise write_failed(f"topic {config.name!r}", failed)
-    return [topic for _, topic in stored]
+        raise write_failed(f"topic {topic!r}", failed)
+    return [answer for _, answer in stored]
 
 
 async def ensure_topic(ctx: GatewayContext, topic: str) -> None:

@@ -88,19 +88,8 @@ async def put_group(
     create_only = create_only_of(if_none_match)
     raw = await request.body()
     update = parse_json(GroupUpdate, raw) if raw.strip() else GroupUpdate()
-    try:
-        current: GroupConfigAnswer | None = await first_master_answer(
-            ctx, lambda name, address: ctx.brokers.get_group(name, address, group)
-        )
-    except GroupNotFound:
-        current = None
-    if current is not None and create_only:
-        raise AlreadyExists(f"group {group!r} exists (If-None-Match: * creates only)")
-    if current is not None:
-        kept = {field: getattr(current, field) for field in GroupUpdate.model_fields}
-        update = GroupUpdate(**(kept | {field: getattr(update, field) for field in update.model_fields_set}))
     stored, failed = await on_every_master(
-        ctx, lambda name, address: ctx.brokers.put_group(name, address, group, update)
+        ctx, lambda name, address: ctx.brokers.put_group(name, address, group, update, create_only=create_only)
     )
     if failed:
         raise write_failed(f"group {group!r}", failed)

@@ -13,8 +13,8 @@ from gateway.auth.principal import principal_of
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import (
     QueueHeld,
+    change_topic,
     create_only_of,
-    create_topic,
     first_detail,
     master_address,
     queues_not_empty,
@@ -37,7 +37,7 @@ from libs.errors import (
 from libs.names import is_system_topic
 from libs.problem import problem_responses
 from libs.routing import TopicRoute
-from libs.topic import MessageType, Perm, TopicConfig
+from libs.topic import Perm, TopicConfig
 
 router = APIRouter(prefix="/v1/topics", tags=["topics"], route_class=AuthorizedRoute)
 
@@ -67,17 +67,13 @@ async def put_topic(
     retention, on any broker. `If-None-Match: *` makes it create-only (412 already-exists).
     """
     create_only = create_only_of(if_none_match)
-    current = await _current(ctx, topic)
-    if current is not None and create_only:
-        raise AlreadyExists(f"topic {topic!r} exists (If-None-Match: * creates only)")
-    queues = spec.queues or (current.config.write_queues if current else ctx.settings.default_queues)
-    message_type = spec.message_type or (current.config.message_type if current else MessageType.NORMAL)
-    config = TopicConfig(topic, queues, queues, Perm.READ_WRITE, message_type)
-    if current is not None:
-        await _refuse_hiding(ctx, current.route, queues)
-    stored = await create_topic(ctx, config, create_only=create_only)
+    if spec.queues is not None and not create_only:
+        current = await _current(ctx, topic)
+        if current is not None:
+            await _refuse_hiding(ctx, current.route, spec.queues)
+    stored = await change_topic(ctx, topic, queues=spec.queues, message_type=spec.message_type, create_only=create_only)
     response.status_code = 201 if any(r.created for r in stored) else 200
-    return _describe(topic, config, stored, [])
+    return _describe(topic, stored[0].to_config(), stored, [])
 
 
 @router.get("", operation_id="listTopics", response_model=TopicList, responses=problem_responses(ValidationFailed))

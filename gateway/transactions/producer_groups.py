@@ -8,6 +8,7 @@ so a name once found is remembered: a busy producer costs no query per send.
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from libs.egress import EgressGuard
 from libs.producer_groups import ProducerGroup, ProducerGroupStore, validate_checkback_url
@@ -19,14 +20,21 @@ class ProducerGroups:
         self.egress = egress
         self._known: set[str] = set()
 
-    async def put(self, name: str, checkback_url: str, signing_secret: str | None) -> tuple[ProducerGroup, bool]:
-        """The group as stored, and whether it was created; InvalidRequest for a bad URL or secret.
+    async def put(
+        self, name: str, checkback_url: str | None, signing_secret: str | None, *, create_only: bool = False
+    ) -> tuple[ProducerGroup, bool]:
+        """The group as stored, and whether it was created; InvalidRequest for a bad URL or secret, or a new
+        group without a URL; AlreadyExists for `create_only` and a group that exists. Fields not given keep
+        their value (libs.producer_groups: read and changed in one transaction).
 
         A URL whose host is not on the public internet is refused (libs.egress), without what it resolved to;
         txcheck checks it again before each call.
         """
-        await asyncio.to_thread(self._check_url, checkback_url)
-        group, created = await asyncio.to_thread(self.store.put, name, checkback_url, signing_secret)
+        if checkback_url is not None:
+            await asyncio.to_thread(self._check_url, checkback_url)
+        group, created = await asyncio.to_thread(
+            functools.partial(self.store.put, name, checkback_url, signing_secret, create_only=create_only)
+        )
         self._known.add(name)
         return group, created
 

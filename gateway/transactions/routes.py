@@ -103,16 +103,9 @@ async def put_producer_group(
     """
     create_only = create_only_of(if_none_match)
     spec = parse_json(ProducerGroupUpdate, await request.body())
-    try:
-        current: producer_groups.ProducerGroup | None = await ctx.producer_groups.get(group)
-    except ProducerGroupNotFound:
-        current = None
-    if current is not None and create_only:
-        raise AlreadyExists(f"producer group {group!r} exists (If-None-Match: * creates only)")
-    checkback_url = spec.checkback_url or (current.checkback_url if current is not None else None)
-    if checkback_url is None:
-        raise InvalidRequest(f"producer group {group!r} is new: its checkback_url is needed")
-    stored, created = await ctx.producer_groups.put(group, checkback_url, spec.signing_secret)
+    stored, created = await ctx.producer_groups.put(
+        group, spec.checkback_url, spec.signing_secret, create_only=create_only
+    )
     response.status_code = 201 if created else 200
     return _registration(stored, ctx.now_ms(), show_secret=created or spec.signing_secret is not None)
 

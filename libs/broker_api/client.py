@@ -29,7 +29,7 @@ from libs.errors import BrokerUnavailable, FlushTimeout, PetrelError, ServiceUna
 from libs.http.client import BINARY_TYPE, JSON_TYPE, BinaryResponse, InternalClient
 from libs.http.paths import internal_path
 from libs.message import MessageRecord
-from libs.topic import TopicConfig
+from libs.topic import MessageType, TopicConfig
 
 
 class LongPollLimit(Protocol):
@@ -110,6 +110,27 @@ class BrokerClient:
             broker, address, "PUT", internal_path("/internal/topics/{topic}", topic=config.name), body
         )
         return BrokerTopic.model_validate(answer)
+
+    async def change_topic(
+        self,
+        broker: str,
+        address: str,
+        topic: str,
+        *,
+        queues: int | None,
+        message_type: MessageType | None,
+        default_queues: int,
+        create_only: bool = False,
+    ) -> BrokerTopic:
+        """Create the topic (`default_queues` when `queues` is None), or change only what is not None; the
+        broker merges under its lock. QueuesNotEmpty (409) when fewer queues would hide messages, AlreadyExists."""
+        body: dict[str, object] = {"default_queues": default_queues, "create_only": create_only}
+        if queues is not None:
+            body |= {"read_queues": queues, "write_queues": queues}
+        if message_type is not None:
+            body["message_type"] = message_type.value
+        path = internal_path("/internal/topics/{topic}", topic=topic)
+        return BrokerTopic.model_validate(await self._json(broker, address, "PUT", path, body))
 
     async def get_topic(self, broker: str, address: str, topic: str) -> BrokerTopic:
         return BrokerTopic.model_validate(
@@ -199,12 +220,17 @@ class BrokerClient:
 
     # ---- consumer groups ---------------------------------------------------------------------
 
-    async def put_group(self, broker: str, address: str, group: str, update: GroupUpdate) -> GroupConfigAnswer:
-        """The group as stored; its `created` says whether this broker created it (rather than updated it)."""
-        body = update.model_dump(mode="json")
-        return GroupConfigAnswer.model_validate(
-            await self._json(broker, address, "PUT", internal_path("/internal/groups/{group}", group=group), body)
-        )
+    async def put_group(
+        self, broker: str, address: str, group: str, update: GroupUpdate, *, create_only: bool = False
+    ) -> GroupConfigAnswer:
+        """The group as stored; its `created` says whether this broker created it (rather than updated it).
+
+        Only the fields `update` was given are sent: the broker changes those and keeps the rest.
+        """
+        body = update.model_dump(mode="json", exclude_unset=True)
+        path = internal_path("/internal/groups/{group}", group=group)
+        params = {"create_only": "true"} if create_only else None
+        return GroupConfigAnswer.model_validate(await self._json(broker, address, "PUT", path, body, params=params))
 
     async def get_group(self, broker: str, address: str, group: str) -> GroupConfigAnswer:
         return GroupConfigAnswer.model_validate(

@@ -4,17 +4,32 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from libs.topic import MAX_QUEUES, MessageType, Perm, TopicConfig
+from libs.topic import DEFAULT_QUEUES, MAX_QUEUES, MessageType, Perm, TopicConfig
 
 
 class TopicUpdate(BaseModel):
+    """`PUT /internal/topics/{topic}`: the fields named change, the others keep their value here (on create,
+    `default_queues` queues, READ_WRITE, NORMAL); the broker merges them under its topics' lock."""
+
     model_config = ConfigDict(extra="forbid")
 
-    read_queues: int = Field(ge=1, le=MAX_QUEUES)
-    write_queues: int = Field(ge=1, le=MAX_QUEUES)
-    perm: int = Field(default=Perm.READ_WRITE, ge=0, le=7)
-    message_type: MessageType = MessageType.NORMAL
+    read_queues: int | None = Field(default=None, ge=1, le=MAX_QUEUES)
+    write_queues: int | None = Field(default=None, ge=1, le=MAX_QUEUES)
+    perm: int | None = Field(default=None, ge=0, le=7)
+    message_type: MessageType | None = None
+    default_queues: int = Field(default=DEFAULT_QUEUES, ge=1, le=MAX_QUEUES, description="a new topic's queues")
     create_only: bool = Field(default=False, description="412 already-exists when the topic exists here")
+
+    def merged(self, name: str, old: TopicConfig | None) -> TopicConfig:
+        """The topic as this change leaves it, from what the broker holds (None: nothing yet)."""
+        base = old or TopicConfig(name, self.default_queues, self.default_queues, Perm.READ_WRITE)
+        return TopicConfig(
+            name,
+            base.read_queues if self.read_queues is None else self.read_queues,
+            base.write_queues if self.write_queues is None else self.write_queues,
+            base.perm if self.perm is None else self.perm,
+            base.message_type if self.message_type is None else self.message_type,
+        )
 
 
 class BrokerTopic(BaseModel):

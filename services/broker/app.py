@@ -29,7 +29,6 @@ from libs.http.transport import Transport
 from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.store.message_store import MessageStore
-from libs.topic import TopicConfig
 from services.broker import messages, overview, timers, transaction_api
 from services.broker import replication as replication_routes
 from services.broker.consume import api as consume_api
@@ -85,17 +84,18 @@ async def get_broker_identity(ctx: Context) -> BrokerIdentity:
 
 @router.put("/topics/{topic}", operation_id="putBrokerTopic", response_model=BrokerTopic)
 async def put_topic(ctx: Context, topic: TopicName, body: TopicUpdate) -> BrokerTopic:
-    """Create or update a topic here; answers once the nameservers have been told.
+    """Create a topic here, or change only the fields named; answers once the nameservers have been told.
 
     Fewer queues are refused (409) while a queue to be removed holds messages; `create_only`: 412 when it exists.
     """
-    config = TopicConfig(topic, body.read_queues, body.write_queues, body.perm, body.message_type)
 
     def held(queue_id: int) -> int:
         low, high = ctx.store.queue_offsets(topic, queue_id)
         return high - low
 
-    created = await ctx.topics.put(config, held=held, create_only=body.create_only)
+    config, created = await ctx.topics.change(
+        topic, lambda old: body.merged(topic, old), held=held, create_only=body.create_only
+    )
     return BrokerTopic.of(config, ctx.settings.broker_name, created)
 
 

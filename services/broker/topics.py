@@ -61,7 +61,22 @@ class TopicTable:
     async def put(
         self, config: TopicConfig, *, held: Callable[[int], int] | None = None, create_only: bool = False
     ) -> bool:
-        """Create or update; True when the topic is new. Listeners run before it returns.
+        """Create or update (`change` to `config`, whatever it was); True when the topic is new."""
+        _, created = await self.change(config.name, lambda _: config, held=held, create_only=create_only)
+        return created
+
+    async def change(
+        self,
+        name: str,
+        merge: Callable[[TopicConfig | None], TopicConfig],
+        *,
+        held: Callable[[int], int] | None = None,
+        create_only: bool = False,
+    ) -> tuple[TopicConfig, bool]:
+        """The topic as `merge` makes it from the one held (None: none yet), and whether it is new.
+        Listeners run before it returns.
+
+        `merge` runs under the writers' lock: two changes of different fields, at once, both hold.
 
         Writes are serialised: two first receives of a new group both creating its retry
         topic must not both insert it. `create_only`: AlreadyExists when the topic exists.
@@ -72,9 +87,10 @@ class TopicTable:
         (a send checks its queue and appends with no await between), then are counted.
         """
         async with self._writing:
-            old = self._topics.get(config.name)
+            old = self._topics.get(name)
             if create_only and old is not None:
-                raise AlreadyExists(f"topic {config.name!r} exists (If-None-Match: * creates only)")
+                raise AlreadyExists(f"topic {name!r} exists (If-None-Match: * creates only)")
+            config = merge(old)
             if old is not None and held is not None and _span(config) < _span(old):
                 await self._set(replace(old, write_queues=min(old.write_queues, config.write_queues)))
                 counts = {q: n for q in range(_span(config), _span(old)) if (n := held(q))}
@@ -86,7 +102,7 @@ class TopicTable:
                         queues=[{"queue_id": q, "messages": n} for q, n in sorted(counts.items())],
                     )
             await self._set(config)
-        return old is None
+        return config, old is None
 
     async def _set(self, config: TopicConfig) -> None:
         if self._topics.get(config.name) != config:

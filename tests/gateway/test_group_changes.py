@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -30,6 +31,21 @@ async def test_a_group_put_changes_only_the_fields_it_names(gateway: httpx.Async
     # Explicit defaults are changes like any other.
     assert (await gateway.put("/v1/groups/billing", json={"max_retries": 16, "fifo": False})).status_code == 200
     assert await settings_of(gateway, "billing") == {"max_retries": 16, "fifo": False, "consume_from": "last"}
+
+
+async def test_two_puts_at_once_of_different_fields_both_hold(gateway: httpx.AsyncClient) -> None:
+    """Each broker merges the fields named under its own lock: a gateway that read the group first and
+    wrote it whole would undo the other change (two operators, or two gateways, at once)."""
+    assert (await gateway.put("/v1/groups/billing")).status_code == 201
+    for retries in (3, 5, 7):
+        consume_from = "last" if retries != 5 else "first"
+        answers = await asyncio.gather(
+            gateway.put("/v1/groups/billing", json={"max_retries": retries}),
+            gateway.put("/v1/groups/billing", json={"consume_from": consume_from}),
+        )
+        assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+        expected = {"max_retries": retries, "fifo": False, "consume_from": consume_from}
+        assert await settings_of(gateway, "billing") == expected
 
 
 async def test_a_group_put_with_if_none_match_star_creates_only(gateway: httpx.AsyncClient) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 import httpx
@@ -28,6 +29,19 @@ async def test_a_put_changes_only_the_fields_it_names(gateway: httpx.AsyncClient
     # Explicit defaults are changes like any other.
     assert (await gateway.put("/v1/topics/orders", json={"queues": 8, "message_type": "NORMAL"})).status_code == 200
     assert await describe(gateway, "orders") == ("NORMAL", 16)
+
+
+async def test_two_puts_at_once_of_different_fields_both_hold(gateway: httpx.AsyncClient) -> None:
+    """Each broker merges the fields named under its topics' lock: a gateway that read the topic first and
+    wrote it whole would undo the other change (two operators, or two gateways, at once)."""
+    assert (await gateway.put("/v1/topics/orders", json={"queues": 2})).status_code == 201
+    for queues, message_type in ((3, "FIFO"), (5, "NORMAL"), (7, "FIFO")):
+        answers = await asyncio.gather(
+            gateway.put("/v1/topics/orders", json={"queues": queues}),
+            gateway.put("/v1/topics/orders", json={"message_type": message_type}),
+        )
+        assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+        assert await describe(gateway, "orders") == (message_type, 2 * queues)
 
 
 async def test_fewer_queues_are_a_409_naming_each_queue_that_holds_messages(gateway: httpx.AsyncClient) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
-from libs.errors import InvalidRequest, ProducerGroupNotFound
+from libs.errors import AlreadyExists, InvalidRequest, ProducerGroupNotFound
 from libs.producer_groups import (
     ProducerGroup,
     ProducerGroupStore,
@@ -63,6 +63,25 @@ def test_put_again_updates_the_url_and_keeps_the_secret_and_creation_time(store:
     assert not created
     assert second == ProducerGroup("orders", "http://b.example/", first.signing_secret, 1000)
     assert store.get("orders") == second
+
+
+def test_a_put_without_a_url_keeps_the_groups_and_a_new_group_needs_one(store: ProducerGroupStore) -> None:
+    store.put("orders", "http://a.example/", now_ms=1000)
+    kept, created = store.put("orders", None, SECRET)
+    assert not created
+    assert kept == ProducerGroup("orders", "http://a.example/", SECRET, 1000)
+    with pytest.raises(InvalidRequest, match="checkback_url is needed"):
+        store.put("payments", None)
+    with pytest.raises(ProducerGroupNotFound):
+        store.get("payments")
+
+
+def test_a_create_only_put_of_an_existing_group_changes_nothing(store: ProducerGroupStore) -> None:
+    first, created = store.put("orders", "http://a.example/", create_only=True)
+    assert created
+    with pytest.raises(AlreadyExists):
+        store.put("orders", "http://b.example/", SECRET, create_only=True)
+    assert store.get("orders") == first
 
 
 def test_a_given_secret_is_kept_and_replaces_the_old_one(store: ProducerGroupStore) -> None:

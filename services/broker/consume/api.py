@@ -45,10 +45,14 @@ router = APIRouter(prefix="/internal/groups", tags=["consumer groups"], response
 
 
 @router.put("/{group}", operation_id="putGroup", response_model=GroupConfigAnswer)
-async def put_group(ctx: Context, group: str, body: GroupUpdate) -> GroupConfigAnswer:
-    """Create or update a consumer group here."""
-    config = body.to_config(group)
-    created = await ctx.pop.groups.put(config)
+async def put_group(
+    ctx: Context,
+    group: str,
+    body: GroupUpdate,
+    create_only: Annotated[bool, Query(description="412 already-exists when the group exists here")] = False,
+) -> GroupConfigAnswer:
+    """Create a consumer group here (fields absent take their defaults), or change only the fields named."""
+    config, created = await ctx.pop.groups.change(group, body, create_only=create_only)
     return _answer(config, ctx.pop.groups.subscriptions(group), created)
 
 

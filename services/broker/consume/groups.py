@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from sqlalchemy import Boolean, Engine, Integer, String, delete, select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from libs.broker_api.groups import ConsumeFrom, GroupConfig, RetryPolicy, RetryPolicyType
-from libs.errors import GroupNotFound
+from libs.broker_api.groups import ConsumeFrom, GroupConfig, GroupUpdate, RetryPolicy, RetryPolicyType
+from libs.errors import AlreadyExists, GroupNotFound
 from libs.filters import FilterType
 from services.broker.metadata import Base
 
@@ -148,6 +148,25 @@ class GroupTable:
                 await asyncio.to_thread(self.store.save, config)
                 self._groups[config.name] = config
         return created
+
+    async def change(self, name: str, update: GroupUpdate, *, create_only: bool = False) -> tuple[GroupConfig, bool]:
+        """The group as stored and whether it was created: created with the fields `update` names (the rest
+        their defaults), or changed in only those fields (its `model_fields_set`).
+
+        Read and written under the writers' lock, here on the broker: two changes of different fields
+        (from two gateways at once) both hold, which a gateway's read-then-write could not promise.
+        `create_only`: AlreadyExists when the group exists.
+        """
+        async with self._writing:
+            old = self._groups.get(name)
+            if old is not None and create_only:
+                raise AlreadyExists(f"group {name!r} exists (If-None-Match: * creates only)")
+            base = old if old is not None else GroupConfig(name=name)
+            config = base.model_copy(update={field: getattr(update, field) for field in update.model_fields_set})
+            if old != config:
+                await asyncio.to_thread(self.store.save, config)
+                self._groups[name] = config
+        return config, old is None
 
     async def delete(self, name: str) -> None:
         self.get(name)
