@@ -30,6 +30,7 @@ from gateway.context import GatewayContext, gateway_context
 from gateway.edge.problems import document_public_problems
 from gateway.groups import routes as groups
 from gateway.groups.schemas import GroupUpdate, OffsetResetRequest, RedriveRequest
+from gateway.messages import queues as message_queues
 from gateway.messages import routes as messages
 from gateway.messages.idempotency import IdempotencyKeys
 from gateway.messages.schemas import SendBatch, SendMessage
@@ -179,6 +180,7 @@ def create_app(
         cluster_overview.router,
         groups.router,
         push.router,
+        message_queues.router,
         keys.router,
         console.router,
     )

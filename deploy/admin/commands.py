@@ -36,10 +36,13 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     command("topics", "list the topics: type, queues (over PETREL_GATEWAY, with PETREL_API_KEY)")
     command("groups", "list the consumer groups: retries, FIFO, subscriptions")
     command("lag", "how far behind a group is, per topic and queue").add_argument("group")
-    p = command("peek", "the newest messages of a topic, across its queues and brokers")
+    p = command("peek", "the newest messages of a topic (or the first since --since), across its queues and brokers")
     p.add_argument("topic")
     p.add_argument("--key", help="only messages sent with this key (the key index)")
-    p.add_argument("--since", help="with --key: stored since (RFC 3339 or epoch ms)")
+    p.add_argument(
+        "--since",
+        help="stored since then (RFC 3339 or epoch ms); without --key, the first --max since then, oldest first",
+    )
     p.add_argument("--max", type=int, default=10, help="at most this many (default 10)")
     p = command("tail", "follow a topic's new messages (no group needed; Ctrl-C stops)")
     p.add_argument("topic")
@@ -160,35 +163,48 @@ def _queues(calls: GatewayCalls, topic: str) -> list[tuple[str, int]]:
     return [(b["broker"], q["queue_id"]) for b in described["brokers"] for q in b["queues"] if q["readable"]]
 
 
-def _ends(calls: GatewayCalls, topic: str, queues: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
-    ends = {}
-    for broker, queue in queues:
-        pulled = calls.get(f"/v1/topics/{topic}/queues/{queue}/messages", broker=broker, max=1, offset=0)
-        ends[(broker, queue)] = (pulled["min_offset"], pulled["max_offset"])
-    return ends
+def _offsets(
+    calls: GatewayCalls, topic: str, queues: list[tuple[str, int]], since: int | None = None
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Each queue's min_offset and max_offset (a queue retention trimmed starts above 0); with `since` (ms), also
+    its offset_for_timestamp."""
+    return {
+        (broker, queue): calls.get(f"/v1/topics/{topic}/queues/{queue}/offsets", broker=broker, timestamp=since)
+        for broker, queue in queues
+    }
+
+
+def _read(calls: GatewayCalls, topic: str, broker: str, queue: int, start: int, end: int) -> list[dict[str, Any]]:
+    """The messages of one queue in [start, end), a page (at most 256, the gateway's limit) at a time."""
+    messages: list[dict[str, Any]] = []
+    while start < end:
+        pulled = calls.get(
+            f"/v1/topics/{topic}/queues/{queue}/messages", broker=broker, offset=start, max=min(end - start, 256)
+        )
+        messages += pulled["messages"]
+        if pulled["next_offset"] <= start:
+            break
+        start = pulled["next_offset"]
+    return messages
 
 
 def peek(calls: GatewayCalls, args: argparse.Namespace) -> Any:
+    since = parse_time_ms(args.since, "--since") if args.since else None
     if args.key is not None:
-        found = calls.get(
-            f"/v1/topics/{args.topic}/messages",
-            key=args.key,
-            begin=parse_time_ms(args.since, "--since") if args.since else None,
-            max=min(args.max, 64),
-        )
+        found = calls.get(f"/v1/topics/{args.topic}/messages", key=args.key, begin=since, max=min(args.max, 64))
         messages = found["messages"]
-    else:
-        if args.since:
-            raise AdminError("--since needs --key (peek reads each queue's newest messages otherwise)")
-        queues = _queues(calls, args.topic)
+    elif since is not None:  # the first --max stored since then, oldest first
         messages = []
-        for (broker, queue), (low, high) in _ends(calls, args.topic, queues).items():
-            start = max(low, high - args.max)
-            if high > start:
-                pulled = calls.get(
-                    f"/v1/topics/{args.topic}/queues/{queue}/messages", broker=broker, offset=start, max=args.max
-                )
-                messages += pulled["messages"]
+        for (broker, queue), at in _offsets(calls, args.topic, _queues(calls, args.topic), since).items():
+            start = max(at["offset_for_timestamp"], at["min_offset"])
+            messages += _read(calls, args.topic, broker, queue, start, min(at["max_offset"], start + args.max))
+        messages = sorted(messages, key=lambda m: (m["stored_at"], m["broker"], m["queue_id"], m["queue_offset"]))
+        messages = messages[: args.max]
+    else:  # the newest --max, newest first
+        messages = []
+        for (broker, queue), at in _offsets(calls, args.topic, _queues(calls, args.topic)).items():
+            end = at["max_offset"]
+            messages += _read(calls, args.topic, broker, queue, max(at["min_offset"], end - args.max), end)
         messages = sorted(messages, key=lambda m: m["stored_at"], reverse=True)[: args.max]
     if not _quiet(args):
         print(table(_message_rows(messages), MESSAGE_HEADERS))
@@ -197,7 +213,7 @@ def peek(calls: GatewayCalls, args: argparse.Namespace) -> Any:
 
 def tail(calls: GatewayCalls, args: argparse.Namespace) -> Any:
     queues = _queues(calls, args.topic)
-    cursors = {q: high for q, (_, high) in _ends(calls, args.topic, queues).items()}
+    cursors = {q: at["max_offset"] for q, at in _offsets(calls, args.topic, queues).items()}
     seen: list[dict[str, Any]] = []
     if not _quiet(args):
         print(f"following {args.topic} ({len(queues)} queues) from now; Ctrl-C stops", flush=True)

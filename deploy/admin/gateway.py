@@ -18,6 +18,7 @@ class GatewayCalls:
     def __init__(self, base: str | None = None, key: str | None = None, timeout: float = 10.0) -> None:
         self.base = (base or os.environ.get("PETREL_GATEWAY") or DEFAULT_GATEWAY).rstrip("/")
         key = key if key is not None else os.environ.get("PETREL_API_KEY")
+        self.has_key = bool(key)
         headers = {"authorization": f"Bearer {key}"} if key else {}
         self.client = httpx.Client(base_url=self.base, headers=headers, timeout=timeout, trust_env=False)
 
@@ -41,11 +42,26 @@ class GatewayCalls:
                 f"the gateway at {self.base} did not answer ({exc}); is the cluster up? "
                 "Set PETREL_GATEWAY to its address (petrel up prints it)"
             ) from exc
-        if answer.status_code in (401, 403):
-            raise AdminError(f"{_problem(answer)} (set PETREL_API_KEY to a key with the grant it names)")
+        if answer.status_code == 401:
+            raise AdminError(f"{_problem(answer)}; {self._key_advice()}")
+        if answer.status_code == 403:
+            raise AdminError(
+                f"{_problem(answer)}; the key in PETREL_API_KEY lacks that grant: use a key that holds it "
+                "(petrel keys create --allow ...)"
+            )
         if answer.is_error:
             raise AdminError(_problem(answer))
-        return answer.json()
+        try:
+            return answer.json()
+        except ValueError:
+            raise AdminError(
+                f"{self.base} answered {answer.status_code} but not with JSON: is it a Petrel gateway?"
+            ) from None
+
+    def _key_advice(self) -> str:
+        if not self.has_key:
+            return "the gateway needs an API key: set PETREL_API_KEY to one (petrel keys create makes it)"
+        return "the gateway does not accept the key in PETREL_API_KEY (revoked, or not this cluster's): set another"
 
 
 def _problem(answer: httpx.Response) -> str:

@@ -1,10 +1,9 @@
-"""`petrel status`: each process `petrel up` started (its <data>/run/cluster.json), with its port, health
-(`/healthz`), version and memory (RSS from /proc)."""
+"""`petrel status`: each process `petrel up` started (its <data>/run/cluster.json), with its port, health and
+version (its `/healthz`: "-" when it names none, or for a process without one) and memory (RSS from /proc)."""
 
 from __future__ import annotations
 
 import json
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -23,13 +22,12 @@ def status(data_dir: str, quiet: bool) -> dict[str, Any]:
         raise AdminError(
             f"no cluster runs from {data_dir}/ ({state_file} is missing): start one with petrel up"
         ) from None
-    version = metadata.version("petrel")
     rows, found = [], []
     with httpx.Client(timeout=2.0, trust_env=False) as client:
         for process in state["processes"]:
             url = process["url"]
             port = urlparse(url).port if url.startswith("http") else None
-            health = _health(client, url) if port else ("running" if process["running"] else "exited")
+            health, version = _health(client, url) if port else ("running" if process["running"] else "exited", "-")
             rss = _rss_mb(process["pid"])
             found.append({**process, "port": port, "health": health, "version": version, "rss_mb": rss})
             rows.append((process["name"], process["pid"], port, health, version, rss))
@@ -40,12 +38,20 @@ def status(data_dir: str, quiet: bool) -> dict[str, Any]:
     return {"processes": found}
 
 
-def _health(client: httpx.Client, url: str) -> str:
+def _health(client: httpx.Client, url: str) -> tuple[str, str]:
+    """The process's health, and the version its /healthz names ("-" when it names none)."""
     try:
         answer = client.get(f"{url}/healthz")
     except httpx.HTTPError as exc:
-        return f"down ({type(exc).__name__})"
-    return "ok" if answer.status_code == 200 else f"{answer.status_code}"
+        return f"down ({type(exc).__name__})", "-"
+    if answer.status_code != 200:
+        return f"{answer.status_code}", "-"
+    try:
+        found = answer.json()
+    except ValueError:
+        return "ok", "-"
+    version = found.get("version") if isinstance(found, dict) else None
+    return "ok", str(version) if version else "-"
 
 
 def _rss_mb(pid: int) -> float | None:

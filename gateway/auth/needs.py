@@ -90,6 +90,7 @@ NEEDS: Final[dict[str, tuple[Need, ...]]] = {
     "sendMessageBatch": (on_topic(PUB),),
     "queryMessagesByKey": (on_topic(SUB),),
     "pullMessages": (on_topic(SUB),),
+    "getQueueOffsets": (on_topic(SUB),),
     "getMessage": (later("topic", "the message's topic", SUB),),
     "traceMessage": (later("topic", "the message's topic", SUB),),
     "cancelScheduledMessage": (later("topic", "the message's topic", PUB, ADMIN),),

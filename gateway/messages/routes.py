@@ -22,6 +22,7 @@ from gateway.edge.params import MessageId, QueueId, ReadableTopic, UserTopic
 from gateway.edge.records import message_fields
 from gateway.messages import trace
 from gateway.messages.idempotency import MAX_KEY_LENGTH
+from gateway.messages.queues import pick_broker
 from gateway.messages.schemas import (
     BatchEntry,
     BatchResult,
@@ -65,7 +66,6 @@ from libs.http.hot_routes import Binder
 from libs.message import MessageRecord
 from libs.names import validate_topic_name
 from libs.problem import problem_responses
-from libs.routing import TopicRoute
 from libs.timeparse import parse_time_ms
 
 router = APIRouter(prefix="/v1", tags=["messages"], route_class=AuthorizedRoute)
@@ -196,7 +196,7 @@ async def pull_messages(
     A user topic's: system topics are refused (400 reserved-topic-name, naming where they are read).
     """
     route = await ctx.routes.get(topic)
-    name, address = _pick_broker(route, broker)
+    name, address = pick_broker(route, broker)
     params: dict[str, str | int] = {"offset": offset, "max": max, "wait_ms": wait_ms}
     if tag is not None:
         params["tag"] = tag
@@ -387,16 +387,3 @@ def _emit_sent(request: Request, topic: str, prepared: list[Prepared], results: 
         if key is not None:
             optional["idempotency_key"] = key
         events.emit("sent", message_id=r.message_id, topic=topic, **optional)
-
-
-def _pick_broker(route: TopicRoute, broker: str | None) -> tuple[str, str]:
-    names = [q.broker_name for q in route.queues]
-    if broker is None:
-        if len(names) > 1:
-            raise InvalidRequest(
-                f"topic {route.topic!r} has queues on {', '.join(names)}: say which with ?broker=", brokers=names
-            )
-        broker = names[0]
-    if broker not in names:
-        raise TopicNotFound(f"broker {broker!r} holds no queue of {route.topic!r} (brokers: {', '.join(names)})")
-    return broker, read_address(route, broker)

@@ -163,6 +163,17 @@ class PullResult(BaseModel):
     broker: str
 
 
+class QueueOffsets(BaseModel):
+    topic: str
+    queue_id: int
+    broker: str
+    min_offset: int = Field(description="the oldest offset still stored (above 0 once retention trimmed the queue)")
+    max_offset: int = Field(description="the offset the next message stored gets")
+    offset_for_timestamp: int | None = Field(
+        default=None, description="with ?timestamp: the first offset stored at or after it (max_offset when none is)"
+    )
+
+
 class MessageList(BaseModel):
     messages: list[Message]
     truncated: bool = Field(

@@ -22,7 +22,7 @@ from libs.broker_api.consume import RedriveBody
 from libs.broker_api.frames import DueUnit, KeyQueryAnswer, Lease, PulledBatch, decode_leased, read_units
 from libs.broker_api.groups import GroupConfigAnswer, GroupConfigList, GroupUpdate
 from libs.broker_api.overview import BrokerOverview
-from libs.broker_api.schemas import BrokerTopic, ExpectedRecord, PutAnswer, TopicOffsets
+from libs.broker_api.schemas import BrokerTopic, ExpectedRecord, PutAnswer, QueueOffsets, TopicOffsets
 from libs.broker_api.trace import TraceAnswer
 from libs.codec import decode_record
 from libs.errors import BrokerUnavailable, FlushTimeout, PetrelError, ServiceUnavailable
@@ -145,6 +145,14 @@ class BrokerClient:
         return TopicOffsets.model_validate(
             await self._json(broker, address, "GET", internal_path("/internal/topics/{topic}/offsets", topic=topic))
         )
+
+    async def queue_offsets(
+        self, broker: str, address: str, topic: str, queue_id: int, timestamp: int | None = None
+    ) -> QueueOffsets:
+        """One queue's min and max offset; with `timestamp` (ms), the first offset stored at or after it."""
+        path = internal_path("/internal/topics/{topic}/queues/{queue_id}/offsets", topic=topic, queue_id=queue_id)
+        params = {"timestamp": timestamp} if timestamp is not None else None
+        return QueueOffsets.model_validate(await self._json(broker, address, "GET", path, params=params))
 
     # ---- messages ----------------------------------------------------------------------------
 

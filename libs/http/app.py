@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from importlib import metadata
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, Request
@@ -61,6 +62,15 @@ class Health(BaseModel):
         description="the gateway's worker that answered (gateway, gateway-2, ... when several processes share "
         "its port); other services leave it out",
     )
+    version: str = Field(description="the Petrel version this process runs (`petrel status` shows it)")
+
+
+def installed_version() -> str:
+    """The version of the installed petrel package (what a process started now runs)."""
+    try:
+        return metadata.version("petrel")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
 
 
 async def _always_ready(request: Request) -> dict[str, str]:
@@ -76,7 +86,7 @@ def service_app(
     public: bool = False,
     max_body_bytes: int = 8 * 1024 * 1024,
     description: str = "",
-    version: str = "0.1.0",
+    version: str | None = None,
     guards: Sequence[Guard] = (),
     hot_routes: Mapping[str, Binder] | None = None,
     worker: str | None = None,
@@ -104,9 +114,12 @@ def service_app(
     `readiness` runs at most once a second (`readiness_clock`), and its checks are told only to callers
     `readiness_detail` lets see them (default: those with the cluster token): libs.http.readiness.
 
+    `version`: the spec's and /healthz's (default: the installed petrel package's, what the process runs).
+
     `cdn_docs`: FastAPI's /docs and /redoc pages, which load their scripts from a CDN; a service that serves its
     own (the gateway: gateway.console) turns them off.
     """
+    version = version or installed_version()
     token = settings.cluster_token()
     require_token_off_loopback(name, settings.host, token)
     telemetry_on = settings.otel_enabled
@@ -129,7 +142,7 @@ def service_app(
     )
     async def healthz() -> Health:
         """Liveness: the process is up and serving."""
-        return Health(status="ok", service=name, worker=worker)
+        return Health(status="ok", service=name, worker=worker, version=version)
 
     @app.get(
         "/readyz",

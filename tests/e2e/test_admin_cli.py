@@ -11,8 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway.app import create_app as gateway_app
+from gateway.settings import GatewaySettings
+from libs.http.app import installed_version
+from tests.support.api_keys import issue_key
 from tests.support.petrel_up import PORT_FLAGS, UpCluster, petrel, petrel_env, petrel_up
-from tests.support.serving import free_port
+from tests.support.serving import free_port, serving
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -73,6 +77,26 @@ def test_how_far_behind_is_billing_and_why_is_a_message_not_acked(cluster: UpClu
 
 
 @pytest.mark.timeout(120)
+def test_peek_since_reads_the_first_messages_stored_since_then_oldest_first(cluster: UpCluster) -> None:
+    httpx.put(f"{cluster.gateway}/v1/topics/ledger", json={"queues": 3}, timeout=10).raise_for_status()
+    ids = [send(cluster, "ledger", body) for body in ("before", "marker", *(f"entry {n}" for n in range(5)))]
+    stored = {i: httpx.get(f"{cluster.gateway}/v1/messages/{i}", timeout=10).json()["stored_at"] for i in ids}
+    since = stored[ids[1]]
+
+    code, out, err = admin(cluster, "peek", "ledger", "--since", str(since), "--max", "4", "--json")
+    assert code == 0, err
+    found = [(m["stored_at"], m["message_id"]) for m in json.loads(out)["messages"]]
+    assert len(found) == 4
+    assert found == sorted(found, key=lambda f: f[0]), "not oldest first"
+    assert all(at >= since for at, _ in found), "a message stored before --since"
+    earlier = {i for i, at in stored.items() if since <= at < found[-1][0]}
+    assert earlier <= {i for _, i in found}, "a message stored since then, before the last one shown, is missing"
+    assert {ids[1], ids[2]} <= {i for _, i in found}
+    code, out, _ = admin(cluster, "peek", "ledger", "--since", str(since + 3_600_000))
+    assert (code, out.strip()) == (0, "(none)")
+
+
+@pytest.mark.timeout(120)
 def test_tail_prints_what_arrives_and_errors_say_what_to_do(cluster: UpCluster) -> None:
     httpx.put(f"{cluster.gateway}/v1/topics/audit-log", json={"queues": 2}, timeout=10).raise_for_status()
     send(cluster, "audit-log", "before the tail")
@@ -86,6 +110,31 @@ def test_tail_prints_what_arrives_and_errors_say_what_to_do(cluster: UpCluster) 
     refused = petrel("topics", env=petrel_env(PETREL_GATEWAY=f"http://127.0.0.1:{free_port()}"))
     assert refused.returncode == 1
     assert "PETREL_GATEWAY" in refused.stderr
+
+
+@pytest.mark.timeout(60)
+def test_under_auth_a_missing_key_names_petrel_api_key_and_a_refusal_says_why(tmp_path: Path) -> None:
+    """A gateway with API keys required, served alone: a 401 or 403 is answered before any broker is asked, so it
+    is the cheapest real gateway to run the commands against (an auth-on `petrel up` costs half a minute)."""
+    publisher = issue_key(tmp_path, "pub:invoices", name="publisher")
+    nowhere = f"127.0.0.1:{free_port()}"
+    settings = GatewaySettings(auth="required", data_dir=tmp_path, nameservers=[nowhere])
+    with serving(gateway_app(settings)) as gateway:
+        for argv in (["topics"], ["lag", "billing"], ["peek", "orders"]):
+            done = petrel(*argv, env=petrel_env(PETREL_GATEWAY=gateway.url))
+            assert done.returncode == 1, done.stdout
+            assert "Traceback" not in done.stderr, done.stderr
+            assert "401" in done.stderr
+            assert "set PETREL_API_KEY" in done.stderr
+
+        for argv, refused in ((["lag", "billing"], "group 'billing'"), (["peek", "orders"], "topic 'orders'")):
+            done = petrel(*argv, env=petrel_env(PETREL_GATEWAY=gateway.url, PETREL_API_KEY=publisher))
+            assert done.returncode == 1, done.stdout
+            assert "Traceback" not in done.stderr, done.stderr
+            (line,) = done.stderr.splitlines()
+            assert line.startswith(f"petrel {argv[0]}: 403 Forbidden: key "), line
+            assert refused in line, "the 403's detail (what the key may not do) is not printed"
+            assert "PETREL_API_KEY" in line
 
 
 @pytest.mark.timeout(180)
@@ -106,6 +155,8 @@ def test_up_wait_returns_once_up_and_status_lists_every_process(tmp_path: Path) 
         assert {"nameserver", "broker-a", "gateway"} <= set(by_name)
         assert all(p["health"] == "ok" for p in processes if p["port"]), processes
         assert all(p["rss_mb"] and p["rss_mb"] > 0 for p in processes)
+        assert all(p["version"] == installed_version() for p in processes if p["port"]), processes
+        assert all(p["version"] == "-" for p in processes if not p["port"]), processes
         table = petrel("status", "--data-dir", str(data_dir))
         assert table.stdout.splitlines()[0].split()[:4] == ["PROCESS", "PID", "PORT", "HEALTH"]
     finally:

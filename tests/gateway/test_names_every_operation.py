@@ -116,7 +116,11 @@ def bodies(ids: dict[str, str]) -> dict[str, dict[str, Any]]:
     }
 
 
-QUERIES = {"pullMessages": {"broker": "broker-a"}, "queryMessagesByKey": {"key": "k"}}
+QUERIES = {
+    "pullMessages": {"broker": "broker-a"},
+    "getQueueOffsets": {"broker": "broker-a"},
+    "queryMessagesByKey": {"key": "k"},
+}
 
 
 @dataclass
@@ -276,7 +280,7 @@ def requests_of(operation: str, method: str, template: str, cluster: Cluster, po
         if operation == "sendTransaction":
             named = (body or {}) | {"producer_group": value}
             yield Request(operation, method, fill(), "producer_group field", body=named)
-        if operation == "pullMessages":
+        if operation in ("pullMessages", "getQueueOffsets"):
             yield Request(operation, method, fill(), "broker query", {"broker": value})
         if operation == "queryMessagesByKey":  # any text is a key: it travels as a query value, never in a path
             yield Request(operation, method, fill(), "key query", {"key": value}, attack=False)

@@ -3,6 +3,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from libs.http.app import installed_version
 from tests.support.apps import in_process
 from tests.support.gateway_calls import problem_type, register_silent_broker
 from tests.support.in_process import InProcessApp
@@ -138,6 +139,7 @@ async def test_gateway_is_ready_with_brokers(gateway: httpx.AsyncClient) -> None
         "service": "gateway",
         "checks": {"nameservers": "ok", "brokers": "ok"},
     }
-    assert (await gateway.get("/healthz")).json() == {"status": "ok", "service": "gateway", "worker": "gateway"}
+    health = (await gateway.get("/healthz")).json()
+    assert health == {"status": "ok", "service": "gateway", "worker": "gateway", "version": installed_version()}
     metrics = await gateway.get("/metrics")
     assert 'route="/readyz"' in metrics.text

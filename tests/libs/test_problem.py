@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, SecretStr
 
 from libs.errors import PROBLEM_TYPE_BASE, CorruptRecord, PetrelError, TopicNotFound
-from libs.http.app import service_app
+from libs.http.app import installed_version, service_app
 from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.problem import error_response
 from libs.settings import ServiceSettings
@@ -196,10 +196,10 @@ async def test_public_service_does_not_ask_for_the_internal_token() -> None:
         assert_problem(await client.get("/topics/orders"), 404, "topic-not-found")
 
 
-async def test_healthz_names_the_service() -> None:
+async def test_healthz_names_the_service_and_its_version() -> None:
     async with client_for(build_app()) as client:
         response = await client.get("/healthz")
-    assert response.json() == {"status": "ok", "service": "testsvc"}
+    assert response.json() == {"status": "ok", "service": "testsvc", "version": installed_version()}
 
 
 async def test_readyz_is_503_while_a_check_fails() -> None:

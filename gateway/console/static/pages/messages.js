@@ -74,7 +74,7 @@ async function peek(topic, max) {
   const pulls = await Promise.all(
     queues.map(async ([broker, queueId]) => {
       const b = encodeURIComponent(broker);
-      const head = await get(path`/v1/topics/${topic}/queues/${queueId}/messages` + `?offset=0&max=1&broker=${b}`);
+      const head = await get(path`/v1/topics/${topic}/queues/${queueId}/offsets` + `?broker=${b}`);
       const from = Math.max(head.min_offset, head.max_offset - max);
       if (head.max_offset <= from) return [];
       const pulled = await get(path`/v1/topics/${topic}/queues/${queueId}/messages` + `?offset=${from}&max=${max}&broker=${b}`);

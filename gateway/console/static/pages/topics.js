@@ -1,8 +1,7 @@
 import { api, el, fill, get, link, notice, onSubmit, param, path, start, table } from "../console.js";
 
 async function queueOffsets(topic, broker, queueId) {
-  const pulled = await get(path`/v1/topics/${topic}/queues/${queueId}/messages` + `?offset=0&max=1&broker=${encodeURIComponent(broker)}`);
-  return pulled;
+  return await get(path`/v1/topics/${topic}/queues/${queueId}/offsets` + `?broker=${encodeURIComponent(broker)}`);
 }
 
 async function showTopic(name) {
