@@ -154,7 +154,9 @@ def test_up_wait_returns_once_up_and_status_lists_every_process(tmp_path: Path) 
         by_name = {p["name"]: p for p in processes}
         assert {"nameserver", "broker-a", "gateway"} <= set(by_name)
         assert all(p["health"] == "ok" for p in processes if p["port"]), processes
-        assert all(p["rss_mb"] and p["rss_mb"] > 0 for p in processes)
+        assert all(0 < p["pss_mb"] <= p["rss_mb"] for p in processes), processes
+        assert by_name["petrel up"]["pid"] == json.loads(state_file.read_text())["supervisor_pid"]
+        assert by_name["txcheck-worker"]["children"] >= 1, "the Celery pool's processes count with their worker"
         assert all(p["version"] == installed_version() for p in processes if p["port"]), processes
         assert all(p["version"] == "-" for p in processes if not p["port"]), processes
         table = petrel("status", "--data-dir", str(data_dir))
