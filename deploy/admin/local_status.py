@@ -31,13 +31,14 @@ def status(data_dir: str, quiet: bool) -> dict[str, Any]:
         ) from None
     processes = [*state["processes"], {"name": "petrel up", "pid": state["supervisor_pid"], "url": "", "running": True}]
     children = _children()
+    listed = {process["pid"] for process in processes}
     rows, found = [], []
     with httpx.Client(timeout=2.0, trust_env=False) as client:
         for process in processes:
             url = process["url"]
             port = urlparse(url).port if url.startswith("http") else None
             health, version = _health(client, url) if port else ("running" if process["running"] else "exited", "-")
-            tree = [process["pid"], *_descendants(process["pid"], children)]
+            tree = [process["pid"], *_descendants(process["pid"], children, listed)]
             pss, rss = _memory_mb(tree, "Pss:"), _memory_mb(tree, "Rss:")
             found.append(
                 {**process, "port": port, "health": health, "version": version, "pss_mb": pss, "rss_mb": rss}
@@ -87,12 +88,13 @@ def _children() -> dict[int, list[int]]:
     return children
 
 
-def _descendants(pid: int, children: dict[int, list[int]]) -> list[int]:
-    found, stack = [], list(children.get(pid, []))
+def _descendants(pid: int, children: dict[int, list[int]], listed: set[int]) -> list[int]:
+    """The processes under `pid`, but for those `listed` (with theirs): each is a row of its own."""
+    found, stack = [], [c for c in children.get(pid, []) if c not in listed]
     while stack:
         child = stack.pop()
         found.append(child)
-        stack.extend(children.get(child, []))
+        stack.extend(c for c in children.get(child, []) if c not in listed)
     return found
 
 

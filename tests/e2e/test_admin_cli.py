@@ -156,6 +156,7 @@ def test_up_wait_returns_once_up_and_status_lists_every_process(tmp_path: Path) 
         assert all(p["health"] == "ok" for p in processes if p["port"]), processes
         assert all(0 < p["pss_mb"] <= p["rss_mb"] for p in processes), processes
         assert by_name["petrel up"]["pid"] == json.loads(state_file.read_text())["supervisor_pid"]
+        assert by_name["petrel up"]["children"] == 0, "each process it started is a row of its own, counted once"
         assert by_name["txcheck-worker"]["children"] >= 1, "the Celery pool's processes count with their worker"
         assert all(p["version"] == installed_version() for p in processes if p["port"]), processes
         assert all(p["version"] == "-" for p in processes if not p["port"]), processes
