@@ -179,6 +179,7 @@ def create_app(
         cluster_overview.router,
         groups.router,
         push.router,
+        push.every_group,
         keys.router,
         console.router,
     )
