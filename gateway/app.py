@@ -181,6 +181,7 @@ def create_app(
         groups.router,
         push.router,
         message_queues.router,
+        push.every_group,
         keys.router,
         console.router,
     )

@@ -8,6 +8,7 @@ run and, some, another scenario's measurement; none imports this table or the ha
 from bench.figures import Scenario
 from bench.scenarios import (
     chaos,
+    console,
     consumers,
     datapath,
     etl,
@@ -25,6 +26,7 @@ from bench.scenarios import (
 
 SCENARIOS: dict[str, Scenario] = {
     "chaos": chaos.chaos,
+    "console": console.console,
     "consumers": consumers.consumers,
     "datapath": datapath.datapath,
     "etl": etl.etl,

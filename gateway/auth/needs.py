@@ -140,6 +140,7 @@ NEEDS: Final[dict[str, tuple[Need, ...]]] = {
     "getSubscription": (on_group(ADMIN),),
     "deleteSubscription": (on_group(ADMIN),),
     "listSubscriptions": (on_group(ADMIN),),
+    "listAllSubscriptions": (later("group", "listed: the subscriptions of the groups the key may administer", ADMIN),),
     "pauseSubscription": (on_group(ADMIN),),
     "resumeSubscription": (on_group(ADMIN),),
     "rotateSubscriptionSecret": (on_group(ADMIN),),

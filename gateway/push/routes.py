@@ -1,5 +1,7 @@
 """`/v1/groups/{group}/subscriptions`: push subscriptions, kept and run by the push service (libs.push_api).
 
+`/v1/subscriptions` lists every group's at once (the console's push page: one call, not one per group).
+
 The gateway checks names, and before a PUT that the consumer group exists and
 is not broadcast (a broadcast group delivers every message to each of its
 clients, which one endpoint cannot be) and that the topic exists; the rest (the
@@ -13,6 +15,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
+from gateway.auth.needs import ADMIN
+from gateway.auth.principal import principal_of
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import first_master_answer
 from gateway.context import Context, GatewayContext
@@ -40,6 +44,7 @@ from libs.push_api.schemas import (
 )
 
 router = APIRouter(prefix="/v1/groups", tags=["push"], route_class=AuthorizedRoute)
+every_group = APIRouter(prefix="/v1/subscriptions", tags=["push"], route_class=AuthorizedRoute)
 SUBSCRIPTION_PROBLEMS = problem_responses(InvalidRequest, InvalidTopicName, ReservedTopicName, SubscriptionNotFound)
 """Of every route on one subscription: a name that is not a group's or a topic's (400), no such subscription (404)."""
 
@@ -82,6 +87,15 @@ async def put_subscription(
 async def list_subscriptions(ctx: Context, group: GroupName) -> SubscriptionList:
     """The group's push subscriptions, by topic."""
     return await ctx.push.list(group)
+
+
+@every_group.get("", operation_id="listAllSubscriptions", response_model=PushSubscriptionList)
+async def list_all_subscriptions(ctx: Context, request: Request) -> SubscriptionList:
+    """Every push subscription of the groups the key may administer, by group then topic (one push service call)."""
+    principal = principal_of(request)
+    listed = await ctx.push.list()
+    shown = [s for s in listed.subscriptions if principal.may((ADMIN,), "group", s.group)]
+    return SubscriptionList(subscriptions=shown)
 
 
 @router.get(

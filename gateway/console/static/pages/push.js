@@ -11,9 +11,7 @@ async function act(sub, verb) {
 }
 
 async function load() {
-  const groups = (await get("/v1/groups")).groups;
-  const lists = await Promise.all(groups.map((group) => get(path`/v1/groups/${group.name}/subscriptions`)));
-  const subscriptions = lists.flatMap((list) => list.subscriptions);
+  const { subscriptions } = await get("/v1/subscriptions");
   fill(
     "subscriptions",
     table(
