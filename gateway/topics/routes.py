@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response
 
-from gateway.auth.needs import NEEDS
+from gateway.auth.needs import ADMIN, NEEDS, SUB
 from gateway.auth.principal import principal_of
 from gateway.auth.route import AuthorizedRoute
 from gateway.cluster.writes import (
@@ -98,14 +98,17 @@ async def list_topics(
     "/{topic}",
     operation_id="getTopic",
     response_model=Topic,
+    response_model_exclude_none=True,
     responses=problem_responses(InvalidTopicName, TopicNotFound),
 )
-async def get_topic(ctx: Context, topic: AnyTopic) -> Topic:
-    """The topic's type and its queues on each broker."""
+async def get_topic(ctx: Context, topic: AnyTopic, request: Request) -> Topic:
+    """The topic's type and its queues on each broker; with each queue's min and max offset for a key that may
+    subscribe to or administer the topic (what a pull of the queue would start from and end at)."""
+    offsets = principal_of(request).may((SUB, ADMIN), "topic", topic)
     for attempt in range(2):
         route = await ctx.routes.get(topic)
         try:
-            return await _describe_route(ctx, topic, route)
+            return await _describe_route(ctx, topic, route, offsets=offsets)
         except TopicNotFound:
             # A broker no longer holds what the cached route says: refresh once.
             ctx.routes.invalidate(topic)
@@ -175,22 +178,37 @@ async def _refuse_hiding(ctx: GatewayContext, route: TopicRoute, queues: int) ->
         raise queues_not_empty(route.topic, held)
 
 
-async def _describe_route(ctx: GatewayContext, topic: str, route: TopicRoute) -> Topic:
-    async def fetch(broker_name: str) -> BrokerTopic | None:
+async def _describe_route(ctx: GatewayContext, topic: str, route: TopicRoute, *, offsets: bool = False) -> Topic:
+    async def fetch(broker_name: str) -> tuple[BrokerTopic, dict[int, tuple[int, int]]] | None:
+        address = master_address(route, broker_name)
         try:
-            return await ctx.brokers.get_topic(broker_name, master_address(route, broker_name), topic)
+            if not offsets:
+                return await ctx.brokers.get_topic(broker_name, address, topic), {}
+            found, ranges = await asyncio.gather(
+                ctx.brokers.get_topic(broker_name, address, topic),
+                ctx.brokers.topic_offsets(broker_name, address, topic),
+            )
         except ServiceUnavailable:
             return None
+        return found, ranges.ranges()
 
     answers = await asyncio.gather(*(fetch(q.broker_name) for q in route.queues))
-    stored = [a for a in answers if a is not None]
+    stored = [a[0] for a in answers if a is not None]
+    ranges = {a[0].broker_name: a[1] for a in answers if a is not None}
     missing = [q.broker_name for q, a in zip(route.queues, answers, strict=True) if a is None]
     first = route.queues[0]
     config = TopicConfig(topic, first.read_queues, first.write_queues, first.perm, first.message_type)
-    return _describe(topic, stored[0].to_config() if stored else config, stored, missing)
+    return _describe(topic, stored[0].to_config() if stored else config, stored, missing, ranges)
 
 
-def _describe(topic: str, config: TopicConfig, stored: list[BrokerTopic], unavailable: list[str]) -> Topic:
+def _describe(
+    topic: str,
+    config: TopicConfig,
+    stored: list[BrokerTopic],
+    unavailable: list[str],
+    ranges: dict[str, dict[int, tuple[int, int]]] | None = None,
+) -> Topic:
+    """`ranges`: broker -> queue id -> (min offset, max offset), where they were read."""
     brokers = [
         TopicOnBroker(
             broker=b.broker_name,
@@ -200,6 +218,8 @@ def _describe(topic: str, config: TopicConfig, stored: list[BrokerTopic], unavai
                     queue_id=q,
                     readable=bool(b.perm & Perm.READ) and q < b.read_queues,
                     writable=bool(b.perm & Perm.WRITE) and q < b.write_queues,
+                    min_offset=span[0] if (span := (ranges or {}).get(b.broker_name, {}).get(q)) else None,
+                    max_offset=span[1] if span else None,
                 )
                 for q in range(max(b.read_queues, b.write_queues))
             ],

@@ -29,6 +29,12 @@ class TopicQueue(BaseModel):
     queue_id: int
     readable: bool
     writable: bool
+    min_offset: int | None = Field(
+        default=None,
+        description="the queue's oldest offset still stored (retention removes older ones); in getTopic's answer "
+        "to a key that may subscribe to or administer the topic, else absent",
+    )
+    max_offset: int | None = Field(default=None, description="the offset the queue's next message gets; as min_offset")
 
 
 class TopicOnBroker(BaseModel):

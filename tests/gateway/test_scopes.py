@@ -133,6 +133,25 @@ async def test_an_offset_reset_needs_the_topic_too(admin: httpx.AsyncClient, adm
     assert allowed.status_code == 200, allowed.text
 
 
+async def test_a_topics_queue_offsets_are_shown_to_keys_that_may_read_it(
+    admin: httpx.AsyncClient, admin_key: str
+) -> None:
+    await admin.put("/v1/topics/orders", json={"queues": 1})
+    await send_many(admin, "orders", 3)
+    reader = await make_key(admin, admin_key, "sub:topic/orders")
+    publisher = await make_key(admin, admin_key, "pub:topic/orders")
+
+    def queues(answer: httpx.Response) -> list[dict[str, Any]]:
+        assert answer.status_code == 200, answer.text
+        return [q for broker in answer.json()["brokers"] for q in broker["queues"]]
+
+    read = queues(await admin.get("/v1/topics/orders", headers=reader))
+    assert sum(q["max_offset"] - q["min_offset"] for q in read) == 3
+    published = queues(await admin.get("/v1/topics/orders", headers=publisher))
+    assert published
+    assert all("min_offset" not in q and "max_offset" not in q for q in published)
+
+
 # ---- resources found by an id (finding 9) -------------------------------------------------------
 
 
