@@ -14,18 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Error, Page, sync_playwright
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-KEY_ITEM = "petrel.console.key"
-"""Where the console keeps the tab's key (gateway/console/static/console.js)."""
+from bench.pageload import CHROMIUM, CHROMIUM_ARGS, KEY_ITEM  # one launch, the bench's and the tests'
 
 
 @contextmanager
