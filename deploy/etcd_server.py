@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from libs.etcd import EtcdSettings
+from libs.etcd.settings import EtcdSettings
 
 PACKAGE = "etcd-server"
 BINARY = "etcd"

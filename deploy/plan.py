@@ -20,7 +20,7 @@ from pathlib import Path
 from deploy import etcd_server
 from libs.cluster_token import TOKEN_FILE_SETTING, token_file_of
 from libs.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
-from libs.etcd import EtcdSettings
+from libs.etcd.settings import EtcdSettings
 from libs.settings import cluster_key_prefix
 
 

@@ -25,7 +25,7 @@ from deploy.redis_server import (
 from deploy.supervisor import StartupFailed, Supervisor, port_in_use
 from gateway.settings import GatewaySettings
 from libs.cluster_token import ClusterTokenError, ensure_token_file
-from libs.etcd import EtcdSettings
+from libs.etcd.settings import EtcdSettings
 from libs.redis_url import masked
 from services.etl.settings import EtlSettings
 

@@ -13,7 +13,7 @@ from pydantic_settings import SettingsConfigDict
 from gateway.cluster.long_polls import DEFAULT_MAX_LONG_POLLS
 from libs.codec import MAX_BODY_SIZE
 from libs.egress import is_loopback_host
-from libs.http.middleware import host_name
+from libs.http.hosts import host_name
 from libs.settings import DelayLevelSettings, EgressSettings, SharedDatabaseSettings
 from libs.topic import DEFAULT_QUEUES
 

@@ -14,7 +14,6 @@ then the token (every path but `OPEN_PATHS`, routed or not, `/docs` and
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -25,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from libs.errors import HostNotAllowed, PayloadTooLarge, Unauthorized
 from libs.http.guards import HTTP_AND_WEBSOCKET, Refusal, send_problem
+from libs.http.hosts import host_name, is_ip_address
 
 INTERNAL_TOKEN_HEADER = "x-petrel-internal-token"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -151,7 +151,7 @@ class HostCheck:
 
     def answers_to(self, host: str) -> bool:
         name = host_name(host)
-        return _is_ip_address(name) or name.rstrip(".") in self.allowed
+        return is_ip_address(name) or name.rstrip(".") in self.allowed
 
     def _answered(self, given: bytes) -> bool:
         if not self.answers_to(given.decode("latin-1")):
@@ -159,26 +159,6 @@ class HostCheck:
         if len(self._known) < self.KNOWN_MAX:
             self._known.add(given)
         return True
-
-
-def host_name(host: str) -> str:
-    """A Host header's name or address, lower-cased, without its port or an IPv6 address's brackets."""
-    value = host.strip().lower()
-    if value.startswith("["):
-        end = value.find("]")
-        return value[1:end] if end > 0 else value
-    if _is_ip_address(value):  # an IPv6 address sent without brackets
-        return value
-    name, colon, port = value.rpartition(":")
-    return name if colon and port.isascii() and port.isdigit() else value
-
-
-def _is_ip_address(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
 
 
 class BodyLimitMiddleware:

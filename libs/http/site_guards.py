@@ -27,7 +27,8 @@ from starlette.types import Scope
 from libs.egress import is_loopback_host
 from libs.errors import CrossSiteRequest, HostNotAllowed
 from libs.http.guards import HTTP_AND_WEBSOCKET, Refusal
-from libs.http.middleware import header, host_name
+from libs.http.hosts import host_name
+from libs.http.middleware import header
 
 FORWARDING_HEADERS: Final = (b"forwarded", b"x-forwarded-for", b"x-forwarded-host", b"x-real-ip", b"via")
 """What a proxy adds to the calls it relays (nginx only when configured to; Caddy, Traefik, Envoy by default)."""
