@@ -31,8 +31,7 @@ from typing import Any
 
 from bench.loadgen import JSON_BODY, auth_headers
 from bench.loopback import free_port_run
-from libs.cluster_token import read_token_file, token_file_of
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.cluster_token import INTERNAL_TOKEN_HEADER, read_token_file, token_file_of
 
 SHARED_REDIS = "redis://127.0.0.1:6379/0"
 _UP: list[Cluster] = []

@@ -28,6 +28,8 @@ TOKEN_FILE_NAME: Final = "cluster.token"
 TOKEN_FILE_SETTING: Final = "PETREL_INTERNAL_TOKEN_FILE"
 TOKEN_SETTING: Final = "PETREL_INTERNAL_TOKEN"
 TOKEN_BYTES: Final = 32
+INTERNAL_TOKEN_HEADER: Final = "x-petrel-internal-token"
+"""The header an internal call carries the token in (libs.http.client sends it, libs.http.middleware checks it)."""
 MIN_TOKEN_BYTES: Final = 32
 """Of a token given by hand: the random bytes of one `petrel up` makes are as many (its text is longer)."""
 

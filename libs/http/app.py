@@ -24,14 +24,13 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
 from starlette.types import Lifespan, Receive, Scope, Send
 
-from libs.cluster_token import require_token_off_loopback
+from libs.cluster_token import INTERNAL_TOKEN_HEADER, require_token_off_loopback
 from libs.events.writer import EventWriter
 from libs.http.guards import Guard, GuardMiddleware
 from libs.http.hot_routes import Binder, Checks, HotPath
 from libs.http.json_shape import JsonShapeMiddleware
 from libs.http.media import MediaTypeCheck
 from libs.http.middleware import (
-    INTERNAL_TOKEN_HEADER,
     OPEN_PATHS,
     BodyLimitMiddleware,
     ClusterTokenCheck,

@@ -36,9 +36,9 @@ from typing import Any
 import httpx
 
 from libs import jsonutil
+from libs.cluster_token import INTERNAL_TOKEN_HEADER
 from libs.errors import PetrelError, ServiceUnavailable, UpstreamError
 from libs.http.lean_transport import LeanTransport
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.http.transport import BinaryResponse, Call, ConnectFailed, Transport, TransportError
 
 __all__ = [

@@ -22,11 +22,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from libs.cluster_token import INTERNAL_TOKEN_HEADER
 from libs.errors import HostNotAllowed, PayloadTooLarge, Unauthorized
 from libs.http.guards import HTTP_AND_WEBSOCKET, Refusal, send_problem
 from libs.http.hosts import host_name, is_ip_address
 
-INTERNAL_TOKEN_HEADER = "x-petrel-internal-token"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 """Answered without the token: probes and Prometheus need no secret, and these tell nothing a caller could use."""
 ALLOWED_HOSTS_SETTING = "PETREL_ALLOWED_HOSTS"

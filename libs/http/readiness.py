@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.cluster_token import INTERNAL_TOKEN_HEADER
 
 READINESS_TTL_SECONDS: Final = 1.0
 

@@ -15,8 +15,6 @@ import os
 import sys
 
 from libs.celery_json import quiet_root_warning
-from libs.http.serve import serve
-from services.txcheck.app import create_app
 from services.txcheck.celery_app import QUEUES, create_celery
 from services.txcheck.settings import TxcheckSettings
 
@@ -28,6 +26,10 @@ def main(argv: list[str]) -> int:
     role = argv[0] if argv else "serve"
     settings = TxcheckSettings()
     if role == "serve":
+        # Imported here: the worker and the beat, which serve no HTTP, never load the web stack (memory for life).
+        from libs.http.serve import serve  # noqa: PLC0415
+        from services.txcheck.app import create_app  # noqa: PLC0415
+
         serve(create_app(settings), settings)
         return 0
     if role in {"worker", "beat"}:

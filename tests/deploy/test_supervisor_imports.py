@@ -1,7 +1,7 @@
-"""The `petrel up` supervisor stays up as long as the cluster: it loads the settings it plans with, not the web stack.
+"""Processes that serve no HTTP load no web framework: `petrel up`'s supervisor and the Celery workers and beats.
 
-Each module it keeps costs memory for the cluster's whole life (`petrel status` shows its row):
-fastapi and the etcd client under it were ~10 MB of the supervisor's 66 MB PSS.
+Each lives as long as the cluster, and each module it keeps costs memory all that time
+(`petrel status` shows it): fastapi, starlette and what they pull in were ~10 MB of each.
 """
 
 from __future__ import annotations
@@ -9,9 +9,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
-def test_the_supervisor_imports_no_web_framework() -> None:
-    heavy = ("fastapi", "starlette", "libs.etcd.client")
-    probe = f"import sys, deploy.up; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+WEB = ("fastapi", "starlette", "uvicorn", "libs.etcd.client")
+
+
+@pytest.mark.parametrize("module", ["deploy.up", "services.txcheck.__main__", "services.etl.__main__"])
+def test_a_process_without_http_imports_no_web_framework(module: str) -> None:
+    probe = f"import sys, {module}; print(sorted(m for m in {WEB!r} if m in sys.modules))"
     found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert found.stdout.strip() == "[]", found.stdout + found.stderr

@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 import httpx
 import pytest
 
-from libs.cluster_token import TOKEN_FILE_SETTING
-from libs.http.middleware import INTERNAL_TOKEN_HEADER, OPEN_PATHS
+from libs.cluster_token import INTERNAL_TOKEN_HEADER, TOKEN_FILE_SETTING
+from libs.http.middleware import OPEN_PATHS
 from tests.support.petrel_up import UpCluster, petrel_up
 
 pytestmark = pytest.mark.e2e

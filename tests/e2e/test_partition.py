@@ -29,9 +29,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from libs.cluster_token import TOKEN_FILE_SETTING, ensure_token_file, read_token_file
+from libs.cluster_token import INTERNAL_TOKEN_HEADER, TOKEN_FILE_SETTING, ensure_token_file, read_token_file
 from libs.controller_api import VIEW_PATH
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from tests.support.answered_writes import Answer, Write, put, put_one, sample_until, send, write_until
 from tests.support.crash_sends import read_topic
 from tests.support.etcd import etcd_binary

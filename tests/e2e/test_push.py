@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.cluster_token import INTERNAL_TOKEN_HEADER
 from tests.support.cluster import LocalCluster, local_cluster_with_push
 from tests.support.serving import ServedApp, serving
 from tests.support.waiting import eventually

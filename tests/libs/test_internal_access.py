@@ -15,10 +15,9 @@ from pydantic import SecretStr, ValidationError
 from starlette.types import Message
 
 from gateway.settings import GatewaySettings
-from libs.cluster_token import ClusterTokenError
+from libs.cluster_token import INTERNAL_TOKEN_HEADER, ClusterTokenError
 from libs.egress import is_loopback_host as is_loopback
 from libs.http.app import service_app
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.settings import ServiceSettings
 from services.broker.settings import BrokerSettings
 

@@ -13,9 +13,9 @@ import pytest
 from fastapi import FastAPI
 from pydantic import BaseModel, SecretStr
 
+from libs.cluster_token import INTERNAL_TOKEN_HEADER
 from libs.errors import PROBLEM_TYPE_BASE, CorruptRecord, PetrelError, TopicNotFound
 from libs.http.app import installed_version, service_app
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.problem import error_response
 from libs.settings import ServiceSettings
 

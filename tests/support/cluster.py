@@ -24,8 +24,13 @@ import redis
 
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Child, Supervisor
-from libs.cluster_token import TOKEN_FILE_SETTING, ensure_token_file, read_token_file, token_file_of
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.cluster_token import (
+    INTERNAL_TOKEN_HEADER,
+    TOKEN_FILE_SETTING,
+    ensure_token_file,
+    read_token_file,
+    token_file_of,
+)
 from tests.support.controller import controller_view, leading, master_id
 from tests.support.etcd import EtcdCluster, etcd_cluster
 from tests.support.serving import free_port

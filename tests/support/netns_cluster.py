@@ -39,8 +39,13 @@ from typing import Any
 import httpx
 
 from deploy import etcd_server
-from libs.cluster_token import TOKEN_FILE_SETTING, ensure_token_file, read_token_file, token_file_of
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.cluster_token import (
+    INTERNAL_TOKEN_HEADER,
+    TOKEN_FILE_SETTING,
+    ensure_token_file,
+    read_token_file,
+    token_file_of,
+)
 from tests.support.cluster import REPLICATED_BROKER, REPLICATED_NAMESERVER, SMALL_BROKER, SMALL_TIMER
 from tests.support.controller import controller_view, leading, master_id
 from tests.support.etcd import etcd_binary

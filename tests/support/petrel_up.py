@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.loopback import free_port_run
-from libs.cluster_token import read_token_file, token_file_of
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
+from libs.cluster_token import INTERNAL_TOKEN_HEADER, read_token_file, token_file_of
 from tests.support.serving import free_port
 from tests.support.waiting import wait_until
 

@@ -11,8 +11,8 @@ import httpx
 import pytest
 import redis
 
+from libs.cluster_token import INTERNAL_TOKEN_HEADER
 from libs.http.client import ClientOptions
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.producer_groups import ProducerGroupStore, open_metadata_engine
 from services.broker.app import create_app as broker_app
 from services.txcheck.brokers import Brokers, open_brokers

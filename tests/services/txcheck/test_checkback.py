@@ -19,10 +19,10 @@ from fastapi import FastAPI, Request, Response
 
 from libs import webhooks
 from libs.broker_api.wire import CHECK_IMMUNITY
+from libs.cluster_token import INTERNAL_TOKEN_HEADER
 from libs.egress import LOOPBACK_NETWORKS, EgressGuard, system_resolver
 from libs.errors import BrokerUnavailable
 from libs.events.writer import EventWriter
-from libs.http.middleware import INTERNAL_TOKEN_HEADER
 from libs.producer_groups import ProducerGroupStore
 from services.txcheck.brokers import Brokers
 from services.txcheck.checkback import MAX_ANSWER_BYTES, CheckBack
