@@ -158,16 +158,15 @@ def _message_rows(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 MESSAGE_HEADERS = ["MESSAGE ID", "STORED (UTC)", "BROKER", "QUEUE", "OFFSET", "KEYS", "BODY"]
 
 
-def _queues(calls: GatewayCalls, topic: str) -> list[tuple[str, int]]:
+def _queues(calls: GatewayCalls, topic: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """Each readable queue, by (broker, queue id), with its min_offset and max_offset: the topic's answer holds them
+    (a key that may read the topic gets them; a queue retention trimmed starts above 0)."""
     described = calls.get(f"/v1/topics/{topic}")
-    return [(b["broker"], q["queue_id"]) for b in described["brokers"] for q in b["queues"] if q["readable"]]
+    return {(b["broker"], q["queue_id"]): q for b in described["brokers"] for q in b["queues"] if q["readable"]}
 
 
-def _offsets(
-    calls: GatewayCalls, topic: str, queues: list[tuple[str, int]], since: int | None = None
-) -> dict[tuple[str, int], dict[str, Any]]:
-    """Each queue's min_offset and max_offset (a queue retention trimmed starts above 0); with `since` (ms), also
-    its offset_for_timestamp."""
+def _since(calls: GatewayCalls, topic: str, queues: list[tuple[str, int]], since: int) -> dict[tuple[str, int], Any]:
+    """Each queue's offsets with its offset_for_timestamp: the first stored at or after `since` (ms)."""
     return {
         (broker, queue): calls.get(f"/v1/topics/{topic}/queues/{queue}/offsets", broker=broker, timestamp=since)
         for broker, queue in queues
@@ -195,14 +194,14 @@ def peek(calls: GatewayCalls, args: argparse.Namespace) -> Any:
         messages = found["messages"]
     elif since is not None:  # the first --max stored since then, oldest first
         messages = []
-        for (broker, queue), at in _offsets(calls, args.topic, _queues(calls, args.topic), since).items():
+        for (broker, queue), at in _since(calls, args.topic, list(_queues(calls, args.topic)), since).items():
             start = max(at["offset_for_timestamp"], at["min_offset"])
             messages += _read(calls, args.topic, broker, queue, start, min(at["max_offset"], start + args.max))
         messages = sorted(messages, key=lambda m: (m["stored_at"], m["broker"], m["queue_id"], m["queue_offset"]))
         messages = messages[: args.max]
     else:  # the newest --max, newest first
         messages = []
-        for (broker, queue), at in _offsets(calls, args.topic, _queues(calls, args.topic)).items():
+        for (broker, queue), at in _queues(calls, args.topic).items():
             end = at["max_offset"]
             messages += _read(calls, args.topic, broker, queue, max(at["min_offset"], end - args.max), end)
         messages = sorted(messages, key=lambda m: m["stored_at"], reverse=True)[: args.max]
@@ -213,7 +212,7 @@ def peek(calls: GatewayCalls, args: argparse.Namespace) -> Any:
 
 def tail(calls: GatewayCalls, args: argparse.Namespace) -> Any:
     queues = _queues(calls, args.topic)
-    cursors = {q: at["max_offset"] for q, at in _offsets(calls, args.topic, queues).items()}
+    cursors = {q: at["max_offset"] for q, at in queues.items()}
     seen: list[dict[str, Any]] = []
     if not _quiet(args):
         print(f"following {args.topic} ({len(queues)} queues) from now; Ctrl-C stops", flush=True)

@@ -70,13 +70,14 @@ async function trace(id) {
 
 async function peek(topic, max) {
   const described = await get(path`/v1/topics/${topic}`);
-  const queues = described.brokers.filter((b) => b.available).flatMap((b) => b.queues.map((q) => [b.broker, q.queue_id]));
+  // The topic's answer holds each queue's offsets (a key that may read the topic gets them).
+  const queues = described.brokers.filter((b) => b.available).flatMap((b) => b.queues.map((q) => [b.broker, q]));
   const pulls = await Promise.all(
-    queues.map(async ([broker, queueId]) => {
+    queues.map(async ([broker, queue]) => {
       const b = encodeURIComponent(broker);
-      const head = await get(path`/v1/topics/${topic}/queues/${queueId}/offsets` + `?broker=${b}`);
-      const from = Math.max(head.min_offset, head.max_offset - max);
-      if (head.max_offset <= from) return [];
+      const queueId = queue.queue_id;
+      const from = Math.max(queue.min_offset, queue.max_offset - max);
+      if (queue.max_offset <= from) return [];
       const pulled = await get(path`/v1/topics/${topic}/queues/${queueId}/messages` + `?offset=${from}&max=${max}&broker=${b}`);
       return pulled.messages;
     }),
