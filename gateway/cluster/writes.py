@@ -111,23 +111,19 @@ def queues_not_empty(topic: str, held: list[QueueHeld]) -> QueuesNotEmpty:
     )
 
 
-async def create_topic(ctx: GatewayContext, config: TopicConfig, *, create_only: bool = False) -> list[BrokerTopic]:
-    """Create or update the topic on every broker of the gateway's cluster (each refuses to hide messages)."""
-    return await _on_every_master_topic(
-        ctx, config.name, lambda name, address: ctx.brokers.put_topic(name, address, config, create_only=create_only)
-    )
-
-
 async def change_topic(
     ctx: GatewayContext,
     topic: str,
     *,
     queues: int | None,
     message_type: MessageType | None,
+    current: TopicConfig | None = None,
     create_only: bool = False,
 ) -> list[BrokerTopic]:
-    """Create the topic on every broker (the gateway's default_queues unless `queues`), or change only what is
-    not None: each broker merges under its own lock, so two changes of different fields at once both hold."""
+    """Change only what is not None on every broker, each merging under its own lock (so two changes of different
+    fields at once both hold); a broker that lacks the topic creates it as `current` (what the other brokers hold;
+    None: the topic is new, with the gateway's default_queues), with what is not None."""
+    created_as = current or default_topic(ctx, topic)
     return await _on_every_master_topic(
         ctx,
         topic,
@@ -137,7 +133,7 @@ async def change_topic(
             topic,
             queues=queues,
             message_type=message_type,
-            default_queues=ctx.settings.default_queues,
+            created_as=created_as,
             create_only=create_only,
         ),
     )
@@ -171,7 +167,7 @@ async def ensure_topic(ctx: GatewayContext, topic: str) -> None:
         if not ctx.settings.auto_create_topics:
             raise
         with contextlib.suppress(AlreadyExists):  # created meanwhile (another gateway): as it is
-            await create_topic(ctx, default_topic(ctx, topic), create_only=True)
+            await change_topic(ctx, topic, queues=None, message_type=None, create_only=True)
 
 
 def default_topic(ctx: GatewayContext, name: str) -> TopicConfig:

@@ -22,7 +22,7 @@ from gateway.cluster.writes import (
     on_every_master,
     write_failed,
 )
-from gateway.context import Context
+from gateway.context import Context, GatewayContext
 from gateway.edge.params import GroupName, UserTopic
 from gateway.groups import dead_letters, lag_history
 from gateway.groups.schemas import (
@@ -40,6 +40,7 @@ from gateway.groups.schemas import (
     RedriveResult,
     ResetQueueOffset,
 )
+from libs.broker_api import groups as contract
 from libs.broker_api.fanout import failure_of_all
 from libs.broker_api.groups import GroupConfigAnswer
 from libs.errors import (
@@ -88,13 +89,27 @@ async def put_group(
     create_only = create_only_of(if_none_match)
     raw = await request.body()
     update = parse_json(GroupUpdate, raw) if raw.strip() else GroupUpdate()
+    current = await _current(ctx, group)
     stored, failed = await on_every_master(
-        ctx, lambda name, address: ctx.brokers.put_group(name, address, group, update, create_only=create_only)
+        ctx,
+        lambda name, address: ctx.brokers.put_group(
+            name, address, group, update, created_as=current, create_only=create_only
+        ),
     )
     if failed:
         raise write_failed(f"group {group!r}", failed)
     response.status_code = 201 if any(answer.created for _, answer in stored) else 200
     return _public(stored[0][1])
+
+
+async def _current(ctx: GatewayContext, group: str) -> contract.GroupUpdate | None:
+    """The group as a broker holding it has it (what a broker that lacks it creates it from), or None when none
+    does: a broker added to the cluster since the group was created gets the group's settings, not the defaults."""
+    try:
+        held = await first_master_answer(ctx, lambda name, address: ctx.brokers.get_group(name, address, group))
+    except GroupNotFound:
+        return None
+    return contract.GroupUpdate.model_validate(held.model_dump(include=set(contract.GroupUpdate.model_fields)))
 
 
 @router.get("", operation_id="listGroups", response_model=GroupList)

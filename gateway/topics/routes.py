@@ -67,11 +67,17 @@ async def put_topic(
     retention, on any broker. `If-None-Match: *` makes it create-only (412 already-exists).
     """
     create_only = create_only_of(if_none_match)
-    if spec.queues is not None and not create_only:
-        current = await _current(ctx, topic)
-        if current is not None:
-            await _refuse_hiding(ctx, current.route, spec.queues)
-    stored = await change_topic(ctx, topic, queues=spec.queues, message_type=spec.message_type, create_only=create_only)
+    current = await _current(ctx, topic)
+    if current is not None and spec.queues is not None and not create_only:
+        await _refuse_hiding(ctx, current.route, spec.queues)
+    stored = await change_topic(
+        ctx,
+        topic,
+        queues=spec.queues,
+        message_type=spec.message_type,
+        current=current.config if current else None,
+        create_only=create_only,
+    )
     response.status_code = 201 if any(r.created for r in stored) else 200
     return _describe(topic, stored[0].to_config(), stored, [])
 

@@ -95,22 +95,6 @@ class BrokerClient:
 
     # ---- topics ------------------------------------------------------------------------------
 
-    async def put_topic(
-        self, broker: str, address: str, config: TopicConfig, *, create_only: bool = False
-    ) -> BrokerTopic:
-        """Create or update; QueuesNotEmpty (409) when fewer queues would hide messages, AlreadyExists (412)."""
-        body = {
-            "read_queues": config.read_queues,
-            "write_queues": config.write_queues,
-            "perm": config.perm,
-            "message_type": config.message_type.value,
-            "create_only": create_only,
-        }
-        answer = await self._json(
-            broker, address, "PUT", internal_path("/internal/topics/{topic}", topic=config.name), body
-        )
-        return BrokerTopic.model_validate(answer)
-
     async def change_topic(
         self,
         broker: str,
@@ -119,12 +103,16 @@ class BrokerClient:
         *,
         queues: int | None,
         message_type: MessageType | None,
-        default_queues: int,
+        created_as: TopicConfig,
         create_only: bool = False,
     ) -> BrokerTopic:
-        """Create the topic (`default_queues` when `queues` is None), or change only what is not None; the
+        """Change only what is not None, or create the topic (as `created_as`, but what is not None); the
         broker merges under its lock. QueuesNotEmpty (409) when fewer queues would hide messages, AlreadyExists."""
-        body: dict[str, object] = {"default_queues": default_queues, "create_only": create_only}
+        body: dict[str, object] = {
+            "default_queues": created_as.write_queues,
+            "default_message_type": created_as.message_type.value,
+            "create_only": create_only,
+        }
         if queues is not None:
             body |= {"read_queues": queues, "write_queues": queues}
         if message_type is not None:
@@ -229,13 +217,23 @@ class BrokerClient:
     # ---- consumer groups ---------------------------------------------------------------------
 
     async def put_group(
-        self, broker: str, address: str, group: str, update: GroupUpdate, *, create_only: bool = False
+        self,
+        broker: str,
+        address: str,
+        group: str,
+        update: GroupUpdate,
+        *,
+        created_as: GroupUpdate | None = None,
+        create_only: bool = False,
     ) -> GroupConfigAnswer:
         """The group as stored; its `created` says whether this broker created it (rather than updated it).
 
-        Only the fields `update` was given are sent: the broker changes those and keeps the rest.
+        Only the fields `update` was given are sent: the broker changes those and keeps the rest. A broker that
+        lacks the group creates it from `created_as` (the group as the others hold it; None: the defaults).
         """
         body = update.model_dump(mode="json", exclude_unset=True)
+        if created_as is not None:
+            body["created_as"] = created_as.model_dump(mode="json")
         path = internal_path("/internal/groups/{group}", group=group)
         params = {"create_only": "true"} if create_only else None
         return GroupConfigAnswer.model_validate(await self._json(broker, address, "PUT", path, body, params=params))

@@ -92,6 +92,18 @@ class GroupUpdate(BaseModel):
         return GroupConfig(name=name, **{field: getattr(self, field) for field in GroupUpdate.model_fields})
 
 
+class GroupChange(GroupUpdate):
+    """`PUT /internal/groups/{group}`: the fields named change; `created_as` is what a broker that lacks the
+    group creates it from (the group as another broker holds it), before the fields named; absent, the defaults."""
+
+    created_as: GroupUpdate | None = None
+
+    def update(self) -> GroupUpdate:
+        """Only the fields named, as a GroupUpdate (its `model_fields_set` is theirs)."""
+        named = self.model_fields_set - {"created_as"}
+        return GroupUpdate.model_validate(self.model_dump(include=named))
+
+
 class GroupConfig(GroupUpdate):
     """A consumer group's configuration: its name and settings."""
 

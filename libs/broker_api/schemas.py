@@ -9,7 +9,7 @@ from libs.topic import DEFAULT_QUEUES, MAX_QUEUES, MessageType, Perm, TopicConfi
 
 class TopicUpdate(BaseModel):
     """`PUT /internal/topics/{topic}`: the fields named change, the others keep their value here (on create,
-    `default_queues` queues, READ_WRITE, NORMAL); the broker merges them under its topics' lock."""
+    `default_queues` queues, READ_WRITE, `default_message_type`); the broker merges them under its topics' lock."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -18,11 +18,16 @@ class TopicUpdate(BaseModel):
     perm: int | None = Field(default=None, ge=0, le=7)
     message_type: MessageType | None = None
     default_queues: int = Field(default=DEFAULT_QUEUES, ge=1, le=MAX_QUEUES, description="a new topic's queues")
+    default_message_type: MessageType = Field(
+        default=MessageType.NORMAL, description="a new topic's type (another broker's, when it holds the topic)"
+    )
     create_only: bool = Field(default=False, description="412 already-exists when the topic exists here")
 
     def merged(self, name: str, old: TopicConfig | None) -> TopicConfig:
         """The topic as this change leaves it, from what the broker holds (None: nothing yet)."""
-        base = old or TopicConfig(name, self.default_queues, self.default_queues, Perm.READ_WRITE)
+        base = old or TopicConfig(
+            name, self.default_queues, self.default_queues, Perm.READ_WRITE, self.default_message_type
+        )
         return TopicConfig(
             name,
             base.read_queues if self.read_queues is None else self.read_queues,

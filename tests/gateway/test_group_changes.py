@@ -88,3 +88,19 @@ async def test_a_producer_group_put_with_if_none_match_star_creates_only(gateway
     assert again.status_code == 412, again.text
     assert problem_type(again) == "already-exists"
     assert (await gateway.get("/v1/producer-groups/shop")).json()["checkback_url"] == URL
+
+
+async def test_a_broker_that_lacks_the_group_gets_it_as_the_others_hold_it(
+    gateway: httpx.AsyncClient, brokers: dict[str, Any]
+) -> None:
+    """A broker added since the group was created: a PUT of one field creates the group there with the other
+    brokers' settings, not the defaults."""
+    async with brokers["broker-a"].client() as broker_a:
+        held = {"max_retries": 2, "fifo": True}
+        assert (await broker_a.put("/internal/groups/billing", json=held)).status_code == 200
+    assert (await gateway.put("/v1/groups/billing", json={"consume_from": "last"})).status_code == 201
+
+    for name in ("broker-a", "broker-b"):
+        async with brokers[name].client() as broker:
+            group = (await broker.get("/internal/groups/billing")).json()
+        assert (group["max_retries"], group["fifo"], group["consume_from"]) == (2, True, "last"), f"{name}: {group}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import httpx
 
@@ -82,3 +83,19 @@ async def test_if_none_match_star_creates_only(gateway: httpx.AsyncClient) -> No
     assert await describe(gateway, "orders") == ("NORMAL", 4)
     odd = await gateway.put("/v1/topics/audit", headers={"if-none-match": '"v1"'})
     assert odd.status_code == 400, odd.text
+
+
+async def test_a_broker_that_lacks_the_topic_gets_it_as_the_others_hold_it(
+    gateway: httpx.AsyncClient, brokers: dict[str, Any]
+) -> None:
+    """A broker added since the topic was created: a PUT of one field creates the topic there with the other
+    brokers' queues and type, not the defaults."""
+    async with brokers["broker-a"].client() as broker_a:
+        held = {"read_queues": 3, "write_queues": 3, "message_type": "FIFO"}
+        assert (await broker_a.put("/internal/topics/orders", json=held)).status_code == 200
+    assert (await gateway.put("/v1/topics/orders", json={"message_type": "FIFO"})).status_code == 201
+
+    for name in ("broker-a", "broker-b"):
+        async with brokers[name].client() as broker:
+            topic = (await broker.get("/internal/topics/orders")).json()
+        assert (topic["write_queues"], topic["message_type"]) == (3, "FIFO"), f"{name}: {topic}"

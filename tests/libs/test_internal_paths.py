@@ -43,7 +43,9 @@ async def test_a_system_topic_reaches_the_broker_and_the_nameserver_as_itself(
 ) -> None:
     async with InternalClient() as internal:  # over TCP to uvicorn, which decodes the path once
         brokers = BrokerClient(internal)
-        stored = await brokers.put_topic("broker-a", broker.address, TopicConfig(name, 1, 1))
+        stored = await brokers.change_topic(
+            "broker-a", broker.address, name, queues=1, message_type=None, created_as=TopicConfig(name, 1, 1)
+        )
         described = await brokers.get_topic("broker-a", broker.address, name)
         names = NameserverClient(internal, [nameserver.address])
 

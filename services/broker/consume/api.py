@@ -27,7 +27,7 @@ from libs.broker_api.consume import (
     VisibilityBody,
 )
 from libs.broker_api.frames import encode_leased
-from libs.broker_api.groups import GroupConfig, GroupConfigAnswer, GroupConfigList, GroupUpdate, SubscriptionModel
+from libs.broker_api.groups import GroupChange, GroupConfig, GroupConfigAnswer, GroupConfigList, SubscriptionModel
 from libs.broker_api.wire import BINARY
 from libs.errors import InvalidRequest, PetrelError
 from libs.filters import FilterLimits, FilterType, MessageFilter, compile_filter
@@ -48,11 +48,14 @@ router = APIRouter(prefix="/internal/groups", tags=["consumer groups"], response
 async def put_group(
     ctx: Context,
     group: str,
-    body: GroupUpdate,
+    body: GroupChange,
     create_only: Annotated[bool, Query(description="412 already-exists when the group exists here")] = False,
 ) -> GroupConfigAnswer:
-    """Create a consumer group here (fields absent take their defaults), or change only the fields named."""
-    config, created = await ctx.pop.groups.change(group, body, create_only=create_only)
+    """Create a consumer group here (fields absent from `created_as`, else their defaults), or change only the
+    fields named."""
+    config, created = await ctx.pop.groups.change(
+        group, body.update(), created_as=body.created_as, create_only=create_only
+    )
     return _answer(config, ctx.pop.groups.subscriptions(group), created)
 
 

@@ -149,9 +149,11 @@ class GroupTable:
                 self._groups[config.name] = config
         return created
 
-    async def change(self, name: str, update: GroupUpdate, *, create_only: bool = False) -> tuple[GroupConfig, bool]:
+    async def change(
+        self, name: str, update: GroupUpdate, *, created_as: GroupUpdate | None = None, create_only: bool = False
+    ) -> tuple[GroupConfig, bool]:
         """The group as stored and whether it was created: created with the fields `update` names (the rest
-        their defaults), or changed in only those fields (its `model_fields_set`).
+        from `created_as`, else their defaults), or changed in only those fields (its `model_fields_set`).
 
         Read and written under the writers' lock, here on the broker: two changes of different fields
         (from two gateways at once) both hold, which a gateway's read-then-write could not promise.
@@ -161,7 +163,7 @@ class GroupTable:
             old = self._groups.get(name)
             if old is not None and create_only:
                 raise AlreadyExists(f"group {name!r} exists (If-None-Match: * creates only)")
-            base = old if old is not None else GroupConfig(name=name)
+            base = old if old is not None else (created_as or GroupUpdate()).to_config(name)
             config = base.model_copy(update={field: getattr(update, field) for field in update.model_fields_set})
             if old != config:
                 await asyncio.to_thread(self.store.save, config)
