@@ -377,13 +377,14 @@ async def _idempotent(
 
 
 def _emit_sent(request: Request, topic: str, prepared: list[Prepared], results: list[Sent], key: str | None) -> None:
-    events = request.state.events
+    """One `sent` line for the call: the topic (and idempotency key) once, each message's own fields listed."""
+    items: list[dict[str, Any]] = []
     for p, r in zip(prepared, results, strict=True):
-        optional: dict[str, Any] = {"size": len(p.encoded)}
+        item: dict[str, Any] = {"message_id": r.message_id, "size": len(p.encoded)}
         if p.message.tag is not None:
-            optional["tag"] = p.message.tag
+            item["tag"] = p.message.tag
         if p.message.keys:
-            optional["keys"] = list(p.message.keys)
-        if key is not None:
-            optional["idempotency_key"] = key
-        events.emit("sent", message_id=r.message_id, topic=topic, **optional)
+            item["keys"] = list(p.message.keys)
+        items.append(item)
+    shared: dict[str, Any] = {"topic": topic} if key is None else {"topic": topic, "idempotency_key": key}
+    request.state.events.emit_batch("sent", items, **shared)

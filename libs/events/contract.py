@@ -12,13 +12,29 @@ Common fields (every event):
     event     str   one of the names below
     service   str   nameserver, broker, gateway, timer, txcheck, push
     pid       int   the writing process
+
+Batch lines (added after the first files were written; both forms are read): the events
+of one call (a batch of sends, a receive, an ack of many handles) may be one line, with
+the fields they share on the line and a `batch` list holding each message's own fields:
+
+    {"ts": 1, "event": "acked", "service": "broker", "pid": 9, "broker": "b", "group": "g",
+     "batch": [{"message_id": "m1", "topic": "t", ...}, {"message_id": "m2", "topic": "t", ...}]}
+
+is the two events `{"ts": 1, "event": "acked", ..., "group": "g", "message_id": "m1", ...}`
+and `{... "message_id": "m2" ...}`, in that order; an item's field is that message's, else
+the line's (the writer puts a field in one place only). Each event so made is checked
+against the table as a plain line is. `events_of` gives a line's events; a batch of one is
+written as a plain line.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 COMMON_FIELDS: tuple[str, ...] = ("ts", "event", "service", "pid")
+BATCH = "batch"
+"""The field of a batch line that lists its messages' own fields."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,3 +132,12 @@ EVENTS: dict[str, EventSpec] = {
         ),
     )
 }
+
+
+def events_of(line: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events a line holds: itself (a plain line), or one a `batch` item (see the module docstring)."""
+    items = line.get(BATCH)
+    if not isinstance(items, list):
+        return [line]
+    shared = {name: value for name, value in line.items() if name != BATCH}
+    return [{**shared, **item} for item in items]

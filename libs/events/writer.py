@@ -1,8 +1,9 @@
 """The lifecycle event writer: buffered JSON lines, rotated hourly, never blocking a request.
 
-`emit` checks the event against the contract, encodes it (a value JSON cannot
-hold is a ValueError there, at the caller) and appends it to a buffer; a background thread writes the
-buffer every `flush_interval` seconds to the file of each event's UTC hour.
+`emit` (one event) and `emit_batch` (the events of one call as one line: the contract's
+batch lines) check the events against the contract, encode them (a value JSON cannot
+hold is a ValueError there, at the caller) and append the line to a buffer; a background
+thread writes the buffer every `flush_interval` seconds to the file of each line's UTC hour.
 When the buffer is full (the disk cannot keep up), new events are dropped and
 counted in `dropped` rather than slowing a send down. `close` writes what is
 left, so a clean shutdown loses nothing. A disabled writer still checks each
@@ -16,14 +17,14 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import orjson
 
-from libs.events.contract import EVENTS
+from libs.events.contract import BATCH, EVENTS, EventSpec
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +60,10 @@ class EventWriter:
         self._open_file: IO[bytes] | None = None
 
     def emit(self, event: str, **fields: Any) -> None:
-        spec = EVENTS.get(event)
-        if spec is None:
-            raise ValueError(f"unknown lifecycle event {event!r}")
+        spec = _spec(event)
         keys = fields.keys()
         if not (keys >= spec.required and keys <= spec.fields):  # compared in place: no sets made per event
-            missing, unknown = spec.required - keys, keys - spec.fields
-            raise ValueError(f"event {event!r}: missing {sorted(missing)}, not in the contract {sorted(unknown)}")
+            _refuse(event, spec, keys)
         if not self.enabled:
             return
         if len(self._buffer) >= self.max_buffered:
@@ -74,6 +72,37 @@ class EventWriter:
         ts = int(self.clock() * 1000)
         line = {"ts": ts, "event": event, "service": self.service, "pid": self.pid}
         line.update(fields)
+        self._append_line(event, ts, line)
+
+    def emit_batch(self, event: str, items: list[dict[str, Any]], **shared: Any) -> None:
+        """The events of one call as one line: `shared` once, each message's own fields in `items` (contract).
+
+        Items with the keys of the first are checked once; one item is written as a plain line.
+        """
+        if not items:
+            return
+        spec = _spec(event)
+        first = items[0].keys()
+        for item in items:
+            keys = item.keys()
+            if keys != first:
+                _check_batch(event, spec, keys, shared)
+        _check_batch(event, spec, first, shared)
+        if not self.enabled:
+            return
+        if len(self._buffer) >= self.max_buffered:
+            self.dropped += len(items)
+            return
+        ts = int(self.clock() * 1000)
+        line = {"ts": ts, "event": event, "service": self.service, "pid": self.pid}
+        line.update(shared)
+        if len(items) == 1:
+            line.update(items[0])
+        else:
+            line[BATCH] = items
+        self._append_line(event, ts, line)
+
+    def _append_line(self, event: str, ts: int, line: dict[str, Any]) -> None:
         try:
             encoded = orjson.dumps(line) + b"\n"
         except TypeError as exc:
@@ -137,3 +166,24 @@ class EventWriter:
                 self.flush()
             except Exception:
                 log.exception("writing lifecycle events under %s failed; will try again", self.root)
+
+
+def _spec(event: str) -> EventSpec:
+    spec = EVENTS.get(event)
+    if spec is None:
+        raise ValueError(f"unknown lifecycle event {event!r}")
+    return spec
+
+
+def _refuse(event: str, spec: EventSpec, keys: Set[str]) -> NoReturn:
+    missing, unknown = spec.required - keys, keys - spec.fields
+    raise ValueError(f"event {event!r}: missing {sorted(missing)}, not in the contract {sorted(unknown)}")
+
+
+def _check_batch(event: str, spec: EventSpec, keys: Set[str], shared: dict[str, Any]) -> None:
+    """One message of a batch line: its fields and the line's are its event's, each in one place only."""
+    if not shared.keys().isdisjoint(keys):
+        raise ValueError(f"event {event!r}: {sorted(shared.keys() & keys)} given for the batch and for a message")
+    fields = keys | shared.keys()
+    if not (fields >= spec.required and fields <= spec.fields):
+        _refuse(event, spec, fields)

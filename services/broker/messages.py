@@ -92,25 +92,30 @@ HOT_ROUTES: dict[str, Binder] = {"putMessages": _bind_put}
 
 
 def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:
-    events = request.state.events
-    broker = ctx.settings.broker_name
-    flush = ctx.settings.flush_mode.value
-    optional = {"durable": False} if outcome.not_durable is not None else {}  # SYNC_FLUSH, the sync timed out
-    for r in outcome.stored:
-        if r.duplicate:
-            continue
-        events.emit(
-            "stored",
-            message_id=r.message_id,
-            topic=r.topic,
-            queue_id=r.queue_id,
-            queue_offset=r.queue_offset,
-            broker=broker,
-            size=r.size,
-            physical_offset=r.physical_offset,
-            flush=flush,
-            **optional,
-        )
+    """One `stored` line for the put: the broker, flush mode (and topic, when one) once, each record's own fields."""
+    shared: dict[str, Any] = {"broker": ctx.settings.broker_name, "flush": ctx.settings.flush_mode.value}
+    if outcome.not_durable is not None:  # SYNC_FLUSH, the sync timed out
+        shared["durable"] = False
+    stored = [r for r in outcome.stored if not r.duplicate]
+    if not stored:
+        return
+    topic = stored[0].topic
+    one_topic = all(r.topic == topic for r in stored)
+    if one_topic:
+        shared["topic"] = topic
+    items: list[dict[str, Any]] = []
+    for r in stored:
+        item = {
+            "message_id": r.message_id,
+            "queue_id": r.queue_id,
+            "queue_offset": r.queue_offset,
+            "size": r.size,
+            "physical_offset": r.physical_offset,
+        }
+        if not one_topic:
+            item["topic"] = r.topic
+        items.append(item)
+    request.state.events.emit_batch("stored", items, **shared)
 
 
 @dataclass(frozen=True, slots=True)

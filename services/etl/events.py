@@ -9,6 +9,12 @@ wrong type (`wrong_type`), when its event is not in the contract (`unknown_event
 or when a field the event requires is absent (`missing_field`; a required field
 may be null, the contract says so, but it must be there).
 
+A batch line (the contract's `batch` list: the events of one call, their shared fields
+once) is read as the events it holds, each checked as a plain line would be; its
+quarantined events keep the whole line as `raw`, and their detail says which item. So a
+day's rows are the same whichever form its files were written in; `lines read` counts
+events too, a batch line once per item.
+
 An event belongs to the day of its `ts` (UTC), whatever folder it was written to:
 the folders of `lookback_days` days either side of D are read too and their D
 events kept. A quarantined line has no trustworthy `ts`, so it belongs to the day
@@ -25,7 +31,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BooleanType, DataType, LongType, StringType, StructField, StructType
 
-from libs.events.contract import COMMON_FIELDS, EVENTS
+from libs.events.contract import BATCH, COMMON_FIELDS, EVENTS
 from services.etl.storage import exists
 
 CORRUPT = "_corrupt_record"
@@ -101,7 +107,7 @@ class EventLog:
     """Every good event read, whatever its day: sends of earlier days for latencies, deliveries of later ones."""
     quarantine: DataFrame
     lines: DataFrame
-    """One row per line of D's own folder (folder_dt == D): what `lines read` counts."""
+    """One row per line of D's own folder (folder_dt == D), a batch line's per event: what `lines read` counts."""
     source: DataFrame
     """Every line read, parsed and checked (cached: the window, the quarantine and the lines are views of it)."""
     kept: list[DataFrame] = field(default_factory=list)
@@ -142,11 +148,12 @@ def read_event_log(spark: SparkSession, events_uri: str, day: date, lookback_day
 
 
 def _checked(lines: DataFrame, day: date) -> DataFrame:
-    """Every line, parsed: its quarantine reason (`PROBLEM`, null for a good event) and detail, the fields of
-    `TABLE_FIELDS`, the window's day columns; `raw` and `source_file` only on a quarantined line."""
-    parsed = lines.withColumn("event_row", F.from_json("raw", event_schema(), {"mode": "PERMISSIVE"}))
-    parsed = parsed.withColumn("keys_present", F.json_object_keys("raw"))
-    checked = parsed.withColumn("reason", _reason()).withColumn("detail", _detail())
+    """Every event, parsed: its quarantine reason (`PROBLEM`, null for a good event) and detail, the fields of
+    `TABLE_FIELDS`, the window's day columns; `raw` and `source_file` only on a quarantined event."""
+    checked = _events(lines).withColumn("reason", _reason()).withColumn("detail", _detail())
+    of_batch = F.col("batch_item").isNotNull() & F.col("reason").isNotNull()
+    at_item = F.concat_ws("; ", "detail", F.concat(F.lit("batch item "), F.col("batch_item")))
+    checked = checked.withColumn("detail", F.when(of_batch, at_item).otherwise(F.col("detail")))
     quarantined = F.col("reason").isNotNull()
     checked = checked.select(
         "folder_dt",
@@ -160,6 +167,42 @@ def _checked(lines: DataFrame, day: date) -> DataFrame:
     checked = checked.withColumn("dt", F.date_format(at, "yyyy-MM-dd")).withColumn("hour", F.date_trunc("hour", at))
     checked = checked.withColumn("late", F.col("folder_dt") != F.col("dt"))
     return checked.withColumn("in_day", F.col("dt") == F.lit(day.isoformat()))
+
+
+def _events(lines: DataFrame) -> DataFrame:
+    """One row per event: a plain line's, or each of a batch line's (`libs.events.contract`), as `event_row` (the
+    read schema's fields; a batch item's own, else its line's) and `keys_present` (the fields the event has).
+
+    A batch line is parsed with its items as text (`batch` as array<string>), then each item: a field of the
+    wrong type in the line's fields makes every event of the line `wrong_type`, in an item only that one.
+    """
+    line_schema = StructType([*event_schema().fields[:-1], StructField(BATCH, ArrayType(StringType()))])
+    line_schema = line_schema.add(StructField(CORRUPT, StringType(), nullable=True))
+    parsed = lines.withColumn("line", F.from_json("raw", line_schema, {"mode": "PERMISSIVE"}))
+    parsed = parsed.withColumn("line_keys", F.json_object_keys("raw"))
+    parsed = parsed.select("*", F.posexplode_outer(f"line.{BATCH}").alias("batch_item", "item"))
+    parsed = parsed.withColumn("item_row", F.from_json("item", event_schema(), {"mode": "PERMISSIVE"}))
+    parsed = parsed.withColumn("item_keys", F.json_object_keys("item"))
+    plain = F.col("item").isNull()
+    own = [*dict.fromkeys([*COMMON_FIELDS, *TABLE_FIELDS])]
+    fields = [
+        F.when(~plain & F.array_contains("item_keys", name), F.col(f"item_row.{name}"))
+        .otherwise(F.col(f"line.{name}"))
+        .alias(name)
+        for name in own
+    ]
+    corrupt = F.coalesce(F.col(f"item_row.{CORRUPT}"), F.col(f"line.{CORRUPT}")).alias(CORRUPT)
+    keys = F.when(plain, F.col("line_keys")).otherwise(
+        F.array_union(F.array_remove("line_keys", BATCH), F.col("item_keys"))
+    )
+    return parsed.select(
+        "raw",
+        "source_file",
+        "folder_dt",
+        "batch_item",
+        F.struct(*fields, corrupt).alias("event_row"),
+        keys.alias("keys_present"),
+    )
 
 
 def _folder(events_uri: str, day: date) -> str:

@@ -1,9 +1,9 @@
 """data_quality: how much of D's input was read and kept, why the rest was quarantined, what does not add up.
 
-One row per measure: `lines_read` (non-blank lines in D's folder), `events` (good
-events of D, from any folder read), `late_events` (of those, the ones found in another
-day's folder), `quarantined` once per reason, and `invariant` once per invariant, its
-count the events of D that break it:
+One row per measure: `lines_read` (non-blank lines in D's folder, a batch line once per
+event it holds), `events` (good events of D, from any folder read), `late_events` (of
+those, the ones found in another day's folder), `quarantined` once per reason, and
+`invariant` once per invariant, its count the events of D that break it:
 
 - `rolled_back_delivered`: a `delivered` of a message whose transaction was rolled back;
 - `ack_without_send`: an `acked` of a message with no send (`sent`, `transaction_half`)

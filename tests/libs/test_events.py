@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from libs.events import EVENTS, EventWriter
-from libs.events.contract import COMMON_FIELDS
+from libs.events.contract import COMMON_FIELDS, events_of
 from tests.support.clock import FakeClock
 from tests.support.waiting import wait_until
 
@@ -209,3 +209,78 @@ def test_disabled_writer_checks_the_contract_but_writes_nothing(
     writer.emit("sent", message_id="M", topic="t")
     writer.close()
     assert all_event_files(tmp_path) == []
+
+
+def test_a_batch_is_one_line_that_reads_back_as_the_events_emit_writes_one_by_one(
+    tmp_path: Path, make_writer: Callable[..., EventWriter], clock: FakeClock
+) -> None:
+    items = [
+        {"message_id": "M1", "topic": "orders", "queue_id": 0, "queue_offset": 7, "delivery_attempt": 1},
+        {"message_id": "M2", "topic": "%RETRY%g", "queue_id": 0, "queue_offset": 3, "delivery_attempt": 2},
+    ]
+    batched, plain = make_writer("broker"), make_writer("gateway")
+    batched.emit_batch("acked", items, broker="b-0", group="g")
+    for item in items:
+        plain.emit("acked", broker="b-0", group="g", **item)
+    batched.flush()
+    plain.flush()
+
+    [line] = read_lines(hour_file(tmp_path, "2024-03-01", "13"))
+    assert {k: v for k, v in line.items() if k != "batch"} == {
+        "ts": 1709301598500,
+        "event": "acked",
+        "service": "broker",
+        "pid": os.getpid(),
+        "broker": "b-0",
+        "group": "g",
+    }
+    one_by_one = read_lines(hour_file(tmp_path, "2024-03-01", "13", service="gateway"))
+    assert [{**e, "service": "gateway"} for e in events_of(line)] == one_by_one
+    assert events_of(one_by_one[0]) == [one_by_one[0]]
+
+
+def test_a_batch_of_one_is_a_plain_line(tmp_path: Path, writer: EventWriter) -> None:
+    writer.emit_batch("sent", [{"message_id": "M", "size": 3}], topic="t")
+    writer.emit_batch("sent", [], topic="t")
+    writer.flush()
+
+    lines = read_lines(hour_file(tmp_path, "2024-03-01", "13"))
+    assert [{k: v for k, v in e.items() if k not in ("ts", "pid")} for e in lines] == [
+        {"event": "sent", "service": "broker", "message_id": "M", "size": 3, "topic": "t"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("items", "shared", "expected"),
+    [
+        (
+            [{"message_id": "A"}, {"size": 1}],
+            {"topic": "t"},
+            "event 'sent': missing ['message_id'], not in the contract []",
+        ),
+        (
+            [{"message_id": "A"}, {"message_id": "B", "colour": "blau"}],
+            {"topic": "t"},
+            "event 'sent': missing [], not in the contract ['colour']",
+        ),
+        (
+            [{"message_id": "A", "topic": "u"}],
+            {"topic": "t"},
+            "event 'sent': ['topic'] given for the batch and for a message",
+        ),
+    ],
+)
+def test_a_batch_with_a_message_the_contract_refuses_is_refused_whole(
+    tmp_path: Path, writer: EventWriter, items: list[dict[str, Any]], shared: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        writer.emit_batch("sent", items, **shared)
+    writer.flush()
+    assert (writer.written, all_event_files(tmp_path)) == (0, [])
+
+
+def test_a_full_buffer_counts_each_event_of_a_dropped_batch(make_writer: Callable[..., EventWriter]) -> None:
+    writer = make_writer("gateway", max_buffered=1)
+    writer.emit("sent", message_id="M0", topic="t")
+    writer.emit_batch("sent", [{"message_id": "M1"}, {"message_id": "M2"}], topic="t")
+    assert writer.dropped == 2

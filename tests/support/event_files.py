@@ -3,18 +3,20 @@
 `line(...)` is one event as `libs.events.writer` would write it (common fields
 filled in); `write_lines` puts lines under `<root>/dt=YYYY-MM-DD/hour=HH/<name>.jsonl`
 by their `ts` (the exporter's rule), or in the folder given (a late event, a
-corrupt line). `at("2026-11-22 10:15")` is the ms of a UTC time.
+corrupt line); `batched(events)` is the same events as batch lines (the contract's
+newer form). `at("2026-11-22 10:15")` is the ms of a UTC time.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from libs.events.contract import EVENTS
+from libs.events.contract import BATCH, EVENTS
 
 SERVICE_OF = {"sent": "gateway", "transaction_half": "gateway", "delay_cancelled": "gateway", "audit": "gateway"}
 
@@ -32,12 +34,29 @@ def line(event: str, ts: int, **fields: Any) -> dict[str, Any]:
     return {"ts": ts, "event": event, "service": SERVICE_OF.get(event, "broker"), "pid": 7, **fields}
 
 
+def batched(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same events as batch lines: those of one event name, service and day folder in one line (in their
+    order, in the hour folder of the first), the fields all of them hold with one value on the line, the rest
+    in its `batch` items (a `ts` too, when they differ); an event alone stays a plain line."""
+    groups: dict[tuple[str, str, int, str], list[dict[str, Any]]] = defaultdict(list)
+    for event in events:
+        groups[(event["event"], event["service"], event["pid"], folder_of(event["ts"])[0])].append(event)
+    lines = []
+    for group in groups.values():
+        if len(group) == 1:
+            lines.append(group[0])
+            continue
+        shared = {k: v for k, v in group[0].items() if all(k in e and e[k] == v for e in group)}
+        lines.append({**shared, BATCH: [{k: v for k, v in e.items() if k not in shared} for e in group]})
+    return lines
+
+
 def folder_of(ts: int) -> tuple[str, str]:
     moment = datetime.fromtimestamp(ts / 1000, tz=UTC)
     return moment.strftime("%Y-%m-%d"), moment.strftime("%H")
 
 
-def write_lines(root: Path, lines: list[dict[str, Any] | str], *, folder: tuple[str, str] | None = None) -> None:
+def write_lines(root: Path, lines: Sequence[dict[str, Any] | str], *, folder: tuple[str, str] | None = None) -> None:
     """Append lines (events, or raw text) to `<root>/dt=../hour=../test-7.jsonl`: by `ts`, or all in `folder`."""
     files: dict[Path, list[str]] = defaultdict(list)
     for item in lines:
@@ -46,7 +65,7 @@ def write_lines(root: Path, lines: list[dict[str, Any] | str], *, folder: tuple[
                 raise ValueError("a raw line needs a folder")
             day, hour, text = *folder, item
         else:
-            day, hour = folder or folder_of(item["ts"])
+            day, hour = folder or folder_of(item["ts"] if "ts" in item else item[BATCH][0]["ts"])
             text = json.dumps(item)
         files[root / f"dt={day}" / f"hour={hour}" / "test-7.jsonl"].append(text)
     for path, texts in files.items():
@@ -190,8 +209,9 @@ CORRUPT_LINES = [
 """malformed JSON; a send with no message_id; an event not in the contract; a ts that is not a number."""
 
 
-def write_november_22(root: Path) -> None:
-    """The whole story set: every event by its ts (the troubles too), the late send, and the corrupt lines."""
-    write_lines(root, [*november_22(), *awry_22nd()])
+def write_november_22(root: Path, *, form: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = list) -> None:
+    """The whole story set: every event by its ts (the troubles too), the late send, and the corrupt lines;
+    with `form=batched`, the events as batch lines."""
+    write_lines(root, form([*november_22(), *awry_22nd()]))
     write_lines(root, [late_send()], folder=LATE_FOLDER)
     write_lines(root, list(CORRUPT_LINES), folder=CORRUPT_FOLDER)

@@ -11,14 +11,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from libs.events.contract import events_of
+
 
 def exported_events(data_dir: Path) -> list[dict[str, Any]]:
-    """Every event written so far, by every service, in no particular order (a line being written is skipped)."""
+    """Every event written so far, by every service, in no particular order (a line being written is skipped;
+    a batch line gives each of its events)."""
     found = []
     for path in (data_dir / "export" / "events").rglob("*.jsonl"):
         for text in path.read_text().splitlines():
             try:
-                found.append(json.loads(text))
+                found.extend(events_of(json.loads(text)))
             except json.JSONDecodeError:  # its writer is between two writes of the line
                 continue
     return found

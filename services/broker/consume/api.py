@@ -177,14 +177,13 @@ def _results(results: list[dict[str, object]]) -> Response:
 async def ack(ctx: Context, group: str, request: Request) -> Response:
     """End leases: the messages are done. One result per handle, in order."""
     body = parse_json(HandleList, await request.body())
-    results: list[dict[str, object]] = []
-    for handle in body.receipt_handles:
-        try:
-            await ctx.settlement.ack(group, handle)
-            results.append({"receipt_handle": handle, "ok": True, "error": None})
-        except PetrelError as exc:
-            results.append(_handle_error(handle, exc))
-    return _results(results)
+    errors = await ctx.settlement.ack(group, body.receipt_handles)
+    return _results(
+        [
+            {"receipt_handle": handle, "ok": True, "error": None} if error is None else _handle_error(handle, error)
+            for handle, error in zip(body.receipt_handles, errors, strict=True)
+        ]
+    )
 
 
 @router.post(

@@ -218,24 +218,36 @@ class PopService:
         self._rotation[turn] = start + 1
         leases: list[Lease] = []
         records: list[bytes] = []
-        for key in sources[start:] + sources[:start]:
-            taken_here = 0
-            while not spending.exhausted:
-                need = 1 - taken_here if config.fifo else request.max_messages - len(leases)
-                window = self.window(key, config)
-                if need <= 0 or (config.fifo and window.blocked(self.now_ms())):
-                    break
-                taken, finished = self._take(window, need, self.filter_of(key, request), spending)
-                now = self.now_ms()
-                for raw in taken:
-                    leases.append(self._lease(window, config, raw, now, request.invisible_ms))
-                    records.append(raw)
-                self.commit(window)
-                taken_here += len(taken)
-                if finished:
-                    break
-                await spending.turn()  # the slice is over: the window is read afresh after it
+        delivered: list[dict[str, object]] = []
+        try:
+            for key in sources[start:] + sources[:start]:
+                taken_here = 0
+                while not spending.exhausted:
+                    need = 1 - taken_here if config.fifo else request.max_messages - len(leases)
+                    window = self.window(key, config)
+                    if need <= 0 or (config.fifo and window.blocked(self.now_ms())):
+                        break
+                    taken, finished = self._take(window, need, self.filter_of(key, request), spending)
+                    now = self.now_ms()
+                    for raw in taken:
+                        leases.append(self._lease(window, config, raw, now, request.invisible_ms, delivered))
+                        records.append(raw)
+                    self.commit(window)
+                    taken_here += len(taken)
+                    if finished:
+                        break
+                    await spending.turn()  # the slice is over: the window is read afresh after it
+        finally:  # what was leased was delivered, even when the receive is cancelled between two slices
+            self._emit_delivered(config, sources[0].owner, delivered)
         return leases, records
+
+    def _emit_delivered(self, config: GroupConfig, owner: str, delivered: list[dict[str, object]]) -> None:
+        """One `delivered` line for the receive: the broker, group (and client id) once, each message's own fields."""
+        client_id = owner.partition("@")[2]
+        if client_id:
+            self.events.emit_batch("delivered", delivered, broker=self.broker, group=config.name, client_id=client_id)
+        else:
+            self.events.emit_batch("delivered", delivered, broker=self.broker, group=config.name)
 
     def _take(
         self, window: ConsumeWindow, need: int, message_filter: MessageFilter | None, spending: Spending
@@ -280,7 +292,16 @@ class PopService:
             return False
         return bool(window.returned) or window.cursor < self.store.queue_offsets(key.topic, key.queue_id)[1]
 
-    def _lease(self, window: ConsumeWindow, config: GroupConfig, raw: bytes, now: int, invisible_ms: int) -> Lease:
+    def _lease(
+        self,
+        window: ConsumeWindow,
+        config: GroupConfig,
+        raw: bytes,
+        now: int,
+        invisible_ms: int,
+        delivered: list[dict[str, object]],
+    ) -> Lease:
+        """Lease `raw` and add its `delivered` event's own fields to `delivered`."""
         offset, physical = peek_offsets(raw)
         attempt = peek_reconsume_times(raw) + window.in_place_attempts.get(offset, 0) + 1
         message_id = peek_property(raw, Prop.UNIQ_KEY)
@@ -293,17 +314,14 @@ class PopService:
         handle = ReceiptHandle(
             self.broker, config.name, client_id, key.topic, key.queue_id, offset, lease_id, self.epoch, expires
         )
-        optional = {"client_id": client_id} if client_id else {}
-        self.events.emit(
-            "delivered",
-            message_id=message_id,
-            topic=key.topic,
-            queue_id=key.queue_id,
-            queue_offset=offset,
-            broker=self.broker,
-            group=config.name,
-            delivery_attempt=attempt,
-            **optional,
+        delivered.append(
+            {
+                "message_id": message_id,
+                "topic": key.topic,
+                "queue_id": key.queue_id,
+                "queue_offset": offset,
+                "delivery_attempt": attempt,
+            }
         )
         return Lease(handle.encode(self.receipt_key), attempt, expires)
 

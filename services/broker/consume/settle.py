@@ -29,6 +29,7 @@ from libs.errors import (
     LeaseExpired,
     LeaseLost,
     LeaseSuperseded,
+    PetrelError,
 )
 from libs.names import retry_topic
 from libs.receipt import ReceiptHandle
@@ -51,7 +52,23 @@ class Settlement:
 
     # ---- what consumers call ---------------------------------------------------------------
 
-    async def ack(self, group: str, text: str) -> None:
+    async def ack(self, group: str, texts: list[str]) -> list[PetrelError | None]:
+        """End each handle's lease, in order: None for an ack, else why not; one `acked` line for the call."""
+        results: list[PetrelError | None] = []
+        acked: list[dict[str, object]] = []
+        try:
+            for text in texts:
+                try:
+                    acked.append(await self._ack(group, text))
+                    results.append(None)
+                except PetrelError as exc:
+                    results.append(exc)
+        finally:  # what was acked was acked, even when the call is cancelled halfway
+            self.pop.events.emit_batch("acked", acked, broker=self.pop.broker, group=group)
+        return results
+
+    async def _ack(self, group: str, text: str) -> dict[str, object]:
+        """End the lease; its `acked` event's own fields."""
         _, window, leased, config = await self._current(group, text)
         window.release(leased.offset)
         window.in_place_attempts.pop(leased.offset, None)
@@ -59,7 +76,13 @@ class Settlement:
         self.pop.commit(window)
         if config.fifo:
             self.pop.waiters.notify(window.key.topic, window.key.queue_id)
-        self._emit("acked", window, leased, config)
+        return {
+            "message_id": leased.message_id,
+            "topic": window.key.topic,
+            "queue_id": window.key.queue_id,
+            "queue_offset": leased.offset,
+            "delivery_attempt": leased.attempt,
+        }
 
     async def nack(
         self, group: str, text: str, delay_ms: int | None, delay_level: int | None, reason: str | None

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from libs.codec import iter_records
+from libs.events.contract import events_of
 from libs.message import MessageRecord, Prop
 from libs.receipt import ReceiptHandle
 from services.broker.app import create_app
@@ -233,7 +234,7 @@ async def test_the_lifecycle_of_a_failing_message_is_in_the_event_log(nameserver
         await settle(client, "ack", handle)
 
     files = (settings.data_dir / "export" / "events").rglob("broker-*.jsonl")
-    lines = [json.loads(line) for path in files for line in path.read_text().splitlines()]
+    lines = [e for path in files for line in path.read_text().splitlines() for e in events_of(json.loads(line))]
     story = [e["event"] for e in lines if e.get("message_id") == message_id and e["event"] not in ("stored",)]
     assert story == [
         "delivered",
