@@ -19,8 +19,9 @@ The mapping is read at each call: an app registered, replaced or removed later
 
 A call is one ASGI call (`call_app`): the scope built from the call, one `receive`
 giving the whole body, the answer collected from `send`. httpx's `ASGITransport`
-did the same through httpx's request and response models and cost about 20 times
-as much CPU a call (a colocated send would have paid more for the hop than TCP).
+did the same through httpx's request and response models: about 190 us of CPU a call
+against 14 us here (a 1 KiB POST to a bare app through InternalClient), more than the
+TCP hop it replaces in colocated mode.
 After the body, `receive` waits until the answer is whole and then says the client
 disconnected, as a server says it once a response is sent. An app's unhandled error
 before it answered is its 500 (as a server answers it); after it began to answer, the
