@@ -95,9 +95,9 @@ def test_colocated_up_serves_sends_and_receives_from_one_process_that_status_sho
 
 @pytest.mark.timeout(240)
 async def test_every_answered_send_is_accounted_for_under_kill_9_of_the_colocated_process(tmp_path: Path) -> None:
-    # Killing "the broker" kills the one process that is the gateway and broker-a; timer and txcheck die too.
+    # Each of the three dies once in 10 s of load: "the broker" is the one process that is the gateway and broker-a.
     config = ChaosConfig(
-        seed=seed_from_env(), duration_s=15.0, kills=4, quiesce_s=40.0, targets=(BROKER, TIMER, TXCHECK)
+        seed=seed_from_env(), duration_s=10.0, kills=3, quiesce_s=40.0, targets=(BROKER, TIMER, TXCHECK)
     )
     secret = webhooks.new_secret()
     data_dir = tmp_path / "data"
@@ -110,4 +110,4 @@ async def test_every_answered_send_is_accounted_for_under_kill_9_of_the_colocate
 
     assert result.ok, result.report()
     assert result.verdict.figures["sends answered"] > 0
-    assert sum(1 for kill in result.ledger.kills if kill.process == BROKER) >= 1
+    assert [kill.process for kill in result.ledger.kills].count(BROKER) == 1
