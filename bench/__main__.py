@@ -1,4 +1,4 @@
-"""`python -m bench [scenario ...] [--quick] [--runs N] [--profile]`: the same as `petrel bench`."""
+"""`python -m bench [scenario ...] [--quick] [--runs N] [--profile] [--colocated]`: the same as `petrel bench`."""
 
 from __future__ import annotations
 
@@ -32,8 +32,16 @@ def main(argv: list[str] | None = None) -> None:
         metavar="NAME",
         help="the nemesis run draws only from these faults (repeat it; e.g. kill_etcd_leader; default: all)",
     )
+    parser.add_argument(
+        "--colocated",
+        action="store_true",
+        help="gateway and sizing: also measure a colocated cluster (petrel up --colocated: the gateway and broker in "
+        "one process) and give its figures beside the separate services'",
+    )
     args = parser.parse_args(argv)
-    options = BenchOptions(quick=args.quick, rounds=args.rounds, seed=args.seed, nemeses=tuple(args.nemesis))
+    options = BenchOptions(
+        quick=args.quick, rounds=args.rounds, seed=args.seed, nemeses=tuple(args.nemesis), colocated=args.colocated
+    )
     run(SCENARIOS, args.scenarios, options, args.results, runs=args.runs, profile=args.profile)
 
 

@@ -72,8 +72,13 @@ def clusters_up() -> tuple[Cluster, ...]:
 
 @contextlib.contextmanager
 def petrel_cluster(
-    env: dict[str, str] | None = None, timeout: float = 90.0, replicas: int = 0, async_replication: bool = False
+    env: dict[str, str] | None = None,
+    timeout: float = 90.0,
+    replicas: int = 0,
+    async_replication: bool = False,
+    colocated: bool = False,
 ) -> Iterator[Cluster]:
+    """`petrel up` on free ports (`colocated`: with --colocated, the gateway and broker-a in one process)."""
     data_dir = Path(tempfile.mkdtemp(prefix="petrel-bench-cluster-"))
     broker_port = free_port_run(1 + replicas)
     ports = _other_ports(range(broker_port, broker_port + 1 + replicas))
@@ -82,6 +87,8 @@ def petrel_cluster(
     command += ["--broker-port", str(broker_port)]
     for option, port in ports.items():
         command += [option, str(port)]
+    if colocated:
+        command.append("--colocated")
     if replicas:
         command += ["--replicas", str(replicas)] + (["--async-replication"] if async_replication else [])
         command += ["--etcd-port", str(_etcd_port(range(broker_port, broker_port + 1 + replicas), ports))]

@@ -44,6 +44,8 @@ class BenchOptions:
     """The seed of a seeded scenario (nemesis); None: a new one, printed."""
     nemeses: tuple[str, ...] = ()
     """The nemesis run's faults to draw from (bench.nemesis.plan.Nemesis names, e.g. kill_etcd_leader); (): all."""
+    colocated: bool = False
+    """Also measure a colocated cluster (`petrel up --colocated`) where a scenario can (gateway, sizing)."""
 
 
 Scenario = Callable[[BenchOptions], list[Figure]]

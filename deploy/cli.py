@@ -185,6 +185,12 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="start over: delete --data-dir (every topic, message, key and log) and the cluster's Redis keys first",
     )
     p.add_argument(
+        "--colocated",
+        action="store_true",
+        help="run the gateway and the broker in one process, the hop between them an in-process call (a single "
+        "machine with one broker: not with --brokers over 1, --replicas or --gateway-workers over 1)",
+    )
+    p.add_argument(
         "--no-etl",
         dest="etl",
         action="store_false",
@@ -203,6 +209,12 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         type=Path,
         metavar="PATH",
         help="KEY=VALUE lines put in the environment first (a variable already set wins)",
+    )
+    p.add_argument(
+        "--colocated",
+        action="store_true",
+        help="gateway only: run its one broker in this process too (PETREL_BROKER_* settings), the hop between "
+        "them an in-process call; not with replicas or several gateway processes",
     )
 
 
@@ -327,6 +339,7 @@ def _up(args: argparse.Namespace, argv: list[str]) -> int:
         etl=args.etl,
         insecure_no_auth=args.insecure_no_auth,
         fresh=args.fresh,
+        colocated=args.colocated,
     )
     return up(options, args.redis_url)
 
@@ -362,7 +375,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "serve":
         from deploy.serve import serve
 
-        sys.exit(serve(args.service, args.env_file))
+        sys.exit(serve(args.service, args.env_file, colocated=args.colocated))
     if args.command == "openapi":
         _openapi(args.dir, args.check)
         return

@@ -6,7 +6,9 @@ The cluster-wide settings (data dir, nameservers, Redis, the delay-level table,
 the cluster token's file) go to every process alike: the token file's path, never
 the token (libs.cluster_token). With `--replicas`, the etcd that holds the controller's state
 comes first (a private one's members, deploy.etcd_server, unless PETREL_ETCD_ENDPOINTS names
-one), and every process gets PETREL_ETCD_ENDPOINTS and PETREL_ETCD_PREFIX.
+one), and every process gets PETREL_ETCD_ENDPOINTS and PETREL_ETCD_PREFIX. With `--colocated`,
+the gateway and the one broker are one process, `petrel serve gateway --colocated`
+(deploy.colocated), started where the broker would be, with both services' settings.
 """
 
 from __future__ import annotations
@@ -53,9 +55,11 @@ class UpOptions:
     etl: bool = True
     """the nightly ETL's Celery worker and beat (`--no-etl`, PETREL_ETL_NIGHTLY=false: left out)"""
     insecure_no_auth: bool = False
+    """`--insecure-no-auth`: let the gateway run without API keys on an address other hosts reach"""
     fresh: bool = False
     """`--fresh`: wipe the data directory (and the cluster's Redis keys) first, after a line saying so"""
-    """`--insecure-no-auth`: let the gateway run without API keys on an address other hosts reach"""
+    colocated: bool = False
+    """`--colocated`: the gateway and the one broker in one process (deploy.colocated)"""
 
     @property
     def nameserver_count(self) -> int:
@@ -121,6 +125,7 @@ def plan_cluster(options: UpOptions, redis_url: str, etcd: EtcdSettings | None =
     count = options.nameserver_count
     if options.brokers < 1 or count < 1:
         raise ValueError("a cluster needs at least one nameserver and one broker")
+    check_colocated(options)
     if options.replicas < 0:
         raise ValueError("--replicas must be 0 or more")
     _check_gateway_workers(options.gateway_workers)
@@ -149,7 +154,8 @@ def plan_cluster(options: UpOptions, redis_url: str, etcd: EtcdSettings | None =
         )
         for i in range(count)
     ]
-    specs += _brokers(options, shared | ({"PETREL_BROKER_CONTROLLED": "true"} if options.replicas else {}))
+    brokers = _brokers(options, shared | ({"PETREL_BROKER_CONTROLLED": "true"} if options.replicas else {}))
+    specs += [_colocated(options, brokers[0], shared)] if options.colocated else brokers
     specs.append(
         ProcessSpec("timer", "services.timer", options.timer_port, shared | _port("TIMER", options.timer_port))
     )
@@ -166,7 +172,35 @@ def plan_cluster(options: UpOptions, redis_url: str, etcd: EtcdSettings | None =
         etl_env = shared | {"PETREL_ETL_REDIS_KEY_PREFIX": _prefix(options, "etl")}
         specs.append(ProcessSpec("etl-worker", "services.etl", 0, etl_env, args=("worker",)))
         specs.append(ProcessSpec("etl-beat", "services.etl", 0, etl_env, args=("beat",)))
-    return specs + _gateways(options, shared)
+    return specs if options.colocated else specs + _gateways(options, shared)
+
+
+def check_colocated(options: UpOptions) -> None:
+    """`--colocated` with an option that needs separate processes is refused (ValueError naming the option)."""
+    if not options.colocated:
+        return
+    conflicts = [
+        (options.brokers > 1, f"--brokers {options.brokers}", "runs one broker"),
+        (options.replicas > 0, f"--replicas {options.replicas}", "runs one broker without slaves"),
+        (options.gateway_workers > 1, f"--gateway-workers {options.gateway_workers}", "runs one gateway process"),
+    ]
+    for conflict, option, promise in conflicts:
+        if conflict:
+            raise ValueError(f"--colocated {promise}: {option} needs separate processes (leave out --colocated)")
+
+
+def _colocated(options: UpOptions, broker: ProcessSpec, shared: dict[str, str]) -> ProcessSpec:
+    """The gateway and the broker in one process, on the gateway's port and the broker's."""
+    (gateway,) = _gateways(options, shared)
+    return ProcessSpec(
+        f"gateway+{broker.name}",
+        "deploy",
+        gateway.port,
+        broker.env | gateway.env,
+        host=options.host,
+        args=("serve", "gateway", "--colocated"),
+        other_ports=(broker.port,),
+    )
 
 
 def _etcd(options: UpOptions, etcd: EtcdSettings) -> tuple[list[ProcessSpec], dict[str, str]]:

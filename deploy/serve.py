@@ -13,6 +13,9 @@ Settings come from the environment only, as for `python -m`.
   line to try a value).
 - Before the service starts, its settings are built once and its cluster token read: a bad
   setting is one line naming the variable, exit 2, rather than a traceback from inside it.
+- `--colocated` (gateway only): the gateway and its one broker in this one process, the
+  broker's settings from PETREL_BROKER_* as `petrel serve broker` reads them (deploy.colocated);
+  a broker with replicas or a gateway sharing its port is refused (exit 2).
 - SIGTERM (what systemd stops a service with) ends it cleanly, exit 0: uvicorn sends the
   signal again once it has shut down, which here exits rather than kills the process.
   Ctrl-C ends it as cleanly, exit 130.
@@ -49,19 +52,22 @@ class SettingsProblem(ValueError):
     """A setting the service would refuse at start: the message names the variable."""
 
 
-def serve(service: str, env_file: Path | None = None) -> int:
-    """Run `service` until it is stopped; its exit status."""
+def serve(service: str, env_file: Path | None = None, *, colocated: bool = False) -> int:
+    """Run `service` until it is stopped; its exit status. `colocated`: the gateway with its broker in this process."""
     try:
         if env_file is not None:
             for name, value in read_env_file(env_file).items():
                 os.environ.setdefault(name, value)
-        settings_check(service)
+        if colocated:
+            colocated_check(service)
+        else:
+            settings_check(service)
     except (EnvFileError, SettingsProblem) as exc:
         print(f"petrel serve {service}: {exc}", file=sys.stderr)
         return BAD_SETTING
     signal_exit_cleanly()
     try:
-        return _ENTRY_POINTS[service]()
+        return _colocated() if colocated else _ENTRY_POINTS[service]()
     except KeyboardInterrupt:  # Ctrl-C in a terminal: uvicorn has shut down, the signal comes back as this
         return 130
 
@@ -107,6 +113,21 @@ def settings_check(service: str) -> None:
         raise SettingsProblem("; ".join(_validation_lines(cls, exc))) from None
     except (SettingsError, ClusterTokenError, ValueError) as exc:
         raise SettingsProblem(str(exc)) from None
+
+
+def colocated_check(service: str) -> None:
+    """The broker's and the gateway's settings as colocated mode builds them; SettingsProblem if they do not fit."""
+    from deploy.colocated import refusal
+    from gateway.settings import GatewaySettings
+    from services.broker.settings import BrokerSettings
+
+    if service != "gateway":
+        raise SettingsProblem("--colocated runs the gateway with its broker: petrel serve gateway --colocated")
+    settings_check("broker")
+    settings_check("gateway")
+    problem = refusal(BrokerSettings(), GatewaySettings())
+    if problem is not None:
+        raise SettingsProblem(problem)
 
 
 def _validation_lines(cls: type[ServiceSettings], exc: ValidationError) -> list[str]:
@@ -158,6 +179,13 @@ def _timer() -> int:
 
 def _push() -> int:
     from services.push.__main__ import main
+
+    main()
+    return 0
+
+
+def _colocated() -> int:
+    from deploy.colocated import main
 
     main()
     return 0

@@ -238,6 +238,7 @@ class Supervisor:
                     "name": c.spec.name,
                     "pid": c.process.pid,
                     "url": c.spec.url,
+                    "other_ports": list(c.spec.other_ports),
                     "log": str(c.log_path),
                     "running": c.process.poll() is None,
                 }

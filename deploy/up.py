@@ -14,7 +14,7 @@ from redis.exceptions import RedisError
 from deploy import etcd_server
 from deploy.etcd_server import EtcdNotAvailable
 from deploy.fresh import forget_redis_keys, wipe_data_dir
-from deploy.plan import ProcessSpec, UpOptions, plan_cluster
+from deploy.plan import ProcessSpec, UpOptions, check_colocated, plan_cluster
 from deploy.redis_server import (
     DEFAULT_REDIS_URL,
     RedisNotAvailable,
@@ -40,6 +40,7 @@ def up(options: UpOptions, redis_url: str | None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
+        check_colocated(options)  # before anything is wiped or started
         if options.fresh:
             wipe_data_dir(options.data_dir)
         options = _with_etl_setting(options)
@@ -164,6 +165,8 @@ def _auth_line(options: UpOptions, required: bool) -> list[str]:
 def _workers_line(options: UpOptions) -> str:
     """How many gateway processes serve the port, and how to have more or fewer."""
     workers = options.gateway_workers
+    if options.colocated:
+        return "in one process with the broker (--colocated): its calls to the broker are in-process calls"
     if workers == 1:
         return "1 worker (petrel up --gateway-workers N: N processes on the one port)"
     return f"{workers} workers sharing port {options.gateway_port} (SO_REUSEPORT): the kernel spreads connections"
@@ -189,6 +192,8 @@ def _print_urls(
     lines = ["", "Petrel is up."]
     for spec in specs:
         where = spec.url if spec.port else f"(Celery {spec.args[0] if spec.args else 'process'}, no port)"
+        if spec.other_ports and not spec.restart:  # colocated: the broker's port too
+            where += "".join(f" and http://127.0.0.1:{port}" for port in spec.other_ports)
         lines.append(f"  {spec.name:15} {where}")
     lines.append(f"  {'redis':15} {masked(redis_url)}")
     first, *more = _auth_line(options, auth)

@@ -36,11 +36,12 @@ class PlannedKill:
     """how long it stays dead before its restart begins"""
 
 
-def schedule(seed: int, duration_s: float, kills: int) -> list[PlannedKill]:
+def schedule(seed: int, duration_s: float, kills: int, among: tuple[str, ...] = TARGETS) -> list[PlannedKill]:
+    """`among`: the processes to kill (colocated, the broker is the gateway too: TARGETS but the gateway)."""
     rng = random.Random(f"{seed}:killer")
-    targets = list(TARGETS)
+    targets = list(among)
     rng.shuffle(targets)
-    targets += [rng.choice(TARGETS) for _ in range(max(0, kills - len(targets)))]
+    targets += [rng.choice(among) for _ in range(max(0, kills - len(targets)))]
     moments = sorted(rng.uniform(0.1 * duration_s, 0.9 * duration_s) for _ in targets)
     return [PlannedKill(at, target, rng.uniform(0.0, 1.5)) for at, target in zip(moments, targets, strict=True)]
 

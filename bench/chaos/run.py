@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 
 from bench.chaos.checkback import SECRET_ENV
-from bench.chaos.killer import Killer, Processes, schedule
+from bench.chaos.killer import TARGETS, Killer, Processes, schedule
 from bench.chaos.ledger import Fate, Ledger, Verdict
 from bench.chaos.load import GROUP_A, GROUP_B, PRODUCER_GROUP, TOPIC, Consumer, LoadShape, Producer
 from bench.chaos.patient import PatientClient
@@ -51,6 +51,8 @@ class ChaosConfig:
     kills: int = 5
     quiesce_s: float = 45.0
     shape: LoadShape = field(default_factory=LoadShape)
+    targets: tuple[str, ...] = TARGETS
+    """the processes killed (a colocated cluster's broker is its gateway too: TARGETS without the gateway)"""
 
 
 @dataclass(slots=True)
@@ -127,7 +129,7 @@ async def run_chaos(
         )
         for n in range(config.shape.producers)
     ]
-    killer = Killer(processes, ledger, schedule(config.seed, config.duration_s, config.kills))
+    killer = Killer(processes, ledger, schedule(config.seed, config.duration_s, config.kills, config.targets))
     killing = asyncio.create_task(killer.run())
     await asyncio.sleep(config.duration_s)
     stop_load.set()

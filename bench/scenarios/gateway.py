@@ -15,6 +15,11 @@ key made with `petrel keys create` (pub and admin, 1,000,000 calls a second: a
 finite rate, so the rate limiter counts every call); their loads alternate,
 `rounds` times, and the medians are compared. `BENCH_GATEWAY_ONLY=auth` runs
 this figure alone.
+
+With `--colocated`, single sends and batches are measured on a colocated cluster too
+(`petrel up --colocated`: the gateway and broker-a in one process), beside the same
+references. `BENCH_GATEWAY_ONLY=single` measures single sends alone (separate, colocated
+with `--colocated`, and the no-op), for a quick comparison.
 """
 
 from __future__ import annotations
@@ -57,12 +62,21 @@ def gateway(options: BenchOptions) -> list[Figure]:
     timing = QUICK if options.quick else FULL
     rounds = 1 if options.quick else 3
     os.sync()  # so that writeback left by an earlier scenario does not run during the measurements
-    if os.environ.get(ONLY_ENV) == "auth":
+    only = os.environ.get(ONLY_ENV)
+    if only == "auth":
         return [auth_cost(timing, rounds)]
+    if only == "single":
+        return single_sends_only(timing, options.colocated)
     with petrel_cluster() as cluster:
         messages = bench_topic(cluster)
         single = sends(messages, "single", timing, "single sends")
         batch = sends(f"{messages}:batch", "batch", timing, "batches")
+    colocated: list[tuple[float, float]] = []
+    if options.colocated:
+        with petrel_cluster(colocated=True) as cluster:
+            messages = bench_topic(cluster)
+            single_c = sends(messages, "single", timing, "single sends, colocated")
+            colocated.append((single_c, sends(f"{messages}:batch", "batch", timing, "batches, colocated")))
     noop = noop_sends(timing)
     redis_async = redis_batches(SHARED_REDIS, timing, "Redis XADD batches")
     with petrel_cluster(SYNC_FLUSH) as cluster:
@@ -71,10 +85,41 @@ def gateway(options: BenchOptions) -> list[Figure]:
         redis_sync = redis_batches(url, timing, "Redis appendfsync always batches")
     return [
         single_send_figure(single, noop),
+        *(colocated_send_figure(single_c, noop) for single_c, _ in colocated),
         batch_figure(batch, redis_async),
+        *(colocated_batch_figure(batch_c, redis_async) for _, batch_c in colocated),
         sync_batch_figure(sync_batch, redis_sync),
         auth_cost(timing, rounds),
     ]
+
+
+def single_sends_only(timing: Timing, colocated: bool) -> list[Figure]:
+    """Single sends on separate services (and colocated), and the no-op, one after another."""
+    with petrel_cluster() as cluster:
+        single = sends(bench_topic(cluster), "single", timing, "single sends")
+    figures = []
+    if colocated:
+        with petrel_cluster(colocated=True) as cluster:
+            figures.append(sends(bench_topic(cluster), "single", timing, "single sends, colocated"))
+    noop = noop_sends(timing)
+    return [single_send_figure(single, noop), *(colocated_send_figure(ours, noop) for ours in figures)]
+
+
+def colocated_send_figure(ours: float, noop: float) -> Figure:
+    return Figure(
+        "gateway: send 1 message, colocated, 32 conns",
+        ours,
+        "FastAPI no-op POST, typed body, same server",
+        noop,
+        "msg/s",
+        1.0,
+    )
+
+
+def colocated_batch_figure(ours: float, redis: float) -> Figure:
+    return Figure(
+        "gateway: batches of 32, colocated, 32 conns", ours, "Redis XADD pipelined 32, 32 clients", redis, "msg/s", 0.5
+    )
 
 
 def single_send_figure(ours: float, noop: float) -> Figure:

@@ -27,6 +27,8 @@ QUEUES = 8
 DRAIN_TOPIC = "sizing-drain"
 PROCESSES = ("gateway", "broker-a")
 """The processes on a message's path; the others (nameserver, timer, txcheck, push) are reported together."""
+COLOCATED = ("gateway+broker-a",)
+"""The process on a message's path in a colocated cluster (`--colocated`: measured too, beside the separate one)."""
 
 
 def cpu_seconds(cluster: Cluster) -> dict[str, float]:
@@ -43,13 +45,14 @@ def cpu_seconds(cluster: Cluster) -> dict[str, float]:
     return found
 
 
-def per_message(cluster: Cluster, load: Callable[[], int]) -> dict[str, float]:
-    """CPU µs a message of each process on the path (and 'others'), over a load that answers how many it moved."""
+def per_message(cluster: Cluster, load: Callable[[], int], processes: tuple[str, ...] = PROCESSES) -> dict[str, float]:
+    """CPU µs a message of each of `processes` (those on the path) and of the others together ('others'), over a
+    load that answers how many it moved."""
     before = cpu_seconds(cluster)
     moved = load()
     after = cpu_seconds(cluster)
     spent = {name: after[name] - before.get(name, 0.0) for name in after}
-    costs = {name: spent.pop(name, 0.0) * 1e6 / max(moved, 1) for name in PROCESSES}
+    costs = {name: spent.pop(name, 0.0) * 1e6 / max(moved, 1) for name in processes}
     costs["others"] = sum(spent.values()) * 1e6 / max(moved, 1)
     return costs
 
@@ -57,8 +60,26 @@ def per_message(cluster: Cluster, load: Callable[[], int]) -> dict[str, float]:
 def sizing(options: BenchOptions) -> list[Figure]:
     timing = Timing(0.0, 2.0) if options.quick else Timing(0.0, 8.0)  # no warm-up: every answered send is counted
     drain_count = 20_000 if options.quick else 100_000
+    results = _costs(timing, drain_count, PROCESSES)
+    figures = [
+        Figure(f"CPU a message, {process}: {load}", cost, "-", 0.0, "us")
+        for load, costs in results.items()
+        for process, cost in costs.items()
+    ]
+    if options.colocated:
+        colocated = _costs(timing, drain_count, COLOCATED)
+        figures += [
+            Figure(f"CPU a message, colocated, {process}: {load}", cost, "-", 0.0, "us")
+            for load, costs in colocated.items()
+            for process, cost in costs.items()
+        ]
+    return figures
+
+
+def _costs(timing: Timing, drain_count: int, processes: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Each load's CPU a message of each of `processes` (COLOCATED: on a colocated cluster) and the others."""
     results: dict[str, dict[str, float]] = {}
-    with petrel_cluster() as cluster:
+    with petrel_cluster(colocated=processes == COLOCATED) as cluster:
         for kind, path in (("single", "messages"), ("batch", "messages:batch")):
             topic = f"sizing-{kind}"
             request_json("PUT", f"{cluster.url}/v1/topics/{topic}", {"queues": QUEUES})
@@ -68,19 +89,18 @@ def sizing(options: BenchOptions) -> list[Figure]:
                 tally = load_tally([sys.executable, "-m", "bench.loadgen", url, kind], timing, f"sizing: {kind} sends")
                 return tally.requests * tally.messages_per_request
 
-            results["single sends" if kind == "single" else "batches of 32"] = per_message(cluster, send_load)
+            results["single sends" if kind == "single" else "batches of 32"] = per_message(
+                cluster, send_load, processes
+            )
         _backlog(cluster, DRAIN_TOPIC, drain_count)
         results["receive+ack 32, 8 consumers"] = per_message(
             cluster,
             lambda: (
                 consumers.group_drain(cluster, DRAIN_TOPIC, QUEUES, drain_count, consumers.CONSUMERS, "no").delivered
             ),
+            processes,
         )
-    return [
-        Figure(f"CPU a message, {process}: {load}", cost, "-", 0.0, "us")
-        for load, costs in results.items()
-        for process, cost in costs.items()
-    ]
+    return results
 
 
 def _backlog(cluster: Cluster, topic: str, count: int) -> None:

@@ -5,7 +5,8 @@ Memory is each process's proportional set size with its children's (a Celery wor
 a page shared by N processes counts 1/N in each, so the total is what the cluster takes from the machine.
 RSS, which counts a shared page in every process that maps it (a forked pool child shares most of its
 parent's), is there too; it adds up to more than the machine gives. The `petrel up` supervisor is a row
-of its own.
+of its own. A process listening on more than one port (the colocated gateway+broker-a, an etcd member's peer port)
+shows them all.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def status(data_dir: str, quiet: bool) -> dict[str, Any]:
                 {**process, "port": port, "health": health, "version": version, "pss_mb": pss, "rss_mb": rss}
                 | {"children": len(tree) - 1}
             )
-            rows.append((process["name"], process["pid"], port, health, version, len(tree) - 1, pss, rss))
+            others = process.get("other_ports") or []
+            ports = " + ".join(f"{p:,}" for p in [port, *others]) if others and port else port
+            rows.append((process["name"], process["pid"], ports, health, version, len(tree) - 1, pss, rss))
     if not quiet:
         print(table(rows, ["PROCESS", "PID", "PORT", "HEALTH", "VERSION", "CHILDREN", "MEM MB", "RSS MB"]))
         pss_total = sum(f["pss_mb"] or 0.0 for f in found)

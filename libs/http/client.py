@@ -49,6 +49,7 @@ __all__ = [
     "InternalClient",
     "error_for_response",
     "internal_http",
+    "tcp_transport",
     "token_header",
 ]
 
@@ -74,9 +75,7 @@ class InternalClient:
     def __init__(self, options: ClientOptions = ClientOptions(), transport: Transport | None = None) -> None:
         """`transport`: how calls travel; TCP (LeanTransport) unless given (tests give `AsgiTransport`)."""
         self.options = options
-        self.transport: Transport = transport or LeanTransport(
-            connect_timeout=options.connect_timeout, timeout=options.timeout, max_connections=options.max_connections
-        )
+        self.transport: Transport = transport or tcp_transport(options)
         self._headers = token_header(options.token)
 
     async def start(self) -> None:
@@ -167,6 +166,13 @@ class InternalClient:
                 raise last
         assert last is not None
         raise last
+
+
+def tcp_transport(options: ClientOptions) -> Transport:
+    """The production transport (LeanTransport) with these options' timeouts and pool size."""
+    return LeanTransport(
+        connect_timeout=options.connect_timeout, timeout=options.timeout, max_connections=options.max_connections
+    )
 
 
 def token_header(token: str | None) -> dict[str, str]:

@@ -25,38 +25,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final, cast
 from urllib.parse import urlencode, urlsplit
 
 import httptools
 
-from libs.http.transport import BinaryResponse, Call, ConnectFailed, ConnectionLost, TimedOut
+from libs.http.transport import BinaryResponse, Call, ConnectFailed, ConnectionLost, Headers, TimedOut
 
 IDLE_SECONDS: Final = 30.0
 IDEMPOTENT: Final = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
-
-
-class Headers(Mapping[str, str]):
-    """An answer's headers, looked up without regard to case (names are kept lowercase)."""
-
-    __slots__ = ("_items",)
-
-    def __init__(self, items: dict[str, str]) -> None:
-        self._items = items
-
-    def __getitem__(self, name: str) -> str:
-        return self._items[name.lower()]
-
-    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
-        return self._items.get(name.lower(), default)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 class _Connection(asyncio.Protocol):

@@ -15,6 +15,12 @@ With `reuse_port`, the service opens its listening sockets itself, with SO_REUSE
 `petrel up --gateway-workers N`) listen on one port and the kernel spreads connections
 among them; each process keeps its own limits, connections and garbage collector.
 
+`serve_together` serves several apps in one process and one event loop, each on its own port
+(colocated mode, deploy.colocated: the gateway and its broker): started in order, each up
+(lifespan started, port bound) before the next, and stopped in the reverse order, each
+server's responses in flight finished before the next one stops (the gateway's calls to
+the broker end before the broker flushes and closes).
+
 The garbage collector: a service's objects that live for its whole life are
 frozen after start-up, and full collections are made rarer, so that a
 collection does not stop a busy gateway for 50-80 ms (measured by the consumer
@@ -23,13 +29,17 @@ benchmark as the latency tail).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
 import resource
+import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -54,11 +64,8 @@ STARTUP_FAILURE = 3
 
 def serve(app: FastAPI, settings: ServiceSettings, *, reuse_port: bool = False) -> None:
     """Serve `app` until a signal stops it; `reuse_port`: on a port other processes may share (SO_REUSEPORT)."""
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # not a line per call
-    app.router.lifespan_context = _frozen_after_start(app.router.lifespan_context)
-    _allow_open_files(settings.max_connections + OTHER_OPEN_FILES)
-    server = StoppingServer(server_config(app, settings))
+    _set_up_process(settings, settings.max_connections)
+    server = _server(app, settings)
     setattr(app.state, STOP_SERVER, lambda: setattr(server, "should_exit", True))
     if not reuse_port:
         server.run()
@@ -70,6 +77,85 @@ def serve(app: FastAPI, settings: ServiceSettings, *, reuse_port: bool = False) 
         sys.exit(STARTUP_FAILURE)
     log.info("serving on %s:%d, a port shared with other processes (SO_REUSEPORT)", settings.host, settings.port)
     server.run(sockets=sockets)
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """One of the apps `serve_together` serves."""
+
+    app: FastAPI
+    settings: ServiceSettings
+    started: Callable[[dict[str, Any]], None] | None = None
+    """told the lifespan's state once the app is up, before the next app starts (what calls it in-process need)"""
+
+
+def serve_together(served: Sequence[Served]) -> None:
+    """Serve every app in this process, on one event loop, until a signal stops them all (SIGTERM, Ctrl-C);
+    the first app's settings say how the process logs."""
+    _set_up_process(served[0].settings, sum(one.settings.max_connections for one in served))
+    servers = [_server(one.app, one.settings) for one in served]
+
+    def stop_all() -> None:
+        for server in servers:
+            server.should_exit = True
+
+    for one in served:
+        setattr(one.app.state, STOP_SERVER, stop_all)
+    with _signals_stop(servers), asyncio.Runner(loop_factory=servers[0].config.get_loop_factory()) as runner:
+        runner.run(_serve_in_order(servers, served))
+
+
+async def _serve_in_order(servers: list[StoppingServer], served: Sequence[Served]) -> None:
+    running: list[StoppingServer] = []
+    try:
+        for server, one in zip(servers, served, strict=True):
+            server.config.load()
+            server.lifespan = server.config.lifespan_class(server.config)
+            await server.startup()  # a failed lifespan or bind exits (SystemExit): the finally stops the others
+            running.append(server)
+            if server.should_exit:
+                return
+            if one.started is not None:
+                one.started(server.lifespan.state)
+        await asyncio.gather(*(server.main_loop() for server in running))
+    finally:
+        for server in reversed(running):
+            if server.started:
+                await server.shutdown()
+
+
+@contextlib.contextmanager
+def _signals_stop(servers: list[StoppingServer]) -> Iterator[None]:
+    """SIGINT and SIGTERM stop every server (a second Ctrl-C without waiting for responses); once they have
+    stopped, the signal is raised again, as uvicorn does for one server (`petrel serve` exits on it)."""
+    caught: list[int] = []
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        force = bool(caught) and signum == signal.SIGINT
+        caught.append(signum)
+        for server in servers:
+            server.should_exit = True
+            server.force_exit = server.force_exit or force
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for handled, handler in previous.items():
+            signal.signal(handled, handler)
+    for again in reversed(caught):
+        signal.raise_signal(again)
+
+
+def _set_up_process(settings: ServiceSettings, max_connections: int) -> None:
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # not a line per call
+    _allow_open_files(max_connections + OTHER_OPEN_FILES)
+
+
+def _server(app: FastAPI, settings: ServiceSettings) -> StoppingServer:
+    app.router.lifespan_context = _frozen_after_start(app.router.lifespan_context)
+    return StoppingServer(server_config(app, settings))
 
 
 class StoppingServer(uvicorn.Server):

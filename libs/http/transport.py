@@ -6,7 +6,8 @@ mapping, and hands each attempt to a transport:
 
 - `LeanTransport` (production, the default; in `libs.http.lean_transport`): pooled keep-alive
   HTTP/1.1 connections over TCP, one asyncio protocol each.
-- `AsgiTransport` (tests, in `libs.http.asgi`): calls ASGI apps in this process by address.
+- `AsgiTransport` (tests, and colocated mode's calls to its own broker; in `libs.http.asgi`): calls ASGI apps in
+  this process by address.
 
 Exceptions a transport raises (anything else is a bug)::
 
@@ -18,7 +19,7 @@ Exceptions a transport raises (anything else is a bug)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -40,6 +41,27 @@ class ConnectionLost(TransportError):
 class TimedOut(TransportError):
     def __init__(self) -> None:
         super().__init__("timed out")
+
+
+class Headers(Mapping[str, str]):
+    """An answer's headers, looked up without regard to case (names are kept lowercase)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: dict[str, str]) -> None:
+        self._items = items
+
+    def __getitem__(self, name: str) -> str:
+        return self._items[name.lower()]
+
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return self._items.get(name.lower(), default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 @dataclass(frozen=True, slots=True)

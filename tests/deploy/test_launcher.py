@@ -348,3 +348,17 @@ def test_async_replication_and_no_replicas_plan_async_masters_and_too_many_broke
     assert [s.env["PETREL_BROKER_ROLE"] for s in alone if s.module == "services.broker"] == ["ASYNC_MASTER"]
     with pytest.raises(ValueError, match="reach the timer's port 10931"):
         plan_cluster(UpOptions(brokers=7, replicas=2), "redis://x")
+
+
+def test_a_colocated_plan_has_one_process_for_the_gateway_and_the_broker_in_the_brokers_place() -> None:
+    specs = plan_cluster(UpOptions(colocated=True, gateway_port=8181, broker_port=10921), "redis://x")
+    names = [s.name for s in specs]
+
+    assert names[:3] == ["nameserver", "gateway+broker-a", "timer"], names
+    assert not {"gateway", "broker-a"} & set(names)
+    (colocated,) = [s for s in specs if s.name == "gateway+broker-a"]
+    assert (colocated.module, colocated.args) == ("deploy", ("serve", "gateway", "--colocated"))
+    assert (colocated.port, colocated.other_ports) == (8181, (10921,))
+    assert colocated.env["PETREL_BROKER_PORT"] == "10921"
+    assert colocated.env["PETREL_GATEWAY_PORT"] == "8181"
+    assert colocated.env["PETREL_BROKER_BROKER_NAME"] == "broker-a"

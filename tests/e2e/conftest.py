@@ -6,6 +6,10 @@ partitions or restarts a process starts a cluster of its own (tests.support.clus
 The push service and txcheck's worker and beat join the shared cluster the first time a
 test asks for them (`shared_push`, `shared_txcheck`): a worker that runs no such test
 never starts them.
+
+The core tests (send, receive, ack, retries, transactions) take `core_cluster` or
+`core_gateway` instead: they run twice, on the shared cluster and on a shared colocated
+one (`petrel serve gateway --colocated`: the gateway and broker-a in one process).
 """
 
 from __future__ import annotations
@@ -26,13 +30,40 @@ CORE = ("nameserver", "broker-a", "timer", "gateway")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """The worker's shared cluster, with a cluster token, short retry levels and a quick push circuit (its core
     processes running; see `shared_push`)."""
-    data_dir = tmp_path_factory.mktemp("shared-cluster") / "data"
-    cluster = LocalCluster(data_dir, FAST_RETRY_LEVELS | QUICK_CIRCUIT, push=True, txcheck=True, token=True)
+    yield from _shared(tmp_path_factory, "shared-cluster", colocated=False)
+
+
+@pytest.fixture(scope="session")
+def colocated_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The worker's shared cluster as `shared_cluster`, but for the gateway and broker-a: one process."""
+    yield from _shared(tmp_path_factory, "colocated-cluster", colocated=True)
+
+
+def _shared(factory: pytest.TempPathFactory, name: str, *, colocated: bool) -> Iterator[LocalCluster]:
+    data_dir = factory.mktemp(name) / "data"
+    env = FAST_RETRY_LEVELS | QUICK_CIRCUIT
+    cluster = LocalCluster(data_dir, env, push=True, txcheck=True, token=True, colocated=colocated)
     try:
         cluster.start_now(*CORE)
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(params=["separate", "colocated"])
+def core_cluster(request: pytest.FixtureRequest) -> LocalCluster:
+    """The shared cluster, then the shared colocated one: a core test runs on both."""
+    cluster: LocalCluster = request.getfixturevalue(
+        f"{'shared' if request.param == 'separate' else 'colocated'}_cluster"
+    )
+    return cluster
+
+
+@pytest.fixture
+async def core_gateway(core_cluster: LocalCluster) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of `core_cluster`'s gateway."""
+    async with httpx.AsyncClient(base_url=core_cluster.url, timeout=15) as client:
+        yield client
 
 
 @pytest.fixture
@@ -46,14 +77,24 @@ def shared_push(shared_cluster: LocalCluster) -> LocalCluster:
 def shared_txcheck(shared_cluster: LocalCluster) -> LocalCluster:
     """The shared cluster with txcheck's worker and beat running (on the real Redis, under the cluster's prefix),
     the worker ready for tasks (it serves no port to ask: its log says so)."""
-    shared_cluster.start_now("txcheck-worker", "txcheck-beat")
+    return with_txcheck(shared_cluster)
+
+
+@pytest.fixture
+def core_txcheck(core_cluster: LocalCluster) -> LocalCluster:
+    """`core_cluster` with txcheck's worker and beat running, as `shared_txcheck`."""
+    return with_txcheck(core_cluster)
+
+
+def with_txcheck(cluster: LocalCluster) -> LocalCluster:
+    cluster.start_now("txcheck-worker", "txcheck-beat")
     wait_until(
-        lambda: " ready." in shared_cluster.log("txcheck-worker"),
+        lambda: " ready." in cluster.log("txcheck-worker"),
         "txcheck's Celery worker ready",
         timeout=60,
-        context=lambda: shared_cluster.log("txcheck-worker")[-3000:],
+        context=lambda: cluster.log("txcheck-worker")[-3000:],
     )
-    return shared_cluster
+    return cluster
 
 
 @pytest.fixture

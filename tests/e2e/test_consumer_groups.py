@@ -37,9 +37,9 @@ async def settle(client: httpx.AsyncClient, verb: str, group: str, handles: list
 
 
 async def test_a_failing_message_retries_with_backoff_then_dead_letters_and_is_redriven(
-    shared_gateway: httpx.AsyncClient, unique: Callable[[str], str]
+    core_gateway: httpx.AsyncClient, unique: Callable[[str], str]
 ) -> None:
-    client, group, topic = shared_gateway, unique("billing"), unique("orders")
+    client, group, topic = core_gateway, unique("billing"), unique("orders")
     assert (await client.put(f"/v1/groups/{group}", json={"max_retries": 2})).status_code == 201
     (message_id,) = await send(client, topic, "poison")
 
@@ -64,9 +64,9 @@ async def test_a_failing_message_retries_with_backoff_then_dead_letters_and_is_r
 
 
 async def test_a_consumer_that_disappears_gets_its_messages_handed_on_after_the_lease(
-    shared_gateway: httpx.AsyncClient, unique: Callable[[str], str]
+    core_gateway: httpx.AsyncClient, unique: Callable[[str], str]
 ) -> None:
-    client, group, topic = shared_gateway, unique("shipping"), unique("parcels")
+    client, group, topic = core_gateway, unique("shipping"), unique("parcels")
     await client.put(f"/v1/groups/{group}", json={})
     sent = set(await send(client, topic, "a", "b", "c"))
     first = await receive(client, group, topic, invisible_seconds=1)

@@ -14,7 +14,7 @@ import pytest_asyncio
 
 from deploy.plan import ProcessSpec
 from deploy.supervisor import Supervisor
-from tests.support.cluster import local_cluster
+from tests.support.cluster import colocated_cluster, local_cluster
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
@@ -28,10 +28,13 @@ class Gateway(httpx.AsyncClient):
     timer_spec: ProcessSpec
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Gateway]:
-    """One cluster for the module (its tests are independent: each has its own topic)."""
-    async with local_cluster(tmp_path_factory.mktemp("scheduled") / "data") as (running, client):
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["separate", "colocated"])
+async def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> AsyncIterator[Gateway]:
+    """One cluster for the module (its tests are independent: each has its own topic), separate processes and then
+    colocated (the gateway and broker-a in one)."""
+    colocated = request.param == "colocated"
+    data_dir = tmp_path_factory.mktemp("scheduled") / "data"
+    async with (colocated_cluster if colocated else local_cluster)(data_dir) as (running, client):
         gateway = Gateway(base_url=client.base_url, timeout=15)
         gateway.supervisor = running.supervisor
         gateway.timer_spec = running.specs["timer"]

@@ -142,20 +142,20 @@ def check_events(data_dir: Path, transaction_ids: list[str]) -> list[dict[str, A
 
 
 async def test_forgotten_transactions_are_resolved_by_check_backs_and_ended_ones_are_never_asked(
-    shared_txcheck: LocalCluster,
-    shared_gateway: httpx.AsyncClient,
+    core_txcheck: LocalCluster,
+    core_gateway: httpx.AsyncClient,
     producer: tuple[Producer, ServedApp],
     unique: Callable[[str], str],
 ) -> None:
     receiver, served = producer
-    client, shop = shared_gateway, Shop(shared_gateway, unique("shop"), unique("orders"))
+    client, shop = core_gateway, Shop(core_gateway, unique("shop"), unique("orders"))
     await shop.register(receiver, served)
     by_producer = [await shop.begin(f"{verb} by the producer", check_immunity_seconds=60) for verb in ("c", "r")]
     assert (await client.post(f"/v1/transactions/{by_producer[0]}/commit")).json()["outcome"] == "COMMIT"
     assert (await client.post(f"/v1/transactions/{by_producer[1]}/rollback")).json()["outcome"] == "ROLLBACK"
     forgotten = [await shop.begin(body) for body in ("commit 1", "rollback 2", "unsure 3")]
 
-    found = await all_ended(client, forgotten, shared_txcheck, timeout=20)
+    found = await all_ended(client, forgotten, core_txcheck, timeout=20)
 
     assert list(found.values()) == ["COMMITTED", "ROLLED_BACK", "COMMITTED"]
     assert sorted(await shop.delivered()) == sorted(message_id(t) for t in (by_producer[0], forgotten[0], forgotten[2]))
@@ -172,7 +172,7 @@ async def test_forgotten_transactions_are_resolved_by_check_backs_and_ended_ones
     expected.append((forgotten[2], 2, "COMMIT"))
 
     def answers() -> list[tuple[str, int, str]]:
-        events = check_events(shared_txcheck.data_dir, [*by_producer, *forgotten])
+        events = check_events(core_txcheck.data_dir, [*by_producer, *forgotten])
         return sorted((e["transaction_id"], e["check_count"], e["answer"]) for e in events)
 
     async def exported() -> bool:

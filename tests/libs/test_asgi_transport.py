@@ -11,10 +11,11 @@ from fastapi import FastAPI, Request
 from pydantic import SecretStr
 from starlette.types import ASGIApp
 
-from libs.errors import ServiceUnavailable, TopicNotFound
+from libs.errors import PetrelError, ServiceUnavailable, TopicNotFound
 from libs.http.app import service_app
 from libs.http.asgi import AsgiTransport, running
 from libs.http.client import ClientOptions, InternalClient
+from libs.http.disconnect import client_gone
 from libs.http.lean_transport import LeanTransport
 from libs.settings import ServiceSettings
 from tests.support.serving import serving
@@ -39,6 +40,16 @@ def peer(events: list[str], token: str | None = None) -> FastAPI:
     @app.get("/topics/{topic}")
     async def topic(topic: str) -> None:
         raise TopicNotFound(f"topic {topic!r} does not exist")
+
+    @app.get("/fails")
+    async def fails() -> None:
+        raise RuntimeError("a bug")
+
+    @app.get("/watches")
+    async def watches(request: Request) -> object:
+        async with client_gone(request) as gone:
+            await asyncio.sleep(0)  # the watcher reads what the connection says after the body
+            return {"gone": gone.done()}
 
     @app.get("/forever")
     async def forever() -> None:
@@ -107,3 +118,16 @@ async def test_an_address_without_an_app_goes_to_the_fallback_transport() -> Non
             in_process = await client.json("POST", f"http://{ADDRESS}/echo", body=1)
             over_tcp = await client.json("POST", f"{served.url}/echo", body=2)
     assert (in_process["body"], over_tcp["body"]) == (1, 2)
+
+
+async def test_an_apps_unhandled_error_is_its_500_as_a_server_answers_it() -> None:
+    async with running(peer([])) as app, InternalClient(transport=AsgiTransport({ADDRESS: app})) as client:
+        with pytest.raises(PetrelError, match="an unexpected error occurred") as caught:
+            await client.json("GET", f"http://{ADDRESS}/fails")
+    assert not isinstance(caught.value, ServiceUnavailable), "the app's answer was taken for a lost connection"
+    assert caught.value.status == 500
+
+
+async def test_a_handler_watching_for_its_client_to_leave_is_not_told_so_while_the_call_waits() -> None:
+    async with running(peer([])) as app, InternalClient(transport=AsgiTransport({ADDRESS: app})) as client:
+        assert await client.json("GET", f"http://{ADDRESS}/watches") == {"gone": False}

@@ -4,7 +4,10 @@ With `push=True`, also the push service. With `txcheck=True`, also txcheck's Cel
 and beat on the real Redis, under a key prefix of the cluster's own (scans every second,
 transactions due after one second). With `token=True`, a cluster token as `petrel up` makes
 one (`<data_dir>/cluster.token`): a test's own calls to an internal service then send
-`internal_headers()`.
+`internal_headers()`. With `colocated=True`, the gateway and broker-a are one process,
+`petrel serve gateway --colocated`, named "gateway+broker-a" (as `petrel up --colocated`
+names it); "broker-a" and "gateway" name it too, so a test written for separate
+processes kills, restarts and reads the log of the one that holds both.
 """
 
 from __future__ import annotations
@@ -85,8 +88,10 @@ class LocalCluster:
         replicated: bool = False,
         nameservers: int = 1,
         etcd_members: int = 1,
+        colocated: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        self.colocated = colocated
         self.txcheck = txcheck
         self.replicated = replicated
         """broker-a has a slave, broker-a@1, and the nameserver's controller fails over between them"""
@@ -149,6 +154,11 @@ class LocalCluster:
         if push:
             self.specs["push"] = spec("push", "services.push", "push")
         self.specs["gateway"] = spec("gateway", "gateway", "gateway", addresses)
+        self.gateway_url = self.specs["gateway"].url
+        self.aliases: dict[str, str] = {}
+        """names of separate processes -> the colocated one that holds them"""
+        if colocated:
+            self._colocate()
         if txcheck:
             for role in ("worker", "beat"):
                 self.specs[f"txcheck-{role}"] = ProcessSpec(
@@ -157,7 +167,29 @@ class LocalCluster:
 
     @property
     def url(self) -> str:
-        return self.specs["gateway"].url
+        return self.gateway_url
+
+    def _colocate(self) -> None:
+        """broker-a and the gateway as one process, in broker-a's place in the start order."""
+        broker, gateway = self.specs["broker-a"], self.specs.pop("gateway")
+        name = f"gateway+{broker.name}"
+        colocated = ProcessSpec(
+            name,
+            "deploy",
+            gateway.port,
+            broker.env | gateway.env,
+            args=("serve", "gateway", "--colocated"),
+            other_ports=(broker.port,),
+        )
+        self.specs = {
+            name if key == broker.name else key: colocated if key == broker.name else spec
+            for key, spec in self.specs.items()
+        }
+        self.aliases = {broker.name: name, gateway.name: name}
+
+    def name_of(self, name: str) -> str:
+        """The process that plays `name` ("broker-a" or "gateway" of a colocated cluster: the one that holds both)."""
+        return self.aliases.get(name, name)
 
     def _replicated_broker(self, ports: dict[str, int], broker_id: int) -> dict[str, str]:
         if not self.replicated:
@@ -205,6 +237,7 @@ class LocalCluster:
         """Start the processes named (every one when none is), in the cluster's order, each up before the next; one
         already running is left as it is."""
         running = {c.spec.name for c in self.supervisor.children if c.process.poll() is None}
+        names = tuple(self.name_of(name) for name in names)
         for name, spec in self.specs.items():
             if (not names or name in names) and name not in running:
                 self.supervisor.start(spec)
@@ -218,7 +251,8 @@ class LocalCluster:
 
     async def kill_and_restart(self, name: str, client: httpx.AsyncClient, topic: str) -> None:
         """kill -9 one process, start it again, and wait until the gateway routes `topic` to it."""
-        child = next(c for c in self.supervisor.children if c.spec.name == name)
+        name = self.name_of(name)
+        child = self._child(name)
         os.kill(child.process.pid, signal.SIGKILL)
         await asyncio.to_thread(child.process.wait)
         self.supervisor.children.remove(child)
@@ -234,18 +268,18 @@ class LocalCluster:
         whichever broker is the master now: killing it is a failover."""
         if self.replicated and name == "broker-a":
             name = self._killed_master = await self.master()
-        await self.kill_process(name)
+        await self.kill_process(self.name_of(name))
 
     async def kill_process(self, name: str) -> None:
         """kill -9 of the process of that name, whatever its role."""
-        child = self._child(name)
+        child = self._child(self.name_of(name))
         os.kill(child.process.pid, signal.SIGKILL)
         await asyncio.to_thread(child.process.wait)
         self.supervisor.children.remove(child)
 
     async def start_process(self, name: str) -> None:
         """Start the process of that name again (it answers its health check when this returns)."""
-        await asyncio.to_thread(self.supervisor.start, self.specs[name])
+        await asyncio.to_thread(self.supervisor.start, self.specs[self.name_of(name)])
 
     async def restart(self, name: str) -> None:
         """Start a killed process again; a killed master once its slave has taken over (it returns as a slave), or
@@ -256,7 +290,7 @@ class LocalCluster:
             name, self._killed_master = self._killed_master, None
             with contextlib.suppress(AssertionError):
                 await self.promoted_after(name, timeout=PROMOTION_WAIT_SECONDS)
-        await asyncio.to_thread(self.supervisor.start, self.specs[name])
+        await asyncio.to_thread(self.supervisor.start, self.specs[self.name_of(name)])
 
     def pause(self, name: str) -> None:
         """SIGSTOP of one process: it holds its sockets and answers nothing until `resume`."""
@@ -266,15 +300,22 @@ class LocalCluster:
         os.kill(self._child(name).process.pid, signal.SIGCONT)
 
     def _child(self, name: str) -> Child:
-        return next(c for c in self.supervisor.children if c.spec.name == name)
+        return next(c for c in self.supervisor.children if c.spec.name == self.name_of(name))
 
     def log(self, name: str) -> str:
-        return (self.supervisor.log_dir / f"{name}.log").read_text(errors="replace")
+        return (self.supervisor.log_dir / f"{self.name_of(name)}.log").read_text(errors="replace")
 
 
 @asynccontextmanager
 async def local_cluster(data_dir: Path, **env: str) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
     async with started(LocalCluster(data_dir, env)) as running:
+        yield running
+
+
+@asynccontextmanager
+async def colocated_cluster(data_dir: Path, **env: str) -> AsyncIterator[tuple[LocalCluster, httpx.AsyncClient]]:
+    """As `local_cluster`, but for broker-a and the gateway: one process (`petrel serve gateway --colocated`)."""
+    async with started(LocalCluster(data_dir, env, colocated=True)) as running:
         yield running
 
 
