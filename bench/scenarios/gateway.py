@@ -5,7 +5,8 @@ of its own (wrk, bench.wrk: 32 keep-alive connections, 1 KiB bodies; the
 Python bench.loadgen with BENCH_LOADGEN=python, or when wrk cannot be had), so
 client and servers share the two cores as they would in a deployment. References, in the
 same run: a FastAPI no-op endpoint served as the gateway is (bench.noop_server)
-for single sends; Redis Streams XADD pipelined 32 at a time for batches (the
+for single sends; Redis Streams XADD pipelined 32 at a time by 32 clients for
+batches (redis-benchmark, bench.redis_benchmark: a C client, as wrk is; the
 shared Redis for ASYNC_FLUSH, a private `appendfsync always` one for
 SYNC_FLUSH). Target ratios are issue 15's (`petrel bench datapath` reports the
 same figures beside the rest of the data path).
@@ -28,6 +29,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from bench import redis_benchmark
 from bench.cluster import SHARED_REDIS, Cluster, api_key, petrel_cluster, request_json, until_admitted
 from bench.figures import BenchOptions, Figure
 from bench.loadgen import API_KEY_ENV, Tally
@@ -110,7 +112,18 @@ def noop_sends(timing: Timing) -> float:
 
 
 def redis_batches(url: str, timing: Timing, what: str) -> float:
-    """The batch reference's messages/s: XADD pipelined 32 at a time by 32 clients of the Redis at `url`."""
+    """The batch reference's messages/s: XADD pipelined 32 at a time by 32 clients of the Redis at `url`, driven by
+    redis-benchmark (bench.redis_benchmark); by bench.redis_reference's Python clients without it (said)."""
+    if os.environ.get(LOADGEN_ENV, "wrk") != "python":
+        with measuring(what):
+            tally = redis_benchmark.xadds(url, timing.warmup, timing.seconds)
+        if tally is not None:
+            if tally.errors:
+                print(f"  WARNING {what}: {tally.first_error}", flush=True)
+            return tally.succeeded_per_second
+        print(
+            f"  WARNING redis-benchmark is not installed (Debian: redis-tools): {what} by redis-py clients", flush=True
+        )
     return run_tally([sys.executable, "-m", "bench.redis_reference", url], timing, what)
 
 

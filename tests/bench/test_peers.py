@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import httpx
 import pytest
 import redis
 
-from bench import rabbitmq_reference
+from bench import rabbitmq_reference, redis_benchmark
 from bench.redis_endpoint import DEFAULT_REDIS, STREAM_PREFIX, delete_stream, redis_endpoint_app
 
 
@@ -43,3 +44,14 @@ def test_without_rabbitmq_the_publish_figure_is_left_out_and_the_run_says_why(
 
     assert rabbitmq_reference.management_api("http://127.0.0.1:1/api") is None
     assert "RabbitMQ is not installed here" in capsys.readouterr().out
+
+
+def test_redis_benchmark_drives_the_batch_reference_as_pipelined_xadds_of_32() -> None:
+    if shutil.which("redis-benchmark") is None:
+        pytest.skip("redis-benchmark (Debian: redis-tools) is not installed: the batch reference uses redis-py")
+
+    tally = redis_benchmark.xadds(DEFAULT_REDIS, warmup=0.0, seconds=0.01)
+
+    assert tally is not None
+    assert (tally.requests, tally.errors, tally.messages_per_request) == (32, 0, 32)  # the least: 32 clients x 32
+    assert tally.succeeded_per_second > 0
