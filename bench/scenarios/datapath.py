@@ -14,7 +14,7 @@
 | durable publish | SYNC_FLUSH single sends, 32 connections, 1 KiB | NATS JetStream publish + ack, 32 in flight | 0.3x |
 
 Every HTTP send is driven by wrk (bench.wrk), ours and the references' alike,
-and a backlog's consumers run in 4 processes (bench.drain_processes), so that
+and a backlog's consumers run in 2 processes (bench.drain_processes), so that
 the load generator is not what limits a figure. Every figure is measured by the
 scenario that owns it (gateway, peers, consumers, storage, transactions), with
 its sizes and its Figure; this one runs them in one go, sharing clusters where

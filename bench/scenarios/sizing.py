@@ -11,7 +11,8 @@ a message's and a request's, to show it is not what limits the figures.
 
 Absolute CPU swings with the machine (by up to 4x between days), so the same run
 measures the unit: the CPU a request costs the FastAPI no-op server (bench.noop_server,
-driven by the same load generator before the cluster starts). Each load's gateway +
+driven by the same load generator; the mean of a run before the cluster starts and one
+after it stops, as the machine's speed drifts within minutes). Each load's gateway +
 broker CPU a message is also given in those no-op units, judged against issue 29's
 "at least" (lower is better).
 """
@@ -79,12 +80,12 @@ def per_message(cluster: Cluster, load: Callable[[], int]) -> dict[str, float]:
     return costs
 
 
-def noop_cost(timing: Timing) -> tuple[float, float]:
+def noop_cost(timing: Timing, what: str) -> tuple[float, float]:
     """CPU µs a request of the FastAPI no-op server (the unit), and of its load generator."""
     with served_module_process("bench.noop_server") as server:
         before = process_cpu_seconds(server.pid) or 0.0
         with children_cpu() as client:
-            tally = send_tally(f"http://127.0.0.1:{server.port}/v1/topics/{TOPIC}/messages", "single", timing, "no-op")
+            tally = send_tally(f"http://127.0.0.1:{server.port}/v1/topics/{TOPIC}/messages", "single", timing, what)
         after = process_cpu_seconds(server.pid) or 0.0
     requests = max(tally.requests, 1)
     return (after - before) * 1e6 / requests, client.seconds * 1e6 / requests
@@ -93,7 +94,7 @@ def noop_cost(timing: Timing) -> tuple[float, float]:
 def sizing(options: BenchOptions) -> list[Figure]:
     timing = Timing(0.0, 2.0) if options.quick else Timing(0.0, 8.0)  # no warm-up: every answered send is counted
     drain_count = 20_000 if options.quick else 100_000
-    noop_us, noop_client_us = noop_cost(timing)
+    before_us, noop_client_us = noop_cost(timing, "FastAPI no-op, before")
     loads: dict[str, Load] = {}
     with petrel_cluster() as cluster:
         for name, kind, path in ((SINGLE, "single", "messages"), (BATCH, "batch", "messages:batch")):
@@ -113,6 +114,9 @@ def sizing(options: BenchOptions) -> list[Figure]:
             ),
         )
         loads[RECEIVE_ACK] = Load(drained, 16)  # a receive of 32 and its ack: two requests for 32 messages
+    after_us, _ = noop_cost(timing, "FastAPI no-op, after")
+    noop_us = (before_us + after_us) / 2  # the machine drifts: the unit is the mean of one run before, one after
+    print(f"  FastAPI no-op: {before_us:.0f} µs a request before the cluster's loads, {after_us:.0f} µs after")
     _say(loads, noop_us, noop_client_us)
     return [*cost_figures(loads), *unit_figures(loads, noop_us)]
 
