@@ -94,7 +94,7 @@ def petrel_cluster(
     if replicas:
         command += ["--replicas", str(replicas)] + (["--async-replication"] if async_replication else [])
         command += ["--etcd-port", str(_etcd_port(range(broker_port, broker_port + 1 + replicas), ports))]
-    command += [*up_args, *shlex.split(os.environ.get(UP_ARGS_ENV, ""))]
+    command += extra_up_args(up_args)
     log_path = data_dir / "launcher.log"
     with log_path.open("wb") as log:
         launcher = subprocess.Popen(
@@ -112,6 +112,11 @@ def petrel_cluster(
     finally:
         _stop(launcher)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def extra_up_args(up_args: tuple[str, ...] = ()) -> list[str]:
+    """The `petrel up` options a scenario adds to a cluster, then those of BENCH_UP_ARGS (for every cluster)."""
+    return [*up_args, *shlex.split(os.environ.get(UP_ARGS_ENV, ""))]
 
 
 def _other_ports(brokers: range) -> dict[str, int]:
