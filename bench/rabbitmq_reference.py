@@ -3,7 +3,7 @@
 The local RabbitMQ (127.0.0.1, guest/guest) answers HTTP on :15672 once its
 management plugin is on; `management_api` turns it on when it is off
 (`rabbitmq-plugins enable rabbitmq_management`, said in a line, and left on) and
-waits for the API. The load: a durable queue of its own, and wrk POSTing
+waits for the API; either way the run says so. The load: a durable queue of its own, and wrk POSTing
 `/api/exchanges/%2F/amq.default/publish` with a 1 KiB payload as a persistent
 message (delivery_mode 2) over 32 connections; an answer counts when it is a
 2xx that says `"routed":true`. The queue is deleted afterwards. Without
@@ -37,6 +37,7 @@ AUTHORIZATION = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decod
 def management_api(api: str = API) -> str | None:
     """The management API's URL, the plugin enabled first when it is off; None (said why) when it cannot be had."""
     if _answers(api):
+        print(f"  RabbitMQ's management plugin ({PLUGIN}) is on: publishing through its HTTP API at {api}", flush=True)
         return api
     plugins = shutil.which("rabbitmq-plugins")
     if plugins is None:
@@ -51,6 +52,7 @@ def management_api(api: str = API) -> str | None:
     deadline = time.monotonic() + READY_S
     while time.monotonic() < deadline:
         if _answers(api):
+            print(f"  RabbitMQ's management plugin is now on (it stays on): its HTTP API at {api}", flush=True)
             return api
         time.sleep(0.5)
     print(f"  RabbitMQ's management API did not answer on {api} within {READY_S:.0f} s: the figure is left out")

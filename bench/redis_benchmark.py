@@ -2,7 +2,7 @@
 
 The Python client (bench.redis_reference's send load, redis-py in one process)
 held Redis to about a quarter of what redis-benchmark gets from the same server
-here (37,000 against 135,000 XADDs a second in one run): the reference was
+here (37,000 against 135,000 XADDs a second, minutes apart): the reference was
 measuring its client. `xadds` runs `redis-benchmark -c 32 -P 32 XADD KEY * body
 <1 KiB>` on a stream of its own: a short run sizes the measured one to about
 `seconds` (at most MAX_ENTRIES entries, to bound Redis' memory), the warm-up is a
