@@ -34,8 +34,9 @@ from bench.scenarios.gateway import TOPIC, Timing, send_tally
 
 QUEUES = 8
 DRAIN_TOPIC = "sizing-drain"
-PROCESSES = ("gateway", "broker-a")
-"""The processes on a message's path; the others (nameserver, timer, txcheck, push) are reported together."""
+PROCESSES = ("gateway", "broker")
+"""The roles on a message's path: every gateway worker (gateway, gateway-2, ...) and every broker process
+(broker-a, its slaves broker-a@1, broker-b, ...); the others (nameserver, timer, txcheck, push) together."""
 LOAD_GENERATOR = "load generator"
 SINGLE, BATCH, RECEIVE_ACK = "single sends", "batches of 32", "receive+ack 32, 8 consumers"
 AT_MOST_UNITS = {SINGLE: 2.3, BATCH: 0.55, RECEIVE_ACK: 1.0}
@@ -52,7 +53,7 @@ class Load:
     @property
     def path(self) -> float:
         """Gateway + broker CPU µs a message."""
-        return sum(self.costs.get(name, 0.0) for name in PROCESSES)
+        return sum(self.costs.get(role, 0.0) for role in PROCESSES)
 
 
 def cpu_seconds(cluster: Cluster) -> dict[str, float]:
@@ -67,17 +68,25 @@ def cpu_seconds(cluster: Cluster) -> dict[str, float]:
 
 
 def per_message(cluster: Cluster, load: Callable[[], int]) -> dict[str, float]:
-    """CPU µs a message of each process on the path, 'others' and the load generator (the child processes the
-    load ran), over a load that answers how many messages it moved."""
+    """CPU µs a message of each role on the path (PROCESSES), 'others' and the load generator (the child
+    processes the load ran), over a load that answers how many messages it moved."""
     before = cpu_seconds(cluster)
     with children_cpu() as client:
         moved = max(load(), 1)
     after = cpu_seconds(cluster)
-    spent = {name: after[name] - before.get(name, 0.0) for name in after}
-    costs = {name: spent.pop(name, 0.0) * 1e6 / moved for name in PROCESSES}
-    costs["others"] = sum(spent.values()) * 1e6 / moved
+    by_role = dict.fromkeys((*PROCESSES, "others"), 0.0)
+    for name in after:
+        by_role[role_of(name)] += after[name] - before.get(name, 0.0)
+    costs = {role: seconds * 1e6 / moved for role, seconds in by_role.items()}
     costs[LOAD_GENERATOR] = client.seconds * 1e6 / moved
     return costs
+
+
+def role_of(process: str) -> str:
+    """`gateway` or `broker` for a process on a message's path (by its name in run/cluster.json), else `others`."""
+    if process == "gateway" or process.startswith("gateway-"):
+        return "gateway"
+    return "broker" if process.startswith("broker-") else "others"
 
 
 def noop_cost(timing: Timing, what: str) -> tuple[float, float]:
@@ -155,7 +164,7 @@ def _say(loads: dict[str, Load], noop_us: float, noop_client_us: float) -> None:
         client = load.costs[LOAD_GENERATOR]
         print(
             f"  {name}: {units} no-op units (gateway {load.costs['gateway']:.0f} + broker "
-            f"{load.costs['broker-a']:.0f} µs a message); load generator {client:.1f} µs a message, "
+            f"{load.costs['broker']:.0f} µs a message); load generator {client:.1f} µs a message, "
             f"{client * load.messages_per_request:.0f} µs a request",
             flush=True,
         )
