@@ -104,14 +104,14 @@ async def drain(url: str, topic: str, group: str, count: int, warmup: int, consu
     async with aiohttp.ClientSession(connector=connector) as session:
         if filling == "before":
             await fill(session, url, topic, count)
-        consuming = asyncio.create_task(consume(session, Consumer(session, url, group, topic), progress, consumers))
+        consuming = asyncio.create_task(consume(Consumer(session, url, group, topic), progress, consumers))
         if filling == "during":
             await fill(session, url, topic, count)
         await consuming
     return result
 
 
-async def consume(session: Any, consumer: Consumer, progress: Progress, consumers: int) -> None:
+async def consume(consumer: Consumer, progress: Progress, consumers: int) -> None:
     """`consumers` loops of receive up to 32, ack them, until `progress` says the drain is done."""
     result = progress.drain
 
@@ -142,7 +142,7 @@ def drain_by_processes(
         import aiohttp
 
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=share)) as session:
-            await consume(session, Consumer(session, url, group, topic), progress, share)
+            await consume(Consumer(session, url, group, topic), progress, share)
 
     return drain_in_processes(count, warmup, consumers, processes, work)
 
