@@ -11,7 +11,7 @@ CREATED   := $(VENV)/.created-stamp
 RUN_STAMP := $(VENV)/.installed-etl-stamp
 DEV_STAMP := $(VENV)/.installed-dev-stamp
 
-.PHONY: run test test-fast check format bench openapi clean venv etcd faketime chromium
+.PHONY: run test test-fast check format bench openapi clean venv etcd faketime chromium wrk
 
 $(CREATED):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Petrel needs Python 3.11 or newer (set PYTHON=...)")'
@@ -45,6 +45,10 @@ faketime:
 chromium:
 	@sh deploy/install_debian_package.sh chromium "the console's browser tests" 'test -x /usr/bin/chromium'
 
+# The bench's HTTP loads are driven by wrk (bench/wrk.py installs it too when a run finds it missing).
+wrk:
+	@sh deploy/install_debian_package.sh wrk "the bench's HTTP loads and tests/bench/test_wrk.py" 'command -v wrk'
+
 run: $(RUN_STAMP) etcd
 	$(BIN)/petrel up $(ARGS)
 
@@ -55,7 +59,7 @@ TEST_ENV := PYTHONDONTWRITEBYTECODE=
 
 # Two workers, each test file on one (a module's shared cluster stays with its tests); tests use
 # ephemeral ports, their own Redis key prefixes and PostgreSQL schemas. One process: PYTEST_ARGS=-n0
-test: $(DEV_STAMP) etcd faketime chromium
+test: $(DEV_STAMP) etcd faketime chromium wrk
 	$(TEST_ENV) $(BIN)/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 # The developer's quick loop, under two minutes: every test but those marked `e2e` (whole clusters of real
@@ -75,7 +79,7 @@ format: $(DEV_STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(DEV_STAMP) faketime
+bench: $(DEV_STAMP) faketime wrk
 	$(BIN)/petrel bench $(ARGS)
 
 openapi: $(DEV_STAMP)

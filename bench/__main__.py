@@ -23,6 +23,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="record a py-spy flame graph of every Petrel process during each load (under RESULTS/profiles/)",
     )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="also measure RabbitMQ's HTTP publish API beside single sends (enables the local RabbitMQ's management "
+        "plugin when it is off)",
+    )
     parser.add_argument("--rounds", type=_positive, help="rounds of the nemesis run (default 20; 2 with --quick)")
     parser.add_argument("--seed", type=int, help="the nemesis run's seed: the same seed replays the same rounds")
     parser.add_argument(
@@ -40,7 +46,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     options = BenchOptions(
-        quick=args.quick, rounds=args.rounds, seed=args.seed, nemeses=tuple(args.nemesis), colocated=args.colocated
+        quick=args.quick,
+        rounds=args.rounds,
+        seed=args.seed,
+        nemeses=tuple(args.nemesis),
+        peers=args.peers,
+        colocated=args.colocated,
     )
     run(SCENARIOS, args.scenarios, options, args.results, runs=args.runs, profile=args.profile)
 

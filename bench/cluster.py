@@ -7,7 +7,9 @@ the cluster does not come up. With `replicas`, each broker name has that many
 slaves (`petrel up --replicas`, SYNC_MASTER unless `async_replication`), on the
 ports after the master's. With `PETREL_AUTH=required`, `api_key` makes a
 key in the cluster's metadata database with `petrel keys create`, as an
-operator would, and waits until the gateway lets it in. `clusters_up()` names
+operator would, and waits until the gateway lets it in. `up_args`, and
+`BENCH_UP_ARGS` for every cluster of a run (`BENCH_UP_ARGS=--colocated petrel
+bench datapath`), are more options for `petrel up`. `clusters_up()` names
 the clusters up at the moment (what `petrel bench --profile` records).
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -34,6 +37,8 @@ from bench.loopback import free_port_run
 from libs.cluster_token import INTERNAL_TOKEN_HEADER, read_token_file, token_file_of
 
 SHARED_REDIS = "redis://127.0.0.1:6379/0"
+UP_ARGS_ENV = "BENCH_UP_ARGS"
+"""More `petrel up` options for every cluster a scenario starts, e.g. BENCH_UP_ARGS=--colocated"""
 _UP: list[Cluster] = []
 
 
@@ -77,6 +82,7 @@ def petrel_cluster(
     replicas: int = 0,
     async_replication: bool = False,
     colocated: bool = False,
+    up_args: tuple[str, ...] = (),
 ) -> Iterator[Cluster]:
     """`petrel up` on free ports (`colocated`: with --colocated, the gateway and broker-a in one process)."""
     data_dir = Path(tempfile.mkdtemp(prefix="petrel-bench-cluster-"))
@@ -92,6 +98,7 @@ def petrel_cluster(
     if replicas:
         command += ["--replicas", str(replicas)] + (["--async-replication"] if async_replication else [])
         command += ["--etcd-port", str(_etcd_port(range(broker_port, broker_port + 1 + replicas), ports))]
+    command += extra_up_args(up_args)
     log_path = data_dir / "launcher.log"
     with log_path.open("wb") as log:
         launcher = subprocess.Popen(
@@ -109,6 +116,11 @@ def petrel_cluster(
     finally:
         _stop(launcher)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def extra_up_args(up_args: tuple[str, ...] = ()) -> list[str]:
+    """The `petrel up` options a scenario adds to a cluster, then those of BENCH_UP_ARGS (for every cluster)."""
+    return [*up_args, *shlex.split(os.environ.get(UP_ARGS_ENV, ""))]
 
 
 def _other_ports(brokers: range) -> dict[str, int]:

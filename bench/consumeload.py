@@ -7,7 +7,9 @@ bench process's, and each answer is checked:
 sends N numbered 1 KiB messages (batches of 256) before the consumers start or
 while they run, and C consumers, each on its own keep-alive connection, loop:
 receive up to 32 (`wait_seconds` 1, a lease longer than the run), ack them,
-until all N are acked; it prints a bench.drain.Drain.
+until all N are acked; it prints a bench.drain.Drain. With `--processes P` (a
+backlog: `--fill before` or `no`) the consumers are spread over P processes
+(bench.drain_processes), so that no one Python process limits the drain.
 
 `python -m bench.consumeload latency URL TOPIC GROUP --rate R --warmup S --seconds S --consumers C`
 sends one message per request, paced R a second (open loop: a send is issued
@@ -32,6 +34,7 @@ from typing import Any
 import orjson
 
 from bench.drain import BODY_BYTES, Drain, Progress, body_of, index_of, print_drain, run_consumers
+from bench.drain_processes import drain_in_processes
 
 FILL_BATCH = 256
 FILL_SENDERS = 8
@@ -101,28 +104,54 @@ async def drain(url: str, topic: str, group: str, count: int, warmup: int, consu
     async with aiohttp.ClientSession(connector=connector) as session:
         if filling == "before":
             await fill(session, url, topic, count)
-        consumer = Consumer(session, url, group, topic)
-
-        async def consume(_: int) -> None:
-            while True:
-                try:
-                    _, messages = await consumer.receive(DRAIN_WAIT_S)
-                except RuntimeError as exc:
-                    result.error(str(exc))
-                    continue
-                fresh = progress.delivered([index_of(m["body"]) for m in messages])
-                result.redelivered += sum(1 for m in messages if m["delivery_attempt"] > 1)
-                if messages:
-                    failed = await consumer.ack([m["receipt_handle"] for m in messages])
-                    for what in failed:
-                        result.error(what)
-                    progress.acked(fresh - len(failed))
-
-        consuming = asyncio.create_task(run_consumers(consumers, consume, progress, DRAIN_LIMIT_S))
+        consuming = asyncio.create_task(consume(Consumer(session, url, group, topic), progress, consumers))
         if filling == "during":
             await fill(session, url, topic, count)
         await consuming
     return result
+
+
+async def consume(consumer: Consumer, progress: Progress, consumers: int) -> None:
+    """`consumers` loops of receive up to 32, ack them, until `progress` says the drain is done."""
+    result = progress.drain
+
+    async def one(_: int) -> None:
+        while True:
+            try:
+                _, messages = await consumer.receive(DRAIN_WAIT_S)
+            except RuntimeError as exc:
+                result.error(str(exc))
+                continue
+            fresh = progress.delivered([index_of(m["body"]) for m in messages])
+            result.redelivered += sum(1 for m in messages if m["delivery_attempt"] > 1)
+            if messages:
+                failed = await consumer.ack([m["receipt_handle"] for m in messages])
+                for what in failed:
+                    result.error(what)
+                progress.acked(fresh - len(failed))
+
+    await run_consumers(consumers, one, progress, DRAIN_LIMIT_S)
+
+
+def drain_by_processes(
+    url: str, topic: str, group: str, count: int, warmup: int, consumers: int, processes: int
+) -> Drain:
+    """A backlog already there, drained by `consumers` spread over `processes` processes."""
+
+    async def work(progress: Progress, share: int) -> None:
+        import aiohttp
+
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=share)) as session:
+            await consume(Consumer(session, url, group, topic), progress, share)
+
+    return drain_in_processes(count, warmup, consumers, processes, work)
+
+
+async def _fill_only(url: str, topic: str, count: int) -> None:
+    import aiohttp
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=FILL_SENDERS)) as session:
+        await fill(session, url, topic, count)
 
 
 @dataclass(slots=True)
@@ -255,12 +284,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--fill", choices=FILLING, default="no", help="drain: send the messages before the consumers start, or during"
     )
+    parser.add_argument(
+        "--processes", type=int, default=1, help="drain: spread the consumers over this many processes (a backlog)"
+    )
     parser.add_argument("--rate", type=float, default=1000.0, help="latency: sends a second")
     parser.add_argument("--warmup", type=float, default=2.0, help="latency: seconds not measured")
     parser.add_argument("--seconds", type=float, default=10.0, help="latency: seconds measured")
     args = parser.parse_args(argv)
     import uvloop
 
+    if args.kind == "drain" and args.processes > 1:
+        if args.fill == "during":
+            parser.error("--processes over 1 drains a backlog: --fill before or no")
+        if args.fill == "before":
+            uvloop.run(_fill_only(args.url, args.topic, args.count))
+        print_drain(
+            drain_by_processes(
+                args.url, args.topic, args.group, args.count, args.warmup_messages, args.consumers, args.processes
+            )
+        )
+        return
     if args.kind == "drain":
         print_drain(
             uvloop.run(

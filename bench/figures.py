@@ -42,6 +42,8 @@ class BenchOptions:
     """Rounds of a scenario that runs in rounds (nemesis); None: its default."""
     seed: int | None = None
     """The seed of a seeded scenario (nemesis); None: a new one, printed."""
+    peers: bool = False
+    """Also measure the peers a user might pick that this machine may lack or need changed (RabbitMQ's HTTP API)."""
     nemeses: tuple[str, ...] = ()
     """The nemesis run's faults to draw from (bench.nemesis.plan.Nemesis names, e.g. kill_etcd_leader); (): all."""
     colocated: bool = False

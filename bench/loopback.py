@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -63,30 +64,52 @@ def wait_for_port(port: int, timeout: float = 20.0, alive: subprocess.Popen[byte
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
 
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A server in a child process: the loopback port it listens on and its pid (whose CPU sizing reads)."""
+
+    port: int
+    pid: int
+
+
 @contextlib.contextmanager
 def served(factory_path: str) -> Iterator[int]:
     """Run `module:factory()` under uvicorn (uvloop, httptools) in a child process; yield its port."""
+    with served_process(factory_path) as server:
+        yield server.port
+
+
+@contextlib.contextmanager
+def served_process(factory_path: str) -> Iterator[Served]:
+    """`served`, yielding the port and the server's pid."""
     port = free_port()
     command = [sys.executable, "-m", "uvicorn", "--factory", factory_path, "--host", "127.0.0.1", "--port", str(port)]
     command += ["--log-level", "warning", "--no-access-log", "--loop", "uvloop", "--http", "httptools"]
-    with _running(command, port):
-        yield port
+    with _running(command, port) as server:
+        yield server
 
 
 @contextlib.contextmanager
 def served_module(module: str) -> Iterator[int]:
     """Run `python -m module PORT` (a server that takes the port it listens on) in a child process; yield the port."""
-    port = free_port()
-    with _running([sys.executable, "-m", module, str(port)], port):
-        yield port
+    with served_module_process(module) as server:
+        yield server.port
 
 
 @contextlib.contextmanager
-def _running(command: list[str], port: int) -> Iterator[None]:
+def served_module_process(module: str) -> Iterator[Served]:
+    """`served_module`, yielding the port and the server's pid."""
+    port = free_port()
+    with _running([sys.executable, "-m", module, str(port)], port) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _running(command: list[str], port: int) -> Iterator[Served]:
     proc = subprocess.Popen(command)
     try:
         wait_for_port(port, alive=proc)
-        yield
+        yield Served(port, proc.pid)
     finally:
         proc.terminate()
         proc.wait(10)

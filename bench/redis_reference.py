@@ -6,7 +6,8 @@ against a stream key of its own, deletes that key, and prints the tally as one
 JSON line. `python -m bench.redis_reference URL --drain COUNT --warmup-messages W
 --consumers C` fills a stream with COUNT numbered 1 KiB entries, then C clients
 of one group each loop `XREADGROUP COUNT 32` + `XACK` until all are acked, and
-prints a bench.drain.Drain. `private_redis` runs a redis-server that fsyncs
+prints a bench.drain.Drain (`--processes P`: the clients spread over P processes,
+as bench.consumeload spreads Petrel's consumers). `private_redis` runs a redis-server that fsyncs
 every write (`appendfsync always`), the reference for SYNC_FLUSH.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from dataclasses import asdict
 from typing import Any
 
 from bench.drain import Drain, Progress, body_of, index_of, print_drain, run_consumers
+from bench.drain_processes import drain_in_processes
 from bench.loadgen import BATCH, CONNECTIONS, TEXT_BODY, Tally
 from bench.loopback import free_port, wait_for_port
 
@@ -32,6 +35,7 @@ REDIS_SERVER = "/usr/bin/redis-server"
 FILL_PIPELINE = 256
 DRAIN_BLOCK_MS = 1000
 DRAIN_LIMIT_S = 120.0
+GROUP = "petrel-bench"
 
 
 async def drive(url: str, warmup: float, seconds: float) -> Tally:
@@ -65,34 +69,76 @@ async def drive(url: str, warmup: float, seconds: float) -> Tally:
 
 async def drain(url: str, count: int, warmup: int, consumers: int) -> Drain:
     """Fill a stream with `count` entries, then consume them with `consumers` clients of one group."""
+    key = f"petrel-bench-{uuid.uuid4().hex}"
+    result = Drain(count=count, consumers=consumers)
+    try:
+        await _prepare(url, key, count)
+        await _consume(url, key, Progress(result, warmup), consumers)
+    finally:
+        await _delete(url, key)
+    return result
+
+
+def drain_by_processes(url: str, count: int, warmup: int, consumers: int, processes: int) -> Drain:
+    """`drain`, its clients spread over `processes` processes (bench.drain_processes)."""
+    import uvloop
+
+    key = f"petrel-bench-{uuid.uuid4().hex}"
+    try:
+        uvloop.run(_prepare(url, key, count))
+        return drain_in_processes(
+            count, warmup, consumers, processes, lambda progress, share: _consume(url, key, progress, share)
+        )
+    finally:
+        uvloop.run(_delete(url, key))
+
+
+async def _prepare(url: str, key: str, count: int) -> None:
+    """The stream `key` with `count` numbered entries, and the group that drains it."""
     import redis.asyncio as redis
 
-    key, group = f"petrel-bench-{uuid.uuid4().hex}", "petrel-bench"
-    result = Drain(count=count, consumers=consumers)
-    progress = Progress(result, warmup)
+    client = redis.Redis.from_url(url)
+    try:
+        await _fill(client, key, count)
+        await client.xgroup_create(key, GROUP, id="0")
+    finally:
+        await client.aclose()
+
+
+async def _delete(url: str, key: str) -> None:
+    import redis.asyncio as redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        await client.delete(key)
+    finally:
+        await client.aclose()
+
+
+async def _consume(url: str, key: str, progress: Progress, consumers: int) -> None:
+    """`consumers` clients of the group loop XREADGROUP COUNT 32 + XACK until `progress` says the drain is done."""
+    import redis.asyncio as redis
+
+    result = progress.drain
     clients = [redis.Redis.from_url(url) for _ in range(consumers)]
 
     async def consume(n: int) -> None:
-        client, name = clients[n], f"consumer-{n}"
+        client, name = clients[n], f"consumer-{os.getpid()}-{n}"
         while True:
-            answer = await client.xreadgroup(group, name, {key: ">"}, count=BATCH, block=DRAIN_BLOCK_MS)
+            answer = await client.xreadgroup(GROUP, name, {key: ">"}, count=BATCH, block=DRAIN_BLOCK_MS)
             entries = answer[0][1] if answer else []
             fresh = progress.delivered([index_of(fields[b"body"]) for _, fields in entries])
             if entries:
-                acked = await client.xack(key, group, *(entry_id for entry_id, _ in entries))
+                acked = await client.xack(key, GROUP, *(entry_id for entry_id, _ in entries))
                 if acked != len(entries):
                     result.error(f"XACK acked {acked} of {len(entries)}")
                 progress.acked(fresh)
 
     try:
-        await _fill(clients[0], key, count)
-        await clients[0].xgroup_create(key, group, id="0")
         await run_consumers(consumers, consume, progress, DRAIN_LIMIT_S)
     finally:
-        await clients[0].delete(key)
         for client in clients:
             await client.aclose()
-    return result
 
 
 async def _fill(client: Any, key: str, count: int) -> None:
@@ -132,9 +178,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--drain", type=int, metavar="COUNT", help="fill COUNT entries, then consume them")
     parser.add_argument("--warmup-messages", type=int, default=0, help="drain: not timed until this many are acked")
     parser.add_argument("--consumers", type=int, default=8, help="drain: clients of the consumer group")
+    parser.add_argument("--processes", type=int, default=1, help="drain: spread the clients over this many processes")
     args = parser.parse_args(argv)
     import uvloop
 
+    if args.drain is not None and args.processes > 1:
+        print_drain(drain_by_processes(args.url, args.drain, args.warmup_messages, args.consumers, args.processes))
+        return
     if args.drain is not None:
         print_drain(uvloop.run(drain(args.url, args.drain, args.warmup_messages, args.consumers)))
         return

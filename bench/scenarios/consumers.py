@@ -15,9 +15,11 @@ Three measurements, each printed beside its reference or target:
   than the run: none missing, none delivered twice, and the rate from send to
   ack (beside the 8-consumer drain of a backlog, for information).
 
-How the 2 cores are shared: every load runs in a process of its own
-(bench.consumeload, or bench.redis_reference for Redis) while this process
-only waits, so client and servers compete for the cores as in a deployment.
+How the 2 cores are shared: every load runs in processes of its own
+(bench.consumeload, or bench.redis_reference for Redis; a backlog's consumers
+spread over 2 processes, bench.drain_processes, so that no one Python process
+limits the drain) while this process only waits, so client and servers
+compete for the cores as in a deployment.
 For Petrel that is the load process, the gateway and the broker (the
 nameserver, timer and txcheck run but are idle); for Redis it is the load
 process and redis-server, measured before the cluster starts so nothing of
@@ -38,9 +40,22 @@ from bench.cluster import SHARED_REDIS, Cluster, petrel_cluster, request_json
 from bench.drain import Drain, run_drain
 from bench.figures import BenchOptions, Figure
 from bench.progress import measuring
+from bench.scenarios.gateway import LOADGEN_ENV
 from bench.scheduled import percentile
 
 CONSUMERS = 8
+PROCESSES = 2
+"""The processes a backlog's consumers are spread over (bench.drain_processes), ours and Redis' alike: in one
+process, the 8 consumers cost about a third of what the gateway and broker spend on a message (45 µs against
+170), all on one core, which caps the drain near 20,000 a second; two cost about the same CPU without that cap,
+four cost half as much again (68-110 µs a message here).
+BENCH_LOADGEN=python keeps the harness's old load generators: one process."""
+
+
+def drain_processes() -> int:
+    return 1 if os.environ.get(LOADGEN_ENV) == "python" else PROCESSES
+
+
 QUEUES = 8
 CROWD = 100
 CROWD_QUEUES = 64
@@ -107,7 +122,14 @@ def latency_p99_figure(p99: float) -> Figure:
 def redis_drain(count: int) -> Drain:
     """The receive+ack reference: `count` entries drained by 8 clients of one Redis Streams group."""
     command = [sys.executable, "-m", "bench.redis_reference", SHARED_REDIS, "--drain", str(count)]
-    command += ["--warmup-messages", str(count // 10), "--consumers", str(CONSUMERS)]
+    command += [
+        "--warmup-messages",
+        str(count // 10),
+        "--consumers",
+        str(CONSUMERS),
+        "--processes",
+        str(drain_processes()),
+    ]
     drain = run_drain(command, DRAIN_LIMIT_S, "Redis XREADGROUP + XACK drain")
     _note("redis", drain)
     return drain
@@ -119,6 +141,8 @@ def group_drain(cluster: Cluster, name: str, queues: int, count: int, consumers:
     request_json("PUT", f"{cluster.url}/v1/groups/{name}", {})
     command = [sys.executable, "-m", "bench.consumeload", "drain", cluster.url, name, name, "--fill", filling]
     command += ["--count", str(count), "--warmup-messages", str(count // 10), "--consumers", str(consumers)]
+    if filling != "during":  # a backlog: its consumers in several processes (sent while they run: one process)
+        command += ["--processes", str(min(drain_processes(), consumers))]
     drain = run_drain(command, DRAIN_LIMIT_S, f"{name} drain")
     _note(name, drain)
     return drain

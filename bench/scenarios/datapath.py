@@ -3,6 +3,8 @@
 | figure | ours | reference (same run) | target |
 |---|---|---|---|
 | single send | gateway, 32 connections, 1 KiB | FastAPI no-op POST, typed body, served as the gateway is | 0.8x |
+| single send | the same | a FastAPI + Redis Streams endpoint, XADD a POST (bench.redis_endpoint) | 1.5x |
+| single send (`--peers`) | the same | RabbitMQ's HTTP publish API, durable queue, persistent messages | - |
 | batches | 32 x 1 KiB a request | Redis XADD pipelined 32, 32 clients | 0.5x |
 | SYNC_FLUSH batches | the same, broker in SYNC_FLUSH | Redis `appendfsync always`, pipelined 32 | 0.5x |
 | receive+ack | batches of 32, 8 consumers | Redis XREADGROUP COUNT 32 + XACK, 8 clients | 0.5x |
@@ -11,15 +13,18 @@
 | half + commit | pairs, 32 connections | two single sends (half their rate) | 1.0x |
 | durable publish | SYNC_FLUSH single sends, 32 connections, 1 KiB | NATS JetStream publish + ack, 32 in flight | 0.3x |
 
-Every figure is measured by the scenario that owns it (gateway, consumers,
-storage, transactions), with its sizes and its Figure; this one runs them in
-one go, sharing clusters where a figure allows: the references first (no
-Petrel running beside them), then a cluster for the sends (single, half +
-commit, batches), a fresh one for the consumers (as `petrel bench consumers`
-measures them), a SYNC_FLUSH one for the fsynced sends, and the store in-process
-last. The NATS reference (bench.nats_reference) needs the local NATS server
-with JetStream on 127.0.0.1:4222; without one the durable-publish figure is
-left out, with a message saying why, and the other seven stand.
+Every HTTP send is driven by wrk (bench.wrk), ours and the references' alike,
+and a backlog's consumers run in 2 processes (bench.drain_processes), so that
+the load generator is not what limits a figure. Every figure is measured by the
+scenario that owns it (gateway, peers, consumers, storage, transactions), with
+its sizes and its Figure; this one runs them in one go, sharing clusters where
+a figure allows: the references and peers first (no Petrel running beside
+them), then a cluster for the sends (single, half + commit, batches), a fresh
+one for the consumers (as `petrel bench consumers` measures them), a SYNC_FLUSH
+one for the fsynced sends, and the store in-process last. The NATS reference
+(bench.nats_reference) needs the local NATS server with JetStream on
+127.0.0.1:4222; without one the durable-publish figure is left out, with a
+message saying why, and the other figures stand.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from bench.drain import Drain
 from bench.figures import BenchOptions, Figure
 from bench.nats_reference import LOCAL_NATS, answers
 from bench.redis_reference import private_redis
-from bench.scenarios import consumers, gateway, storage, transactions
+from bench.scenarios import consumers, gateway, peers, storage, transactions
 from bench.scenarios.gateway import Timing
 
 TOPIC = "datapath"
@@ -46,6 +51,9 @@ class Measured:
 
     single: float
     noop: float
+    redis_endpoint: float
+    rabbitmq: float | None
+    """None: not asked for (`--peers`), or RabbitMQ's HTTP API could not be had"""
     batch: float
     redis_batch: float
     sync_batch: float
@@ -66,9 +74,10 @@ def datapath(options: BenchOptions) -> list[Figure]:
 
 
 def figures(measured: Measured) -> list[Figure]:
-    """The issue's eight figures in its order (seven when NATS was not there)."""
+    """Issue 15's eight figures in its order (seven when NATS was not there), the peers' after single sends."""
     found = [
         gateway.single_send_figure(measured.single, measured.noop),
+        *peers.peer_figures(measured.single, measured.redis_endpoint, measured.rabbitmq),
         gateway.batch_figure(measured.batch, measured.redis_batch),
         gateway.sync_batch_figure(measured.sync_batch, measured.redis_sync_batch),
         consumers.receive_ack_figure(measured.drain, measured.redis_drain),
@@ -97,6 +106,8 @@ def measure(options: BenchOptions) -> Measured:
     sizes = consumers.QUICK if options.quick else consumers.FULL
     os.sync()  # so that writeback left by an earlier scenario does not run during the measurements
     noop = gateway.noop_sends(timing)
+    redis_endpoint = peers.redis_endpoint_sends(timing)
+    rabbitmq = peers.rabbitmq_publishes(timing) if options.peers else None
     redis_batch = gateway.redis_batches(SHARED_REDIS, timing, "Redis XADD batches")
     with private_redis() as url:
         redis_sync_batch = gateway.redis_batches(url, timing, "Redis appendfsync always batches")
@@ -120,6 +131,8 @@ def measure(options: BenchOptions) -> Measured:
     return Measured(
         single=single,
         noop=noop,
+        redis_endpoint=redis_endpoint,
+        rabbitmq=rabbitmq,
         batch=batch,
         redis_batch=redis_batch,
         sync_batch=sync_batch,

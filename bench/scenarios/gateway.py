@@ -1,10 +1,12 @@
 """The public send path end to end, on real processes over loopback (issue: gateway data path).
 
 A cluster started by the launcher is driven by a load generator in a process
-of its own (bench.loadgen, 32 keep-alive aiohttp connections), so client and
-servers share the two cores as they would in a deployment. References, in the
+of its own (wrk, bench.wrk: 32 keep-alive connections, 1 KiB bodies; the
+Python bench.loadgen with BENCH_LOADGEN=python, or when wrk cannot be had), so
+client and servers share the two cores as they would in a deployment. References, in the
 same run: a FastAPI no-op endpoint served as the gateway is (bench.noop_server)
-for single sends; Redis Streams XADD pipelined 32 at a time for batches (the
+for single sends; Redis Streams XADD pipelined 32 at a time by 32 clients for
+batches (redis-benchmark, bench.redis_benchmark: a C client, as wrk is; the
 shared Redis for ASYNC_FLUSH, a private `appendfsync always` one for
 SYNC_FLUSH). Target ratios are issue 15's (`petrel bench datapath` reports the
 same figures beside the rest of the data path).
@@ -32,16 +34,20 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from bench import redis_benchmark
 from bench.cluster import SHARED_REDIS, Cluster, api_key, petrel_cluster, request_json, until_admitted
 from bench.figures import BenchOptions, Figure
 from bench.loadgen import API_KEY_ENV, Tally
 from bench.loopback import served_module
 from bench.progress import measuring
 from bench.redis_reference import private_redis
+from bench.wrk import WrkMissing, wrk_binary, wrk_sends
 
 TOPIC = "bench"
 QUEUES = 8
 ONLY_ENV = "BENCH_GATEWAY_ONLY"
+LOADGEN_ENV = "BENCH_LOADGEN"
+"""`python`: the HTTP sends are driven by bench.loadgen (aiohttp) rather than wrk, to compare the two"""
 KEY_RATE = 1_000_000.0
 """the bench key's calls a second: far above what one gateway answers, but finite, so every call is counted"""
 
@@ -151,7 +157,18 @@ def noop_sends(timing: Timing) -> float:
 
 
 def redis_batches(url: str, timing: Timing, what: str) -> float:
-    """The batch reference's messages/s: XADD pipelined 32 at a time by 32 clients of the Redis at `url`."""
+    """The batch reference's messages/s: XADD pipelined 32 at a time by 32 clients of the Redis at `url`, driven by
+    redis-benchmark (bench.redis_benchmark); by bench.redis_reference's Python clients without it (said)."""
+    if os.environ.get(LOADGEN_ENV, "wrk") != "python":
+        with measuring(what):
+            tally = redis_benchmark.xadds(url, timing.warmup, timing.seconds)
+        if tally is not None:
+            if tally.errors:
+                print(f"  WARNING {what}: {tally.first_error}", flush=True)
+            return tally.succeeded_per_second
+        print(
+            f"  WARNING redis-benchmark is not installed (Debian: redis-tools): {what} by redis-py clients", flush=True
+        )
     return run_tally([sys.executable, "-m", "bench.redis_reference", url], timing, what)
 
 
@@ -181,17 +198,35 @@ def auth_cost(timing: Timing, rounds: int) -> Figure:
 def _single_sends(cluster: Cluster, timing: Timing, key: str | None = None) -> float:
     """Single sends' messages/s; with a key, every send must have been let in (a refusal measures nothing)."""
     url = f"{cluster.url}/v1/topics/{TOPIC}/messages"
-    command = [sys.executable, "-m", "bench.loadgen", url, "single"]
     what = "single sends, auth " + ("on" if key else "off")
-    tally = load_tally(command, timing, what, {API_KEY_ENV: key} if key else None)
+    tally = send_tally(url, "single", timing, what, key)
     if key and tally.errors:
         raise RuntimeError(f"auth on: {tally.errors} of {tally.requests} sends failed; first: {tally.first_error}")
     return tally.succeeded_per_second
 
 
 def sends(url: str, kind: str, timing: Timing, what: str) -> float:
-    """bench.loadgen's `kind` of sends to `url` over 32 connections: messages/s answered."""
-    return run_tally([sys.executable, "-m", "bench.loadgen", url, kind], timing, what)
+    """`kind` of sends to `url` over 32 connections (wrk; bench.loadgen with BENCH_LOADGEN=python): messages/s
+    answered (failures are reported, not counted)."""
+    tally = send_tally(url, kind, timing, what)
+    if tally.errors:
+        print(f"  WARNING {what}: {tally.errors} of {tally.requests} requests failed; first: {tally.first_error}")
+    return tally.succeeded_per_second
+
+
+def send_tally(url: str, kind: str, timing: Timing, what: str, api_key: str | None = None) -> Tally:
+    """The Tally of `kind` sends to `url`, by wrk, or by bench.loadgen when BENCH_LOADGEN=python or wrk cannot be
+    had (said in a warning: its figures are then the Python client's, not comparable with wrk's)."""
+    if os.environ.get(LOADGEN_ENV, "wrk") != "python":
+        try:
+            wrk_binary()
+        except WrkMissing as exc:
+            print(f"  WARNING {exc}; {what} falls back to the Python load generator (bench.loadgen)", flush=True)
+        else:
+            with measuring(what):
+                return wrk_sends(url, kind, timing.warmup, timing.seconds, api_key)
+    command = [sys.executable, "-m", "bench.loadgen", url, kind]
+    return load_tally(command, timing, what, {API_KEY_ENV: api_key} if api_key else None)
 
 
 def run_tally(command: list[str], timing: Timing, what: str) -> float:

@@ -1,4 +1,4 @@
-"""`petrel bench datapath`: issue 15's eight figures, their references and target ratios, in the issue's order."""
+"""`petrel bench datapath`: issue 15's eight figures and issue 29's peers, their references and target ratios."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from bench.scenarios.datapath import Measured, figures
 MEASURED = Measured(
     single=4_000,
     noop=10_000,
+    redis_endpoint=3_000,
+    rabbitmq=700,
     batch=30_000,
     redis_batch=120_000,
     sync_batch=20_000,
@@ -25,11 +27,13 @@ MEASURED = Measured(
 )
 
 
-def test_the_eight_figures_carry_the_issues_target_ratios_in_its_order() -> None:
+def test_the_figures_carry_the_issues_target_ratios_in_its_order_the_peers_after_single_sends() -> None:
     found = figures(MEASURED)
 
     assert [(f.name, f.target_ratio) for f in found] == [
         ("gateway: send 1 message, 32 conns", 0.8),
+        ("send 1 message vs FastAPI + Redis XADD", 1.5),
+        ("send 1 message vs RabbitMQ HTTP publish", None),
         ("gateway: batches of 32, 32 conns", 0.5),
         ("gateway: SYNC_FLUSH batches of 32", 0.5),
         ("receive+ack batches of 32, 8 consumers", 0.5),
@@ -41,8 +45,16 @@ def test_the_eight_figures_carry_the_issues_target_ratios_in_its_order() -> None
     assert all(f.unit for f in found)
 
 
+def test_the_peers_are_beside_the_same_single_sends_and_rabbitmq_only_when_measured() -> None:
+    redis, rabbitmq = figures(MEASURED)[1:3]
+
+    assert (redis.ours, redis.reference, redis.ratio) == (4_000, 3_000, 4_000 / 3_000)
+    assert (rabbitmq.ours, rabbitmq.reference) == (4_000, 700)
+    assert "RabbitMQ" not in " ".join(f.name for f in figures(replace(MEASURED, rabbitmq=None)))
+
+
 def test_half_commit_is_judged_against_two_single_sends() -> None:
-    half_commit = figures(MEASURED)[6]
+    half_commit = figures(MEASURED)[8]
 
     assert half_commit.reference_name == "two single sends"
     assert half_commit.reference == 2_000
@@ -50,7 +62,7 @@ def test_half_commit_is_judged_against_two_single_sends() -> None:
 
 
 def test_send_to_receive_is_lower_is_better_against_5_ms() -> None:
-    latency = figures(MEASURED)[4]
+    latency = figures(MEASURED)[6]
 
     assert (latency.ours, latency.reference, latency.unit) == (20.0, 5.0, "ms")
     assert not latency.higher_is_better
@@ -63,4 +75,4 @@ def test_durable_publish_is_beside_nats_jetstream_and_left_out_without_it() -> N
 
     assert (durable.ours, durable.reference) == (3_000, 10_000)
     assert durable.reference_name.startswith("NATS JetStream")
-    assert len(figures(replace(MEASURED, nats=None))) == 7
+    assert len(figures(replace(MEASURED, nats=None))) == 9
