@@ -9,7 +9,9 @@ ports after the master's. With `PETREL_AUTH=required`, `api_key` makes a
 key in the cluster's metadata database with `petrel keys create`, as an
 operator would, and waits until the gateway lets it in. `up_args`, and
 `BENCH_UP_ARGS` for every cluster of a run (`BENCH_UP_ARGS=--colocated petrel
-bench datapath`), are more options for `petrel up`. `clusters_up()` names
+bench datapath`), are more options for `petrel up`. `BENCH_CLUSTER_CODE=DIR` runs
+the clusters from another checkout (the baseline commit's, say) while this harness
+measures them: its figures beside today's, in the same run. `clusters_up()` names
 the clusters up at the moment (what `petrel bench --profile` records).
 """
 
@@ -39,6 +41,8 @@ from libs.cluster_token import INTERNAL_TOKEN_HEADER, read_token_file, token_fil
 SHARED_REDIS = "redis://127.0.0.1:6379/0"
 UP_ARGS_ENV = "BENCH_UP_ARGS"
 """More `petrel up` options for every cluster a scenario starts, e.g. BENCH_UP_ARGS=--colocated"""
+CODE_ENV = "BENCH_CLUSTER_CODE"
+"""A checkout whose code the clusters run (default: this one), e.g. a worktree of the baseline commit."""
 _UP: list[Cluster] = []
 
 
@@ -102,7 +106,12 @@ def petrel_cluster(
     log_path = data_dir / "launcher.log"
     with log_path.open("wb") as log:
         launcher = subprocess.Popen(
-            command, env=os.environ | (env or {}), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            env=os.environ | (env or {}) | cluster_code_env(),
+            cwd=cluster_code_dir(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         url = f"http://127.0.0.1:{gateway_port}"
@@ -116,6 +125,18 @@ def petrel_cluster(
     finally:
         _stop(launcher)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def cluster_code_dir() -> str | None:
+    """The checkout a cluster runs from (BENCH_CLUSTER_CODE), or None: this one."""
+    code = os.environ.get(CODE_ENV)
+    return str(Path(code).resolve()) if code else None
+
+
+def cluster_code_env() -> dict[str, str]:
+    """PYTHONPATH for a cluster run from BENCH_CLUSTER_CODE's checkout (its modules first), else nothing."""
+    code = cluster_code_dir()
+    return {"PYTHONPATH": code} if code else {}
 
 
 def extra_up_args(up_args: tuple[str, ...] = ()) -> list[str]:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from bench.cluster import UP_ARGS_ENV, extra_up_args
+from bench.cluster import CODE_ENV, UP_ARGS_ENV, cluster_code_dir, cluster_code_env, extra_up_args
 
 
 def test_bench_up_args_reach_every_cluster_after_the_scenarios_own(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -17,3 +22,29 @@ def test_without_bench_up_args_a_cluster_is_started_as_the_scenario_says(monkeyp
     monkeypatch.delenv(UP_ARGS_ENV, raising=False)
 
     assert extra_up_args() == []
+
+
+def test_bench_cluster_code_runs_the_cluster_from_another_checkout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The baseline's figures beside today's in one run: the cluster's processes import the other checkout's code."""
+    (tmp_path / "libs").mkdir()
+    (tmp_path / "libs" / "__init__.py").write_text("")
+    monkeypatch.setenv(CODE_ENV, str(tmp_path))
+
+    imported = subprocess.run(
+        [sys.executable, "-c", "import libs; print(libs.__file__)"],
+        env=os.environ | cluster_code_env(),
+        cwd=cluster_code_dir(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+    assert Path(imported.stdout.strip()) == tmp_path / "libs" / "__init__.py"
+
+
+def test_without_bench_cluster_code_the_cluster_runs_this_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CODE_ENV, raising=False)
+
+    assert (cluster_code_env(), cluster_code_dir()) == ({}, None)
