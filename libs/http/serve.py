@@ -37,6 +37,7 @@ from fastapi import FastAPI
 from prometheus_client import Counter
 from starlette.types import Lifespan
 
+from libs.compiled import describe
 from libs.http.connection_limits import ConnectionLimits, Refused, limited_protocol
 from libs.http.shared_port import shared_port_sockets
 from libs.http.stopping import STOP_SERVER, announce_stopping
@@ -56,6 +57,7 @@ def serve(app: FastAPI, settings: ServiceSettings, *, reuse_port: bool = False) 
     """Serve `app` until a signal stops it; `reuse_port`: on a port other processes may share (SO_REUSEPORT)."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # not a line per call
+    log.info("%s", describe())  # the app is built: the hot modules it uses are imported, compiled or plain
     app.router.lifespan_context = _frozen_after_start(app.router.lifespan_context)
     _allow_open_files(settings.max_connections + OTHER_OPEN_FILES)
     server = StoppingServer(server_config(app, settings))
