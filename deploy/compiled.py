@@ -8,7 +8,9 @@ nothing is done (a fraction of a second). Without a C compiler, Python's headers
 it says so and leaves the plain modules to run; a build that fails says why and does the same
 (the test of the compiled modules, tests/libs/test_compiled_modules.py, then fails).
 
-The compiler's output goes to ``build.log`` in the build's directory, shown when it fails.
+The compiler's output goes to ``build.log`` in the build's directory, shown when it fails. A build is
+also kept in the user's cache (``~/.cache/petrel-compiled/<key>/``, as pip keeps wheels): a fresh clone
+of the same sources copies it instead of compiling.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Final
 
-from libs.compiled import MANIFEST, NO_COMPILER, ROOT, SWITCH, abi, builds_dir, current_build, file_hash
+from libs.compiled import MANIFEST, NO_COMPILER, ROOT, SWITCH, Build, abi, builds_dir, current_build, file_hash
 
 HOT_MODULES: Final = (
     "libs.codec",
@@ -128,7 +130,33 @@ def build(root: Path = ROOT) -> str:
         return f"{missing}: the plain modules run"
     (directory / NO_COMPILER).unlink(missing_ok=True)
     sources = {name: file_hash(root / name) for name in project_sources(root, HOT_MODULES)}
+    key = build_key(sources)
+    if _copy_whole(cache_dir() / key, directory / key, sources):
+        return f"compiled modules copied from the cache ({cache_dir() / key})"
     return _compile(root, directory, sources)
+
+
+def cache_dir() -> Path:
+    """The user's cache of builds, as pip's of wheels: a fresh clone of the same sources copies one, not compiling."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "petrel-compiled"
+
+
+def _copy_whole(source: Path, target: Path, sources: dict[str, str]) -> bool:
+    """Copy the build at `source` to `target` (never half of it); False when there is no such build to copy."""
+    build = Build.read(source)
+    if build is None or build.sources != sources:
+        return False
+    partial = target.with_name(f".copying-{target.name}-{os.getpid()}")
+    try:
+        shutil.copytree(source, partial, dirs_exist_ok=True)
+        os.utime(partial / MANIFEST)
+        if target.exists():
+            shutil.rmtree(target)
+        partial.rename(target)
+    except OSError:
+        shutil.rmtree(partial, ignore_errors=True)
+        return False
+    return True
 
 
 def _compile(root: Path, directory: Path, sources: dict[str, str]) -> str:
@@ -158,6 +186,8 @@ def _compile(root: Path, directory: Path, sources: dict[str, str]) -> str:
     (work / "out").rename(target)
     shutil.rmtree(work, ignore_errors=True)
     _prune(directory)
+    if _copy_whole(target, cache_dir() / key, sources):  # best effort: a cache that cannot be written is no cache
+        _prune(cache_dir())
     return f"compiled {len(HOT_MODULES)} hot modules in {time.monotonic() - started:.0f} s ({target})"
 
 
@@ -182,20 +212,39 @@ def _prune(directory: Path) -> None:
     )
     for old in builds[KEEP:]:
         shutil.rmtree(old, ignore_errors=True)
-    for stale in directory.glob(".building-*"):
+    for stale in [*directory.glob(".building-*"), *directory.glob(".copying-*")]:
         if time.time() - stale.stat().st_mtime > 3600:  # a build that was killed
             shutil.rmtree(stale, ignore_errors=True)
 
 
-# Run in a child process (its compiler output goes to build.log): mypyc's C, then setuptools' build_ext.
+# Run in a child process (its compiler output goes to build.log): mypyc's C, one file a module (multi_file), then
+# setuptools' build_ext, which compiles one extension's files one after another: here they are compiled on every core.
 _COMPILE: Final = """
-import sys
+import os, sys
+from concurrent.futures import ThreadPoolExecutor
+from distutils.ccompiler import CCompiler
 from setuptools import setup
 from mypyc.build import mypycify
 
+def compile_in_parallel(self, sources, output_dir=None, macros=None, include_dirs=None, debug=0,
+                        extra_preargs=None, extra_postargs=None, depends=None):
+    macros, objects, extra_postargs, pp_opts, build = self._setup_compile(
+        output_dir, macros, include_dirs, sources, depends, extra_postargs
+    )
+    cc_args = self._get_cc_args(pp_opts, debug, extra_preargs)
+    def one(obj):
+        source, ext = build[obj]
+        self._compile(obj, source, ext, cc_args, extra_postargs, pp_opts)
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        list(pool.map(one, objects))
+    return objects
+
+CCompiler.compile = compile_in_parallel
 work, group, opt, *paths = sys.argv[1:]
 options = ["--cache-dir", work + "/mypy-cache", "--no-warn-unused-configs"]
-extensions = mypycify([*options, *paths], opt_level=opt, target_dir=work + "/c", group_name=group)
+extensions = mypycify(
+    [*options, *paths], opt_level=opt, target_dir=work + "/c", group_name=group, multi_file=True
+)
 setup(
     name="petrel-hot",
     ext_modules=extensions,
