@@ -150,9 +150,7 @@ def _copy_whole(source: Path, target: Path, sources: dict[str, str]) -> bool:
     try:
         shutil.copytree(source, partial, dirs_exist_ok=True)
         os.utime(partial / MANIFEST)
-        if target.exists():
-            shutil.rmtree(target)
-        partial.rename(target)
+        _put_in_place(partial, target)
     except OSError:
         shutil.rmtree(partial, ignore_errors=True)
         return False
@@ -181,14 +179,21 @@ def _compile(root: Path, directory: Path, sources: dict[str, str]) -> str:
     manifest = {"abi": abi(), "hot": list(HOT_MODULES), "modules": modules, "sources": sources}
     (work / "out" / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))  # last: the build is whole
     shutil.move(work / "build.log", work / "out" / "build.log")
-    if target.exists():
-        shutil.rmtree(target)
-    (work / "out").rename(target)
+    _put_in_place(work / "out", target)
     shutil.rmtree(work, ignore_errors=True)
     _prune(directory)
     if _copy_whole(target, cache_dir() / key, sources):  # best effort: a cache that cannot be written is no cache
         _prune(cache_dir())
     return f"compiled {len(HOT_MODULES)} hot modules in {time.monotonic() - started:.0f} s ({target})"
+
+
+def _put_in_place(made: Path, target: Path) -> None:
+    """Rename a whole build to its place; one already there (another process made it meanwhile) is kept."""
+    if (target / MANIFEST).is_file():
+        shutil.rmtree(made, ignore_errors=True)
+        return
+    shutil.rmtree(target, ignore_errors=True)  # a build cut short before its manifest was written
+    made.rename(target)
 
 
 def _paths(modules: tuple[str, ...]) -> list[str]:
