@@ -16,6 +16,9 @@ import pytest
 from deploy.compiled import HOT_MODULES, build, missing_toolchain
 from libs.compiled import ROOT, SWITCH, builds_dir, current_build
 
+pytestmark = pytest.mark.timeout(600)
+"""The first test may wait for a build (`compiled`): under a minute on a quiet machine, two under load."""
+
 SHOW = """
 import importlib, sys
 from libs.compiled import describe
