@@ -11,7 +11,7 @@ CREATED   := $(VENV)/.created-stamp
 RUN_STAMP := $(VENV)/.installed-etl-stamp
 DEV_STAMP := $(VENV)/.installed-dev-stamp
 
-.PHONY: run test test-fast check format bench openapi clean venv etcd faketime chromium wrk
+.PHONY: run test test-fast check format bench openapi clean venv compiled etcd faketime chromium wrk
 
 $(CREATED):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Petrel needs Python 3.11 or newer (set PYTHON=...)")'
@@ -21,14 +21,20 @@ $(CREATED):
 
 # pip's progress is shown: a first `make run` downloads Spark (~450 MB) when pip's cache does not hold it.
 $(RUN_STAMP): pyproject.toml $(CREATED)
-	$(BIN)/pip install --no-compile --progress-bar on -e '.[etl]'
+	$(BIN)/pip install --no-compile --progress-bar on -e '.[etl,compiled]'
 	@touch $(RUN_STAMP)
 
 $(DEV_STAMP): pyproject.toml $(CREATED)
-	$(BIN)/pip install --quiet --no-compile -e '.[etl,dev]'
+	$(BIN)/pip install --quiet --no-compile -e '.[etl,compiled,dev]'
 	@touch $(RUN_STAMP) $(DEV_STAMP)
 
-venv: $(DEV_STAMP)
+venv: $(DEV_STAMP) compiled
+
+# The hot modules compiled with mypyc into .venv/petrel-compiled/<hash of their sources>/ (deploy.compiled), where
+# libs.compiled loads them only while their sources are unchanged: a no-op when a build of these sources exists,
+# skipped (the plain modules run) without a C compiler. PETREL_COMPILED=off: neither built nor loaded.
+compiled: $(RUN_STAMP)
+	$(BIN)/python -m deploy.compiled
 
 # Debian packages the tests need, installed through apt when missing and run as root (CI); otherwise a message says
 # what to install, and the tests that need one fail naming it (deploy/install_debian_package.sh).
@@ -49,7 +55,7 @@ chromium:
 wrk:
 	@sh deploy/install_debian_package.sh wrk "the bench's HTTP loads and tests/bench/test_wrk.py" 'command -v wrk'
 
-run: $(RUN_STAMP) etcd
+run: $(RUN_STAMP) compiled etcd
 	$(BIN)/petrel up $(ARGS)
 
 # The tests keep Python's bytecode caches even where the shell turns them off (PYTHONDONTWRITEBYTECODE, as some
@@ -59,14 +65,14 @@ TEST_ENV := PYTHONDONTWRITEBYTECODE=
 
 # Two workers, each test file on one (a module's shared cluster stays with its tests); tests use
 # ephemeral ports, their own Redis key prefixes and PostgreSQL schemas. One process: PYTEST_ARGS=-n0
-test: $(DEV_STAMP) etcd faketime chromium wrk
+test: $(DEV_STAMP) compiled etcd faketime chromium wrk
 	$(TEST_ENV) $(BIN)/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 # The developer's quick loop, under two minutes: every test but those marked `e2e` (whole clusters of real
 # processes on loopback, the docs pages run as written) and those marked `spark` (they start a JVM: the ETL job's
 # tests under tests/services/etl and the Spark docs page, tests.support.markers); property and fuzz tests try a quarter
 # of their generated inputs (tests.support.examples). `make test` runs everything, every input.
-test-fast: $(DEV_STAMP) etcd
+test-fast: $(DEV_STAMP) compiled etcd
 	$(TEST_ENV) TESTS_QUICK=1 $(BIN)/pytest -n 2 --dist loadfile -m "not e2e and not spark" $(PYTEST_ARGS)
 
 check: $(DEV_STAMP)
@@ -79,7 +85,7 @@ format: $(DEV_STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(DEV_STAMP) faketime wrk
+bench: $(DEV_STAMP) compiled faketime wrk
 	$(BIN)/petrel bench $(ARGS)
 
 openapi: $(DEV_STAMP)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from libs.compiled import SWITCH, describe
 from services.broker.app import create_app as broker_app
 from services.nameserver.app import create_app as nameserver_app
 from services.nameserver.settings import NameserverSettings
@@ -21,11 +22,12 @@ pytest_plugins = ["pytester", "tests.support.async_timeouts"]
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No PETREL_* setting of the developer's shell leaks into a test."""
+    """No PETREL_* setting of the developer's shell leaks into a test (but PETREL_COMPILED, which the run's processes
+    share: the plain run of tests/libs/test_plain_modules.py starts its services' processes plain too)."""
     import os
 
     for name in list(os.environ):
-        if name.startswith("PETREL_"):
+        if name.startswith("PETREL_") and name != SWITCH:
             monkeypatch.delenv(name)
     monkeypatch.setenv("PETREL_DATA_DIR", str(tmp_path / "data"))
 
@@ -47,6 +49,13 @@ def broker(nameserver: ServedApp) -> Iterator[ServedApp]:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> HeavyFirstFileScheduling | None:
     """`--dist loadfile` (make test) spreads the heavy files over the workers (tests.support.scheduling)."""
     return HeavyFirstFileScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
+def pytest_report_header() -> str:
+    """Whether the hot modules run compiled (libs.compiled): `make test` runs what `make run` runs."""
+    import libs.store.message_store  # noqa: F401  (the codec's and the store's compiled modules: describe() names them)
+
+    return f"petrel hot modules: {describe()}"
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

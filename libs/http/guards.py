@@ -8,15 +8,28 @@ go with it) or None. Each guard is one object, run in two places in the same ord
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Protocol, runtime_checkable
 
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from libs.errors import PetrelError
 from libs.problem import error_response
+
+Call = Callable[[], Awaitable[Response]]
+
+
+@runtime_checkable
+class GuardedRoute(Protocol):
+    """A route class whose handler runs inside checks of its own (the gateway's permissions): the hot path
+    (libs.http.hot_routes) calls it too. Defined here, not there, because a compiled module (mypyc) cannot make a
+    runtime-checkable Protocol."""
+
+    async def guarded(self, request: Request, call: Call) -> Response: ...
+
 
 HTTP_ONLY: Final = frozenset({"http"})
 HTTP_AND_WEBSOCKET: Final = frozenset({"http", "websocket"})

@@ -16,7 +16,7 @@ The checks run here as plain calls, in the middleware stack's order and with the
 objects (libs.http.app): the request metrics around it all, the guards (API keys; the Host
 check and the cluster token), the media type, the body limit while the body is read, the
 JSON shape. A route class that guards its handler (the gateway's `AuthorizedRoute`:
-permissions, audit) guards the hot call too (`GuardedRoute`). Errors are answered by the
+permissions, audit) guards the hot call too (`libs.http.guards.GuardedRoute`). Errors are answered by the
 mapping FastAPI's exception handlers use (`libs.problem.answer_error`).
 """
 
@@ -26,7 +26,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from fastapi.routing import RouteContext, iter_route_contexts
 from starlette.convertors import Convertor
@@ -35,7 +35,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from libs.http.guards import Guard
+from libs.http.guards import Guard, GuardedRoute
 from libs.http.json_shape import check_json_shape
 from libs.http.media import MediaType, content_type
 from libs.http.middleware import RequestMetrics, body_too_large, declared_length, read_body, replaying
@@ -43,15 +43,6 @@ from libs.problem import answer_error
 
 Binder = Callable[[Request], dict[str, Any]]
 """The endpoint's keyword arguments for this request (raises the problem a dependency would)."""
-
-Call = Callable[[], Awaitable[Response]]
-
-
-@runtime_checkable
-class GuardedRoute(Protocol):
-    """A route class whose handler runs inside checks of its own (the gateway's permissions)."""
-
-    async def guarded(self, request: Request, call: Call) -> Response: ...
 
 
 @dataclass(frozen=True, slots=True)

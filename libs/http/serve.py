@@ -47,6 +47,7 @@ from fastapi import FastAPI
 from prometheus_client import Counter
 from starlette.types import Lifespan
 
+from libs.compiled import describe
 from libs.http.connection_limits import ConnectionLimits, Refused, limited_protocol
 from libs.http.shared_port import shared_port_sockets
 from libs.http.stopping import STOP_SERVER, announce_stopping
@@ -151,6 +152,7 @@ def _set_up_process(settings: ServiceSettings, max_connections: int) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # not a line per call
     _allow_open_files(max_connections + OTHER_OPEN_FILES)
+    log.info("%s", describe())  # the app is built: the hot modules it uses are imported, compiled or plain
 
 
 def _server(app: FastAPI, settings: ServiceSettings) -> StoppingServer:

@@ -22,6 +22,7 @@ import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from libs.codec import (
     BLANK_MAGIC,
@@ -67,6 +68,8 @@ class Found(enum.Enum):
 
 
 segment_name = file_name
+SEGMENT: Final = "CommitLog segment"
+"""What the log's MappedFileQueue calls its files, in its messages."""
 
 
 class CommitLog:
@@ -75,7 +78,7 @@ class CommitLog:
             raise ValueError(f"a CommitLog segment must be at least 4096 bytes, not {segment_size}")
         self.directory = directory
         self.segment_size = segment_size
-        self.files = MappedFileQueue(directory, segment_size, "CommitLog segment")
+        self.files = MappedFileQueue(directory, segment_size, SEGMENT)
         self.write_offset = 0
         self.flushed_offset = 0
         self.scanned_to = 0

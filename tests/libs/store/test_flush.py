@@ -40,13 +40,13 @@ def started(stores: Stores, **overrides: object) -> MessageStore:
 async def test_a_sync_flush_put_returns_once_its_bytes_are_synced(stores: Stores) -> None:
     store = started(stores, flush_mode=FlushMode.SYNC_FLUSH)
     synced: list[int] = []
-    real_sync = store.commitlog.sync
+    real_sync = store.commitlog.files.sync
 
-    def recording_sync(upto: int) -> None:
-        real_sync(upto)
-        synced.append(upto)
+    def recording_sync(start: int = 0, upto: int | None = None) -> None:
+        real_sync(start, upto)
+        synced.append(-1 if upto is None else upto)
 
-    store.commitlog.sync = recording_sync  # type: ignore[method-assign]
+    store.commitlog.files.sync = recording_sync  # type: ignore[method-assign]
     [result] = stored(await store.put(record("T", 0, b"durable")))
     end = result.physical_offset + result.size
     assert synced, "a SYNC_FLUSH put was answered without a sync"
@@ -71,15 +71,18 @@ async def test_a_put_that_stores_nothing_does_not_wait_for_the_disk(stores: Stor
 
 
 def blocking_sync(store: MessageStore) -> threading.Event:
-    """Make the CommitLog's sync hang until released (a disk that stops answering)."""
+    """Make the CommitLog's sync hang until released (a disk that stops answering).
+
+    The segments' sync (a plain MappedFileQueue) is replaced, not CommitLog.sync: a compiled class's methods cannot be.
+    """
     release = threading.Event()
-    real_sync = store.commitlog.sync
+    real_sync = store.commitlog.files.sync
 
-    def hanging(upto: int) -> None:
+    def hanging(start: int = 0, upto: int | None = None) -> None:
         release.wait(10)
-        real_sync(upto)
+        real_sync(start, upto)
 
-    store.commitlog.sync = hanging  # type: ignore[method-assign]
+    store.commitlog.files.sync = hanging  # type: ignore[method-assign]
     return release
 
 
