@@ -115,9 +115,12 @@ class ReceiptHandle:
         return handle
 
 
+_SHAPE: Final = (str,) * 4 + (int,) * 5
+
+
 def _well_typed(values: list[object]) -> bool:
     """Four names, then five whole numbers (a bool is not one)."""
-    return all(type(v) is str for v in values[:4]) and all(type(v) is int for v in values[4:])
+    return tuple(map(type, values)) == _SHAPE
 
 
 def _b64(raw: bytes) -> str:
