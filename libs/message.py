@@ -34,6 +34,9 @@ class Prop:
     TRANSACTION_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
     CHECK_IMMUNITY: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
     TRANSACTION_FIRST_STORED: Final = "TRAN_FIRST_STORED_MS"
+    TRANSACTION_ORIGIN: Final = "TRAN_ORIGIN_OFFSET"
+    """A half copy's: the CommitLog offset of its transaction's first half copy ("" on that copy), which the
+    transaction id carries (libs.broker_api.transaction_ids)."""
     MESSAGE_GROUP: Final = "SHARDING_KEY"
     RETRY_TOPIC: Final = "RETRY_TOPIC"
     ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"

@@ -35,6 +35,7 @@ from libs.broker_api.client import BrokerClient
 from libs.broker_api.coalescing import PutCoalescer, stored_entry
 from libs.broker_api.route_cache import RouteCache
 from libs.broker_api.schemas import PutEntry
+from libs.broker_api.transaction_ids import transaction_id
 from libs.codec import MAX_BODY_SIZE, encode_record, set_queue_id
 from libs.errors import (
     BrokerUnavailable,
@@ -102,13 +103,15 @@ class Sent:
     stored_at: int
     deliver_at: int | None = None
     warning: str | None = None
+    half_offset: int | None = None
+    """A half message's CommitLog offset, which its transaction id carries (not a SendResult field)."""
 
     def fields(self) -> dict[str, Any]:
         """SendResult's fields as plain data (dataclasses.asdict would copy each value, deeply)."""
         return {name: getattr(self, name) for name in _SENT_FIELDS}
 
 
-_SENT_FIELDS: Final = tuple(f.name for f in dataclass_fields(Sent))
+_SENT_FIELDS: Final = tuple(f.name for f in dataclass_fields(Sent) if f.name != "half_offset")
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,12 +338,16 @@ class Sender:
         self.avoidance.failed(target.broker)  # a slow disk, a master replaced: other messages go elsewhere a while
         if isinstance(error, NotMaster):
             self.routes.invalidate(route.topic)
-        where = self._result(route, prepared, target, entry).fields() | {"maybe_stored": True}
+        sent = self._result(route, prepared, target, entry)
+        where = sent.fields() | {"maybe_stored": True}
+        if sent.half_offset is not None:  # so that the transaction can be ended all the same
+            where["transaction_id"] = transaction_id(sent.broker, sent.message_id, sent.half_offset)
         return type(error).rebuild(f"{error.detail} (message {where['message_id']})", where)
 
     @staticmethod
     def _result(route: TopicRoute, prepared: Prepared, target: QueueTarget, stored: PutEntry) -> Sent:
-        scheduled = stored.deliver_at is not None or stored.topic == TRANS_HALF_TOPIC  # kept back for now
+        half = stored.topic == TRANS_HALF_TOPIC
+        scheduled = stored.deliver_at is not None or half  # kept back for now
         return Sent(
             message_id=prepared.message_id,
             topic=route.topic,
@@ -350,6 +357,7 @@ class Sender:
             stored_at=stored.store_timestamp,
             deliver_at=stored.deliver_at,
             warning=prepared.warning,
+            half_offset=stored.physical_offset if half else None,
         )
 
     def _failed(self, route: TopicRoute, target: QueueTarget, error: PetrelError) -> PetrelError:

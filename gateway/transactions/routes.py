@@ -1,9 +1,11 @@
 """`/v1` transactional messages: producer groups, half messages, commit and rollback, abandoned transactions.
 
 A half message goes to one broker (the queue selector's choice, as a send), which
-keeps it unseen until it is ended. Its transaction id is `<broker>:<message id>`,
-so commit, rollback and lookups go straight to that broker. Producer groups live
-in the shared metadata database, where txcheck finds a group's checkback_url.
+keeps it unseen until it is ended. Its transaction id names that broker and the
+message, and where the half is in the broker's CommitLog (libs.broker_api.transaction_ids),
+so commit, rollback and lookups go straight to that broker, and an end reads one
+record there. Producer groups live in the shared metadata database, where txcheck
+finds a group's checkback_url.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from gateway.transactions.schemas import (
     TransactionOutcome,
 )
 from libs import jsonutil, producer_groups
+from libs.broker_api import transaction_ids
 from libs.broker_api.fanout import failure_of_all
+from libs.broker_api.transaction_ids import ORIGIN_OFFSET, TransactionAddress
 from libs.broker_api.transactions import TransactionState
 from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED
 from libs.errors import (
@@ -61,7 +65,7 @@ from libs.errors import (
 )
 from libs.http.app import json_body, parse_json
 from libs.http.hot_routes import Binder
-from libs.message import Prop, is_message_id
+from libs.message import Prop
 from libs.names import validate_group_name, validate_topic_name
 from libs.problem import problem_responses
 from libs.push_api.schemas import RotateSecretRequest
@@ -69,7 +73,7 @@ from libs.push_api.schemas import RotateSecretRequest
 router = APIRouter(prefix="/v1", tags=["transactions"], route_class=AuthorizedRoute)
 
 DELAY_FIELDS: Final = frozenset({"delay_level", "delay_ms", "deliver_at"})
-HALF_PROPERTIES: Final = frozenset({CHECK_IMMUNITY, FIRST_STORED})
+HALF_PROPERTIES: Final = frozenset({CHECK_IMMUNITY, FIRST_STORED, ORIGIN_OFFSET})
 """Properties the broker and txcheck read on a half message, beyond libs.message.Prop: never the producer's."""
 END_RESULT_FIELDS: Final = tuple(f for f in EndTransactionResult.model_fields if f != "transaction_id")
 JSON = "application/json"
@@ -182,21 +186,18 @@ async def send_transaction(ctx: Context, topic: UserTopic, request: Request) -> 
         system[CHECK_IMMUNITY] = str(spec.check_immunity_seconds)
     prepared = ctx.sender.prepare(topic, outgoing(spec), system)
     await ensure_topic(ctx, topic)
-    try:
-        sent = await ctx.sender.send_half(topic, prepared)
-    except FlushTimeout as exc:  # the half message is stored: say which transaction it is, so it can be ended
-        where = exc.extensions
-        raise FlushTimeout(exc.detail, transaction_id=f"{where['broker']}:{where['message_id']}", **where) from exc
-    transaction_id = f"{sent.broker}:{sent.message_id}"
+    # A flush timeout says which transaction it is (the half is stored), so that it can be ended: see Sender.
+    sent = await ctx.sender.send_half(topic, prepared)
+    named = transaction_ids.transaction_id(sent.broker, sent.message_id, sent.half_offset)
     request.state.events.emit(
         "transaction_half",
         message_id=sent.message_id,
         topic=topic,
-        transaction_id=transaction_id,
+        transaction_id=named,
         producer_group=spec.producer_group,
     )
     answer = {
-        "transaction_id": transaction_id,
+        "transaction_id": named,
         "message_id": sent.message_id,
         "topic": sent.topic,
         "broker": sent.broker,
@@ -287,8 +288,8 @@ async def list_transactions(
 )
 async def get_transaction(ctx: Context, transaction_id: TransactionId, request: Request) -> Transaction:
     """The transaction's state: OPEN, ABANDONED (past the check limit), COMMITTED or ROLLED_BACK."""
-    broker, address, message_id = await _locate(ctx, transaction_id)
-    return _transaction(await _half(ctx, request, transaction_id, broker, address, message_id), broker)
+    named, address = await _locate(ctx, transaction_id)
+    return _transaction(await _half(ctx, request, transaction_id, named, address), named.broker)
 
 
 def _bind_send(request: Request) -> dict[str, Any]:
@@ -317,33 +318,36 @@ HOT_ROUTES: dict[str, Binder] = {
 async def _end(ctx: GatewayContext, transaction_id: str, outcome: TransactionOutcome, request: Request) -> Response:
     raw = await request.body()
     spec = parse_json(EndTransaction, raw) if raw.strip() else EndTransaction()
-    broker, address, message_id = await _locate(ctx, transaction_id)
+    named, address = await _locate(ctx, transaction_id)
     if not principal_of(request).may_all((PUB, ADMIN), "topic"):  # a key limited to some topics: which is this one's?
-        await _half(ctx, request, transaction_id, broker, address, message_id)
-    ended = await ctx.transaction_ends.end(broker, address, message_id, outcome.value, spec.by.value)
+        await _half(ctx, request, transaction_id, named, address)
+    ended = await ctx.transaction_ends.end(named, address, outcome.value, spec.by.value)
     answer = {"transaction_id": transaction_id} | {name: ended[name] for name in END_RESULT_FIELDS}
     return Response(jsonutil.dumps(answer), media_type=JSON)  # as EndTransactionResult: the broker's EndAnswer
 
 
-async def _locate(ctx: GatewayContext, transaction_id: str) -> tuple[str, str, str]:
-    """(broker, its master's address, message id) of a transaction id; TransactionNotFound when there is none."""
-    broker, _, message_id = transaction_id.rpartition(":")
-    if not broker or not is_message_id(message_id):
-        raise TransactionNotFound(f"{transaction_id!r} is not a Petrel transaction id (<broker>:<32 hex digits>)")
-    address = (await ctx.masters.lookup([broker])).get(broker)
+async def _locate(ctx: GatewayContext, transaction_id: str) -> tuple[TransactionAddress, str]:
+    """The parts of a transaction id, and its broker's master's address; TransactionNotFound when there is none."""
+    named = transaction_ids.parse_transaction_id(transaction_id)
+    if named is None:
+        raise TransactionNotFound(
+            f"{transaction_id!r} is not a Petrel transaction id (use one as sending a half message answered it)"
+        )
+    address = (await ctx.masters.lookup([named.broker])).get(named.broker)
     if address is None:
-        raise TransactionNotFound(f"no transaction {transaction_id}: broker {broker!r} is not registered")
-    return broker, address, message_id
+        raise TransactionNotFound(f"no transaction {transaction_id}: broker {named.broker!r} is not registered")
+    return named, address
 
 
 async def _half(
-    ctx: GatewayContext, request: Request, transaction_id: str, broker: str, address: str, message_id: str
+    ctx: GatewayContext, request: Request, transaction_id: str, named: TransactionAddress, address: str
 ) -> dict[str, Any]:
     """The broker's view of the transaction, if the key may use its topic; else the 404 of one that is not there
     (the same answer, so that an id tells nothing of a topic the key may not see)."""
+    broker = named.broker
     missing = TransactionNotFound(f"no transaction {transaction_id} on broker {broker!r} (or it is past retention)")
     try:
-        half = await ctx.brokers.get_transaction(broker, address, message_id)
+        half = await ctx.brokers.get_transaction(broker, address, named.message_id)
     except TransactionNotFound:
         raise missing from None
     reveal(request, (PUB, ADMIN), "topic", str(half["topic"]), missing)
@@ -385,6 +389,6 @@ async def _list_page(
 
 
 def _transaction(answer: dict[str, Any], broker: str) -> Transaction:
-    return Transaction.model_validate(
-        {**answer, "transaction_id": f"{broker}:{answer['message_id']}", "broker": broker}
-    )
+    named = transaction_ids.transaction_id(broker, answer["message_id"], answer.get("half_offset"))
+    fields = {name: value for name, value in answer.items() if name != "half_offset"}
+    return Transaction.model_validate({**fields, "transaction_id": named, "broker": broker})

@@ -79,7 +79,9 @@ class SendTransaction(MessageContent):
 
 
 class SendTransactionResult(BaseModel):
-    transaction_id: str = Field(description="names the transaction in commit, rollback and lookups")
+    transaction_id: str = Field(
+        description="names the transaction in commit, rollback and lookups; opaque (its form may change)"
+    )
     message_id: str = Field(description="the message's id, the same once it is committed")
     topic: str = Field(description="the topic the message goes to when committed")
     broker: str = Field(description="the broker holding the half message")
@@ -122,7 +124,9 @@ class TransactionFilter(enum.StrEnum):
 class Transaction(BaseModel):
     """A transaction: open (checked back while left so), abandoned (past the check limit), or ended."""
 
-    transaction_id: str = Field(description="names the transaction in commit, rollback and lookups")
+    transaction_id: str = Field(
+        description="names the transaction in commit, rollback and lookups; opaque (its form may change)"
+    )
     message_id: str = Field(description="the message's id")
     state: TransactionState = Field(description="ABANDONED: past the check limit, still resolvable by an operator")
     topic: str = Field(description="the topic the message goes to when committed")

@@ -11,11 +11,12 @@ from typing import Any
 
 from libs.broker_api.client import BrokerClient
 from libs.broker_api.coalescing import CallCoalescer
+from libs.broker_api.transaction_ids import TransactionAddress
 from libs.broker_api.wire import MAX_ENDS
 from libs.errors import PetrelError
 
-EndOrder = dict[str, str]
-"""{"message_id", "outcome" (COMMIT or ROLLBACK), "by"}: one entry of the broker's batch end."""
+EndOrder = dict[str, Any]
+"""{"message_id", "outcome" (COMMIT or ROLLBACK), "by", "half_offset"}: one entry of the broker's batch end."""
 
 
 class TransactionEnds:
@@ -23,9 +24,12 @@ class TransactionEnds:
         self.brokers = brokers
         self._coalescers: dict[tuple[str, str], CallCoalescer[EndOrder, dict[str, Any]]] = {}
 
-    async def end(self, broker: str, address: str, message_id: str, outcome: str, by: str) -> dict[str, Any]:
+    async def end(self, transaction: TransactionAddress, address: str, outcome: str, by: str) -> dict[str, Any]:
         """The broker's answer to ending the transaction (outcome COMMIT or ROLLBACK); its refusal raised."""
-        result = await self._coalescer(broker, address).submit({"message_id": message_id, "outcome": outcome, "by": by})
+        order: EndOrder = {"message_id": transaction.message_id, "outcome": outcome, "by": by}
+        if transaction.half_offset is not None:  # an old-form id sends none, as before (brokers upgrade first)
+            order["half_offset"] = transaction.half_offset
+        result = await self._coalescer(transaction.broker, address).submit(order)
         if isinstance(result, PetrelError):
             raise result
         return result

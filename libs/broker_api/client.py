@@ -345,9 +345,10 @@ class BrokerClient:
     # ---- transactions ------------------------------------------------------------------------
 
     async def end_transactions(
-        self, broker: str, address: str, ends: list[dict[str, str]]
+        self, broker: str, address: str, ends: list[dict[str, Any]]
     ) -> list[dict[str, Any] | PetrelError]:
-        """End many ({"message_id", "outcome": COMMIT or ROLLBACK, "by"}); per end, the broker's answer or refusal."""
+        """End many ({"message_id", "outcome": COMMIT or ROLLBACK, "by"}, and "half_offset" when the transaction id
+        carries one); per end, the broker's answer or refusal."""
         answer = await self._json(
             broker, address, "POST", "/internal/transactions:end", {"ends": ends}, idempotent=True
         )

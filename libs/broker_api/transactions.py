@@ -43,12 +43,19 @@ class EndAnswer(BaseModel):
     queue_offset: int | None = Field(description="where the committed message is; null for a rollback")
 
 
+HALF_OFFSET_DESCRIPTION = (
+    "where the transaction's first half copy is, as its id says (libs.broker_api.transaction_ids): "
+    "read there when it is that copy, else the half is found through the index"
+)
+
+
 class EndEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     message_id: str
     outcome: Outcome
     by: EndedBy = EndedBy.PRODUCER
+    half_offset: int | None = Field(default=None, ge=0, description=HALF_OFFSET_DESCRIPTION)
 
 
 class EndBatch(BaseModel):
@@ -80,6 +87,9 @@ class TransactionAnswer(BaseModel):
     producer_group: str
     check_count: int
     stored_at: int
+    half_offset: int | None = Field(
+        default=None, description="the offset its transaction id carries; null: an id of the old form"
+    )
 
 
 class TransactionList(BaseModel):

@@ -7,6 +7,11 @@ up in the op queue through the index (every op record carries its message id
 as a key), which is where it was recorded in the first place. Op records
 written before they carried a key cannot be looked up: those read at start
 stay in memory whatever the bound (they are a fixed number, never more).
+
+Memory lets go of outcomes a slice at a time (a sixteenth of the bound past it)
+and says so (`evicted`): until the next slice, every outcome recorded since the
+last one is held, which lets an end whose half message is newer than that
+answer from memory alone (services.broker.transactions, issue 29).
 """
 
 from __future__ import annotations
@@ -24,9 +29,17 @@ ENDED_KEPT = 100_000
 class EndedTransactions(Generic[Outcome]):
     """message id -> outcome, as a dict reads it; a lookup of an id no longer held asks `recorded`."""
 
-    def __init__(self, recorded: Callable[[str], Outcome | None], kept: int = ENDED_KEPT) -> None:
+    def __init__(
+        self,
+        recorded: Callable[[str], Outcome | None],
+        kept: int = ENDED_KEPT,
+        evicted: Callable[[], None] | None = None,
+    ) -> None:
         self.recorded = recorded
         self.kept = kept
+        self.evicted = evicted
+        """Called after memory let go of some outcomes."""
+        self._slack = kept // 16
         self._held: OrderedDict[str, Outcome] = OrderedDict()
         """Subject to the bound, oldest first."""
         self._keyless: dict[str, Outcome] = {}
@@ -35,16 +48,23 @@ class EndedTransactions(Generic[Outcome]):
     def __setitem__(self, message_id: str, outcome: Outcome) -> None:
         self._held[message_id] = outcome
         self._held.move_to_end(message_id)
-        while len(self._held) > self.kept:
-            self._held.popitem(last=False)
+        if len(self._held) > self.kept + self._slack:
+            while len(self._held) > self.kept:
+                self._held.popitem(last=False)
+            if self.evicted is not None:
+                self.evicted()
 
     def keep_for_ever(self, message_id: str, outcome: Outcome) -> None:
         """An outcome that cannot be looked up on disk (an op record written without its key)."""
         self._keyless[message_id] = outcome
 
     def get(self, message_id: str) -> Outcome | None:
-        held = self._held.get(message_id) or self._keyless.get(message_id)
+        held = self.held(message_id)
         return held if held is not None else self.recorded(message_id)
+
+    def held(self, message_id: str) -> Outcome | None:
+        """The outcome if memory holds it (never read back from disk)."""
+        return self._held.get(message_id) or self._keyless.get(message_id)
 
     def __getitem__(self, message_id: str) -> Outcome:
         outcome = self.get(message_id)

@@ -38,6 +38,7 @@ def _transaction(info: TransactionInfo) -> TransactionAnswer:
         producer_group=info.producer_group,
         check_count=info.check_count,
         stored_at=info.stored_at,
+        half_offset=info.half_offset,
     )
 
 
@@ -74,7 +75,7 @@ async def end_transactions(ctx: Context, request: Request) -> Response:
     An end that fails (unknown, already ended the other way, not stored) fails alone: its result says why.
     """
     batch = parse_json(EndBatch, await request.body())
-    asked = [TransactionEnd(e.message_id, e.outcome, e.by.value) for e in batch.ends]
+    asked = [TransactionEnd(e.message_id, e.outcome, e.by.value, e.half_offset) for e in batch.ends]
     answer = EndBatchAnswer(results=[_result(r) for r in await ctx.transactions.end_batch(asked)])
     return Response(answer.model_dump_json(), media_type="application/json")
 

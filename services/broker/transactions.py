@@ -17,6 +17,14 @@ Ends come in batches (`end_batch`; a single end is a batch of one): the first
 ends of a batch are stored in one append, so under SYNC_FLUSH one disk sync
 covers them all before any is answered; each end is answered on its own.
 
+Finding the half (issue 29): an end whose transaction id carries the offset of
+the first half copy reads that record (services.broker.half_copies) and answers
+from the outcomes in memory, when both are sure to be whole: the half was stored
+after this broker read its op queue (`trusted_from`), and since then memory let
+go of no outcome and no end of it failed halfway (`unsettled`). Otherwise, or
+when the record there is not that half, the IndexFile finds its copies and the
+op queue its outcome, as for an id without an offset.
+
 Exactly once: an outcome is recorded before the append's await, so two ends
 racing (in one batch or in two) see each other; a commit whose real copy is
 already stored (an op record torn by a crash) does not store it again. An end
@@ -32,23 +40,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from libs import jsonutil
+from libs.broker_api.transaction_ids import ORIGIN_OFFSET, half_origin, id_of_half, transaction_id
 from libs.broker_api.transactions import Outcome, TransactionState
-from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED, OP_TAG
-from libs.codec import decode_record, encode_record, peek_head
-from libs.delay import is_scheduled
-from libs.errors import FlushTimeout, InvalidMessage, PetrelError, TransactionAlreadyEnded, TransactionNotFound
+from libs.broker_api.wire import FIRST_STORED, OP_TAG
+from libs.codec import decode_record, encode_record
+from libs.errors import FlushTimeout, PetrelError, TransactionAlreadyEnded, TransactionNotFound
 from libs.events.writer import EventWriter
-from libs.message import MessageRecord, Prop, SysFlag
-from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, is_public_topic
-from libs.store.lookup import MAX_COPIES_SCANNED
+from libs.message import MessageRecord, Prop
+from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from libs.store.message_store import MessageStore
 from services.broker.ended_transactions import ENDED_KEPT, EndedTransactions
-from services.broker.topics import TopicTable
-
-HALF_PROPERTIES = frozenset(
-    {Prop.REAL_TOPIC, Prop.REAL_QUEUE_ID, Prop.TRANSACTION_PREPARED, Prop.TRANSACTION_CHECK_TIMES, FIRST_STORED}
+from services.broker.half_copies import (
+    committed_copy,
+    first_copy_at,
+    half_batch,
+    indexed_copies,
+    latest_copy,
+    latest_half,
+    real_copy,
 )
-
+from services.broker.topics import TopicTable
 
 ENDED = {Outcome.COMMIT: TransactionState.COMMITTED, Outcome.ROLLBACK: TransactionState.ROLLED_BACK}
 
@@ -68,6 +79,8 @@ class TransactionEnd:
     message_id: str
     outcome: Outcome
     by: str
+    half_offset: int | None = None
+    """Where the first half copy is, as the transaction id says (a hint, checked)."""
 
 
 @dataclass(slots=True)
@@ -75,6 +88,7 @@ class _Pending:
     """A first end in a batch, until its records are stored; repeats of it in the batch share it."""
 
     request: TransactionEnd
+    transaction_id: str
     topic: str
     committed: MessageRecord | None
     real: MessageRecord | None
@@ -99,6 +113,8 @@ class TransactionInfo:
     producer_group: str
     check_count: int
     stored_at: int
+    half_offset: int | None
+    """The offset its transaction id carries (libs.broker_api.transaction_ids)."""
 
 
 class Transactions:
@@ -121,11 +137,18 @@ class Transactions:
         self.check_max = check_max
         self.reserved_ms = reserved_ms
         self.clock = clock
-        self.outcomes: EndedTransactions[Outcome] = EndedTransactions(self._recorded_outcome, ended_kept)
+        self.outcomes: EndedTransactions[Outcome] = EndedTransactions(
+            self._recorded_outcome, ended_kept, self._outcomes_evicted
+        )
         """The newest in memory, older ones read back from the op queue (services.broker.ended_transactions)."""
+        self.trusted_from = 2**63
+        """Every end of a half stored from this CommitLog offset on is in `outcomes`' memory (set by `load`)."""
+        self.unsettled: set[str] = set()
+        """Transactions whose end failed after its append began: their records may be stored, or part of them."""
 
     def load(self) -> int:
         """The outcomes recorded in the op queue (the newest kept in memory); how many."""
+        self.trusted_from = self.store.commitlog.write_offset
         low, high = self.store.queue_offsets(TRANS_OP_HALF_TOPIC, 0)
         offset = low
         count = 0
@@ -142,6 +165,10 @@ class Transactions:
             offset = result.next_offset
         return count
 
+    def _outcomes_evicted(self) -> None:
+        """Memory let go of outcomes: halves stored before now may have been ended without memory knowing."""
+        self.trusted_from = max(self.trusted_from, self.store.commitlog.write_offset)
+
     def _recorded_outcome(self, message_id: str) -> Outcome | None:
         """The first outcome the op queue recorded for a transaction (found by its key), if any."""
         ops = self.store.query_key(TRANS_OP_HALF_TOPIC, message_id, 0, 2**62)
@@ -155,46 +182,18 @@ class Transactions:
 
     def to_half_batch(self, body: bytes) -> bytes:
         """A put's records, each marked TRAN_MSG=true moved to the half topic (the others as they are)."""
-        parts: list[bytes] = []
-        offset = 0
-        while offset < len(body):
-            head = peek_head(body, offset)
-            raw = body[offset : offset + head.total_size]
-            parts.append(self.to_half(raw) if head.properties.get(Prop.TRANSACTION_PREPARED) == "true" else raw)
-            offset += head.total_size
-        return b"".join(parts)
+        return half_batch(body, self.now_ms())
 
-    def to_half(self, raw: bytes) -> bytes:
-        """The producer's record as stored until it is ended: in the half topic, its destination in properties."""
-        head = peek_head(raw)
-        if head.total_size != len(raw):
-            raise InvalidMessage("a half message is exactly one record")
-        if is_scheduled(head.properties):
-            raise InvalidMessage("a half message cannot be delayed")
-        record = decode_record(raw, verify_crc=False)
-        if not record.message_id or not record.properties.get(Prop.PRODUCER_GROUP):
-            raise InvalidMessage(f"a half message carries {Prop.UNIQ_KEY} and {Prop.PRODUCER_GROUP}")
-        properties = dict(record.properties) | {
-            Prop.REAL_TOPIC: record.topic,
-            Prop.REAL_QUEUE_ID: str(record.queue_id),
-            Prop.TRANSACTION_PREPARED: "true",
-            Prop.TRANSACTION_CHECK_TIMES: "0",
-            FIRST_STORED: str(self.now_ms()),
-        }
-        sysflag = (record.sysflag & ~SysFlag.TRANSACTION_MASK) | SysFlag.TRANSACTION_PREPARED
-        half = replace(record, topic=TRANS_HALF_TOPIC, queue_id=0, properties=properties, sysflag=sysflag)
-        return encode_record(half)
-
-    def transaction_id(self, message_id: str) -> str:
-        """The public id: the broker that holds the half message, and its message id."""
-        return f"{self.broker}:{message_id}"
+    def transaction_id(self, message_id: str, half_offset: int | None = None) -> str:
+        """The public id: the broker that holds the half message, its message id, where its first copy is."""
+        return transaction_id(self.broker, message_id, half_offset)
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
     def latest_copy(self, message_id: str) -> MessageRecord | None:
         """The newest half copy (half topic or check-max topic) of a transaction."""
-        return _latest_half(self.store.query_id(message_id, 0, 2**62, where=_HALF_TOPICS.__contains__))
+        return latest_copy(self.store, message_id)
 
     # ---- ending --------------------------------------------------------------------------------
 
@@ -226,31 +225,41 @@ class Transactions:
     ) -> Ended | _Pending:
         """What an end answers now (a repeat, a conflict), or its records added to `parts` to be stored."""
         message_id, outcome = request.message_id, request.outcome
-        first = self.outcomes.get(message_id)
+        half = self._first_copy(request)
+        first = self.outcomes.held(message_id) if half is not None else self.outcomes.get(message_id)
         if first is not None and first is not outcome:
             raise TransactionAlreadyEnded(
-                f"transaction {self.transaction_id(message_id)} was already ended with {first.value}",
+                f"transaction {self.transaction_id(message_id, request.half_offset)} was already ended with "
+                f"{first.value}",
                 outcome=first.value,
             )
         if message_id in pending:
             return pending[message_id]
-        # Once: the index is the cost of an end. Past the message's retry and DLQ copies, which share its id.
-        copies = self.store.query_id(message_id, 0, 2**62, limit=MAX_COPIES_SCANNED, where=_half_or_committed)
-        half = _latest_half(copies)
-        if half is None:
-            raise TransactionNotFound(f"no half message {message_id} on this broker (or it is past retention)")
+        committed = None
+        if half is None or first is not None:  # a repeat answers where the committed copy is: the index knows
+            copies = indexed_copies(self.store, message_id)
+            half = latest_half(copies)
+            if half is None:
+                raise TransactionNotFound(f"no half message {message_id} on this broker (or it is past retention)")
+            committed = committed_copy(copies, half.properties.get(Prop.REAL_TOPIC, ""))
         topic = half.properties.get(Prop.REAL_TOPIC, "")
-        committed = _committed_copy(copies, topic)
         if first is not None:
             return _ended(message_id, outcome, topic, committed, first=False)
         real = None
         if outcome is Outcome.COMMIT and committed is None:
-            real = self._real_copy(half)
+            real = real_copy(half, self.topics.get(topic).write_queues)
             parts.append(encode_record(real))
         parts.append(encode_record(_op_record(message_id, outcome, request.by)))
         self.outcomes[message_id] = outcome  # before the append's await: a racing end sees it
-        pending[message_id] = _Pending(request, topic, committed, real, len(parts) - 1)
+        pending[message_id] = _Pending(request, id_of_half(self.broker, half), topic, committed, real, len(parts) - 1)
         return pending[message_id]
+
+    def _first_copy(self, request: TransactionEnd) -> MessageRecord | None:
+        """The first half copy, read where the id says, when memory alone knows whether it was ended."""
+        offset = request.half_offset
+        if offset is None or offset < self.trusted_from or request.message_id in self.unsettled:
+            return None
+        return first_copy_at(self.store, offset, request.message_id)
 
     async def _store_ends(self, ends: list[_Pending], parts: list[bytes]) -> None:
         """Append the ends' records at once; an end whose op record was not stored is undone, and fails."""
@@ -259,11 +268,13 @@ class Transactions:
         except BaseException:
             for end in ends:
                 self.outcomes.pop(end.request.message_id, None)
+                self.unsettled.add(end.request.message_id)
             raise
         for end in ends:
             message_id = end.request.message_id
             if end.op_index >= len(stored.stored):
                 self.outcomes.pop(message_id, None)
+                self.unsettled.add(message_id)
                 end.failure = stored.failure or PetrelError("the end was not stored")
                 continue
             if end.real is not None:
@@ -275,7 +286,7 @@ class Transactions:
                 "transaction_commit" if committing else "transaction_rollback",
                 message_id=message_id,
                 topic=end.topic,
-                transaction_id=self.transaction_id(message_id),
+                transaction_id=end.transaction_id,
                 by=end.request.by,
             )
 
@@ -283,29 +294,12 @@ class Transactions:
         outcome = end.request.outcome.value
         where = _ended(end.request.message_id, end.request.outcome, end.topic, end.committed, first=True)
         return FlushTimeout(
-            f"{timeout.detail}; the {outcome} of transaction {self.transaction_id(end.request.message_id)} "
+            f"{timeout.detail}; the {outcome} of transaction {end.transaction_id} "
             "is recorded and stands (repeat it to learn when it is durable)",
             outcome=outcome,
             topic=where.topic,
             queue_id=where.queue_id,
             queue_offset=where.queue_offset,
-        )
-
-    def _real_copy(self, half: MessageRecord) -> MessageRecord:
-        topic = half.properties[Prop.REAL_TOPIC]
-        config = self.topics.get(topic)
-        queue_id = int(half.properties.get(Prop.REAL_QUEUE_ID, "0")) % max(config.write_queues, 1)
-        properties = {k: v for k, v in half.properties.items() if k not in HALF_PROPERTIES and k != CHECK_IMMUNITY}
-        sysflag = (half.sysflag & ~SysFlag.TRANSACTION_MASK) | SysFlag.TRANSACTION_COMMIT
-        return replace(
-            half,
-            topic=topic,
-            queue_id=queue_id,
-            properties=properties,
-            sysflag=sysflag,
-            queue_offset=0,
-            physical_offset=0,
-            store_timestamp=0,
         )
 
     # ---- state and check-backs -----------------------------------------------------------------
@@ -332,6 +326,7 @@ class Transactions:
             half.properties.get(Prop.PRODUCER_GROUP, ""),
             int(half.properties.get(Prop.TRANSACTION_CHECK_TIMES, "0")),
             int(half.properties.get(FIRST_STORED, str(half.store_timestamp))),
+            half_origin(half),
         )
 
     def listed(self, state: TransactionState, max_count: int, after: str = "") -> list[TransactionInfo]:
@@ -356,9 +351,8 @@ class Transactions:
             abandoned = self.listed(TransactionState.ABANDONED, len(newest) + 1) if newest else []
             for info in abandoned:
                 newest.pop(info.message_id, None)
-        wanted = sorted(
-            (self.transaction_id(m), record) for m, record in newest.items() if self.transaction_id(m) > after
-        )
+        named = ((id_of_half(self.broker, record), record) for record in newest.values())
+        wanted = sorted(((name, record) for name, record in named if name > after), key=lambda pair: pair[0])
         return [self._info(record) for _, record in wanted[:max_count]]
 
     async def checked(self, message_id: str, physical_offset: int, *, defer: bool = False) -> TransactionInfo:
@@ -377,6 +371,9 @@ class Transactions:
         first = int(scanned.properties.get(FIRST_STORED, str(scanned.store_timestamp)))
         abandon = (count >= self.check_max and not defer) or self.now_ms() - first >= self.reserved_ms
         properties = dict(scanned.properties) | {Prop.TRANSACTION_CHECK_TIMES: str(count)}
+        origin = half_origin(scanned)
+        if origin is not None:  # the renewed copy names the first, whose offset the transaction id carries
+            properties[ORIGIN_OFFSET] = str(origin)
         renewed = replace(
             scanned,
             topic=TRANS_CHECK_MAX_TIME_TOPIC if abandon else TRANS_HALF_TOPIC,
@@ -391,7 +388,7 @@ class Transactions:
             raise stored.failure
         if abandon:
             topic = properties.get(Prop.REAL_TOPIC, "")
-            transaction_id = self.transaction_id(message_id)
+            transaction_id = id_of_half(self.broker, scanned)
             self.events.emit("transaction_abandoned", message_id=message_id, topic=topic, transaction_id=transaction_id)
         return self._info(replace(renewed, store_timestamp=stored.stored[0].store_timestamp))
 
@@ -401,25 +398,7 @@ def _op_record(message_id: str, outcome: Outcome, by: str) -> MessageRecord:
     return MessageRecord(topic=TRANS_OP_HALF_TOPIC, body=body, properties={Prop.TAGS: OP_TAG, Prop.KEYS: message_id})
 
 
-def _latest_half(copies: list[MessageRecord]) -> MessageRecord | None:
-    halves = [r for r in copies if r.topic in (TRANS_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC)]
-    return max(halves, key=lambda r: r.physical_offset) if halves else None
-
-
-def _committed_copy(copies: list[MessageRecord], topic: str) -> MessageRecord | None:
-    found = [r for r in copies if r.topic == topic]
-    return min(found, key=lambda r: r.physical_offset) if found else None
-
-
 def _ended(message_id: str, outcome: Outcome, topic: str, committed: MessageRecord | None, *, first: bool) -> Ended:
     if committed is not None:
         return Ended(message_id, outcome, first, topic, committed.queue_id, committed.queue_offset)
     return Ended(message_id, outcome, first, topic, 0, None)
-
-
-_HALF_TOPICS = frozenset({TRANS_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
-
-
-def _half_or_committed(topic: str) -> bool:
-    """A transaction's half copies, or its committed copy (in its real topic, a user topic)."""
-    return topic in _HALF_TOPICS or is_public_topic(topic)

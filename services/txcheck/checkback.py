@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 
 from libs import jsonutil, webhooks
+from libs.broker_api.transaction_ids import id_of_half
 from libs.egress import EgressGuard, checked_request
 from libs.errors import (
     InvalidRequest,
@@ -74,7 +75,7 @@ def checkback_request(record: MessageRecord, broker: str, check_count: int) -> d
     """The JSON a producer's check-back endpoint receives."""
     message_id = record.message_id or ""
     request: dict[str, Any] = {
-        "transaction_id": f"{broker}:{message_id}",
+        "transaction_id": id_of_half(broker, record),
         "message_id": message_id,
         "topic": record.properties.get(Prop.REAL_TOPIC, ""),
         "producer_group": record.properties.get(Prop.PRODUCER_GROUP, ""),
@@ -149,7 +150,7 @@ class CheckBack:
             "transaction_check",
             message_id=order.message_id,
             topic=record.properties.get(Prop.REAL_TOPIC, ""),
-            transaction_id=f"{broker.name}:{order.message_id}",
+            transaction_id=id_of_half(broker.name, record),
             check_count=check_count_of(record),
             answer=reply.answer.value,
             latency_ms=reply.latency_ms,

@@ -260,7 +260,7 @@ def test_a_transaction_through_the_generated_client(sdk: Sdk) -> None:
     sdk.call("topics", "put_topic", 201, topic="sdk-payments", body=m.TopicSpec(queues=1))
     half = m.SendTransaction(body="charge order 9", producer_group="sdk-shop", check_immunity_seconds=60)
     sent = sdk.call("transactions", "send_transaction", 201, topic="sdk-payments", body=half)
-    assert sent.transaction_id == f"{sent.broker}:{sent.message_id}"
+    assert sent.transaction_id.startswith(f"{sent.broker}:{sent.message_id}")
     state = sdk.call("transactions", "get_transaction", 200, transaction_id=sent.transaction_id)
     assert (state.state, state.producer_group) == (m.TransactionState.OPEN, "sdk-shop")
 

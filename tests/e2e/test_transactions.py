@@ -13,6 +13,7 @@ import pytest
 from fastapi import FastAPI, Request, Response
 
 from libs import webhooks
+from libs.broker_api.transaction_ids import parse_transaction_id
 from tests.support.cluster import LocalCluster, local_cluster_with_txcheck
 from tests.support.serving import ServedApp, serving
 from tests.support.waiting import eventually
@@ -128,7 +129,9 @@ async def all_ended(
 
 
 def message_id(transaction_id: str) -> str:
-    return transaction_id.split(":", 1)[1]
+    named = parse_transaction_id(transaction_id)
+    assert named is not None, transaction_id
+    return named.message_id
 
 
 def check_events(data_dir: Path, transaction_ids: list[str]) -> list[dict[str, Any]]:

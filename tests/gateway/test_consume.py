@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from libs import jsonutil
-from libs.receipt import ReceiptHandle
+from libs.receipt import ReceiptHandle, ReceiptKey
 from tests.support.gateway_calls import (
     ack,
     long_polls_waiting,
@@ -34,7 +34,7 @@ def errors(answer: httpx.Response) -> list[str | None]:
 
 def forged(broker: str) -> str:
     """A handle in Petrel's form, naming `broker`, signed with a key no broker has."""
-    return ReceiptHandle(broker, "workers", "", "orders", 0, 0, 1, 1, 2**41).encode(b"not the broker's key")
+    return ReceiptHandle(broker, "workers", "", "orders", 0, 0, 1, 1, 2**41).encode(ReceiptKey(b"not the broker's key"))
 
 
 async def test_send_receive_ack(gateway: httpx.AsyncClient) -> None:

@@ -88,6 +88,8 @@ TRANSACTION_SPELLINGS = {
     "broker up a level": "..%2Fbroker-a:" + ZERO_ID,
     "broker as an address": "127.0.0.1%3A{port}:" + ZERO_ID,
     "id double-encoded": "broker-a:%2530" + "0" * 31,
+    "offset double-encoded": "broker-a:" + ZERO_ID + "%252E0",
+    "offset up a level": "broker-a:" + ZERO_ID + ".0%2F..",
 }
 FIELD_SPELLINGS = ["%70ayroll", "../payroll", "payroll/../orders", "\uff50\uff41\uff59\uff52\uff4f\uff4c\uff4c"]
 """A name as a body or query field carries it (decoded: JSON and query strings are decoded once anyway)."""
@@ -316,7 +318,7 @@ def must_refuse(operation: str, param: str, decoded: str) -> bool:
 def stray_names(calls: list[InternalCall], watched: Watched, operation: str) -> list[str]:
     """The names internal services acted on that the permission check did not name, each as `service: kind name`."""
     unchecked = {v for p, v in watched.params.items() if p not in {n.param for n in NEEDS[operation]}}
-    ids = {v.rpartition(":")[2] for v in watched.params.values()}
+    ids = {v.rpartition(":")[2].partition(".")[0] for v in watched.params.values()}  # a transaction id's message id
     stray = []
     for call in calls:
         for kind, name in call.names("topic", "group", "message_id"):

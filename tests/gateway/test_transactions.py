@@ -216,10 +216,10 @@ async def test_a_half_message_is_stored_unseen_with_its_producer_group(
 ) -> None:
     sent = await begin(gateway, tag="paid", keys=["order-7"], properties={"amount": "42"}, check_immunity_seconds=30)
 
-    assert sent["transaction_id"] == f"{sent['broker']}:{sent['message_id']}"
     assert (sent["topic"], sent["broker"] in brokers) == ("orders", True)
     assert await visible(gateway, "orders") == [], "a consumer could pull a half message"
     (copy,) = await half_copies(brokers[sent["broker"]])
+    assert sent["transaction_id"] == f"{sent['broker']}:{sent['message_id']}.{copy.physical_offset:x}"
     assert copy.message_id == sent["message_id"]
     assert copy.properties[Prop.PRODUCER_GROUP] == "shop"
     assert copy.properties["CHECK_IMMUNITY_TIME_IN_SECONDS"] == "30"
@@ -350,7 +350,8 @@ async def test_rollback_delivers_nothing_and_a_commit_after_it_is_409(gateway: h
 
 
 async def test_concurrent_ends_share_broker_calls_and_commit_once(gateway: httpx.AsyncClient) -> None:
-    opened = [(await begin(gateway))["transaction_id"] for _ in range(3)]
+    sent = [await begin(gateway) for _ in range(3)]
+    opened = [s["transaction_id"] for s in sent]
     asked = [(tid, "commit") for tid in opened for _ in range(4)] + [(opened[0], "rollback")]
 
     answers = await asyncio.gather(*(end(gateway, tid, verb) for tid, verb in asked))
@@ -360,7 +361,7 @@ async def test_concurrent_ends_share_broker_calls_and_commit_once(gateway: httpx
     assert sum(a.json()["first"] for a in commits) == 3, "a transaction was committed more than once"
     assert refused.status_code == 409, "the rollback after the commit was not refused"
     assert refused.json()["outcome"] == "COMMIT"
-    assert sorted(await visible(gateway, "orders")) == sorted(tid.split(":")[1] for tid in opened)
+    assert sorted(await visible(gateway, "orders")) == sorted(s["message_id"] for s in sent)
 
 
 async def test_a_rollback_after_a_commit_is_409_naming_the_commit(gateway: httpx.AsyncClient) -> None:
@@ -381,7 +382,19 @@ async def test_a_consumer_group_receives_the_message_only_once_committed(gateway
 
 @pytest.mark.parametrize(
     "transaction_id",
-    ["nonsense", f":{UNKNOWN_ID}", "broker-a:not-hex", f"broker-z:{UNKNOWN_ID}", f"broker-a:{UNKNOWN_ID}"],
+    [
+        "nonsense",
+        f":{UNKNOWN_ID}",
+        "broker-a:not-hex",
+        f"broker-z:{UNKNOWN_ID}",
+        f"broker-a:{UNKNOWN_ID}",
+        f"broker-a:{UNKNOWN_ID}.0",
+        f"broker-a:{UNKNOWN_ID}.",
+        f"broker-a:{UNKNOWN_ID}.zz",
+        f"broker-a:{UNKNOWN_ID}.-1",
+        f"broker-a:{UNKNOWN_ID}.{'f' * 17}",
+        f"broker-a:{UNKNOWN_ID}.1.2",
+    ],
 )
 async def test_unknown_transactions_are_404(gateway: httpx.AsyncClient, transaction_id: str) -> None:
     for answer in (

@@ -34,7 +34,7 @@ from libs.events.writer import EventWriter
 from libs.filters import FilterType, MessageFilter
 from libs.message import Prop
 from libs.names import dlq_topic, retry_topic
-from libs.receipt import ReceiptHandle
+from libs.receipt import ReceiptHandle, ReceiptKey
 from libs.store.budget import ScanBudget, Spending
 from libs.store.message_store import MessageStore
 from libs.store.queue_scan import MAX_UNITS_SCANNED, QueueScan
@@ -106,6 +106,7 @@ class PopService:
         self.waiters = waiters
         self.events = events
         self.receipt_key = receipt_key
+        self.signing_key = ReceiptKey(receipt_key)
         self.delay_levels = delay_levels
         self.clock = clock
         self.scan_budget = scan_budget
@@ -323,7 +324,7 @@ class PopService:
                 "delivery_attempt": attempt,
             }
         )
-        return Lease(handle.encode(self.receipt_key), attempt, expires)
+        return Lease(handle.encode(self.signing_key), attempt, expires)
 
     # ---- windows, timers, offsets ----------------------------------------------------------
 

@@ -117,11 +117,11 @@ class Settlement:
             handle.epoch,
             leased.expires_at,
         )
-        return Lease(renewed.encode(self.pop.receipt_key), leased.attempt, leased.expires_at)
+        return Lease(renewed.encode(self.pop.signing_key), leased.attempt, leased.expires_at)
 
     async def _current(self, group: str, text: str) -> tuple[ReceiptHandle, ConsumeWindow, InFlight, GroupConfig]:
         """The lease a handle names, if it is still this consumer's; else why not, as a clear error."""
-        handle = ReceiptHandle.decode(text, self.pop.receipt_key)
+        handle = ReceiptHandle.decode(text, self.pop.signing_key)
         if handle.broker != self.pop.broker:
             raise InvalidReceiptHandle(f"the receipt handle was issued by broker {handle.broker}, not this one")
         if handle.group != group:

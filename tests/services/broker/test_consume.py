@@ -15,7 +15,7 @@ import pytest
 from libs.codec import iter_records
 from libs.events.contract import events_of
 from libs.message import MessageRecord, Prop
-from libs.receipt import ReceiptHandle
+from libs.receipt import ReceiptHandle, ReceiptKey
 from services.broker.app import create_app
 from tests.support.apps import broker_settings, in_process
 from tests.support.broker_calls import bodies, gauge, make_group, put, receive, settle
@@ -51,7 +51,9 @@ async def test_a_second_ack_and_a_forged_handle_get_clear_answers(broker: httpx.
     await put(broker, "a")
     ((handle, _, _),) = await receive(broker)
     await settle(broker, "ack", handle)
-    tampered = dataclasses.replace(ReceiptHandle.decode(handle), queue_offset=1).encode(b"not the broker's key")
+    tampered = dataclasses.replace(ReceiptHandle.decode(handle), queue_offset=1).encode(
+        ReceiptKey(b"not the broker's key")
+    )
 
     again, bad, garbage = await settle(broker, "ack", handle, tampered, "nonsense")
     assert again["error"]["type"].endswith("/already-acked")

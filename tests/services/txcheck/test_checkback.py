@@ -149,11 +149,12 @@ def test_commit_sends_the_signed_request_and_commits_once(
     stored = tx_broker.put_half("A", {"amount": "42", CHECK_IMMUNITY: "30"})
 
     assert checkback.check(order_for(tx_broker, stored)) == "COMMIT"
+    named = f"broker-a:A.{stored['physical_offset']:x}"  # as the gateway named it when the half was sent
 
     assert producer.refused == []
     assert producer.requests == [
         {
-            "transaction_id": "broker-a:A",
+            "transaction_id": named,
             "message_id": "A",
             "topic": "orders",
             "producer_group": "shop",
@@ -170,7 +171,7 @@ def test_commit_sends_the_signed_request_and_commits_once(
     assert {k: event[k] for k in ("message_id", "topic", "transaction_id", "check_count", "answer")} == {
         "message_id": "A",
         "topic": "orders",
-        "transaction_id": "broker-a:A",
+        "transaction_id": named,
         "check_count": 1,
         "answer": "COMMIT",
     }

@@ -1,0 +1,132 @@
+"""A transaction's copies in the CommitLog: its half copies (the first, renewed ones, an abandoned one) and its
+committed copy; how a producer's record becomes the first and a half copy the committed one, and how they are
+found, by one read at the offset the transaction id carries or through the IndexFile.
+
+The read (issue 29, RocketMQ's end by commitLogOffset, seed 004 4.13) finds the
+first half copy only: the record at the offset must be a whole record stored
+there, of the half topic, with the transaction's message id, and be a first copy
+(ORIGIN_OFFSET empty). Retention may have deleted its segment, a truncation may
+have put another record there, an id may be forged: then it answers None, and
+the index answers instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from libs.broker_api.transaction_ids import ORIGIN_OFFSET
+from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED
+from libs.codec import decode_record, encode_record, peek_head
+from libs.delay import is_scheduled
+from libs.errors import CorruptRecord, InvalidMessage, OffsetOutOfRange
+from libs.message import MessageRecord, Prop, SysFlag
+from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, is_public_topic
+from libs.store.lookup import MAX_COPIES_SCANNED
+from libs.store.message_store import MessageStore
+
+HALF_TOPICS = frozenset({TRANS_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
+HALF_PROPERTIES = frozenset(
+    {
+        Prop.REAL_TOPIC,
+        Prop.REAL_QUEUE_ID,
+        Prop.TRANSACTION_PREPARED,
+        Prop.TRANSACTION_CHECK_TIMES,
+        FIRST_STORED,
+        ORIGIN_OFFSET,
+        CHECK_IMMUNITY,
+    }
+)
+"""What a half copy carries that its committed copy does not."""
+
+
+def half_batch(body: bytes, now_ms: int) -> bytes:
+    """A put's records, each marked TRAN_MSG=true moved to the half topic (the others as they are)."""
+    parts: list[bytes] = []
+    offset = 0
+    while offset < len(body):
+        head = peek_head(body, offset)
+        raw = body[offset : offset + head.total_size]
+        parts.append(first_half(raw, now_ms) if head.properties.get(Prop.TRANSACTION_PREPARED) == "true" else raw)
+        offset += head.total_size
+    return b"".join(parts)
+
+
+def first_half(raw: bytes, now_ms: int) -> bytes:
+    """The producer's record as stored until it is ended: in the half topic, its destination in properties."""
+    head = peek_head(raw)
+    if head.total_size != len(raw):
+        raise InvalidMessage("a half message is exactly one record")
+    if is_scheduled(head.properties):
+        raise InvalidMessage("a half message cannot be delayed")
+    record = decode_record(raw, verify_crc=False)
+    if not record.message_id or not record.properties.get(Prop.PRODUCER_GROUP):
+        raise InvalidMessage(f"a half message carries {Prop.UNIQ_KEY} and {Prop.PRODUCER_GROUP}")
+    properties = dict(record.properties) | {
+        Prop.REAL_TOPIC: record.topic,
+        Prop.REAL_QUEUE_ID: str(record.queue_id),
+        Prop.TRANSACTION_PREPARED: "true",
+        Prop.TRANSACTION_CHECK_TIMES: "0",
+        FIRST_STORED: str(now_ms),
+        ORIGIN_OFFSET: "",
+    }
+    sysflag = (record.sysflag & ~SysFlag.TRANSACTION_MASK) | SysFlag.TRANSACTION_PREPARED
+    half = replace(record, topic=TRANS_HALF_TOPIC, queue_id=0, properties=properties, sysflag=sysflag)
+    return encode_record(half)
+
+
+def real_copy(half: MessageRecord, write_queues: int) -> MessageRecord:
+    """The committed copy of a half copy, for its real topic of `write_queues` queues."""
+    queue_id = int(half.properties.get(Prop.REAL_QUEUE_ID, "0")) % max(write_queues, 1)
+    properties = {k: v for k, v in half.properties.items() if k not in HALF_PROPERTIES}
+    sysflag = (half.sysflag & ~SysFlag.TRANSACTION_MASK) | SysFlag.TRANSACTION_COMMIT
+    return replace(
+        half,
+        topic=half.properties[Prop.REAL_TOPIC],
+        queue_id=queue_id,
+        properties=properties,
+        sysflag=sysflag,
+        queue_offset=0,
+        physical_offset=0,
+        store_timestamp=0,
+    )
+
+
+def first_copy_at(store: MessageStore, offset: int, message_id: str) -> MessageRecord | None:
+    """The transaction's first half copy, if it is the record at `offset`."""
+    try:
+        record = decode_record(store.read(offset))
+    except (CorruptRecord, OffsetOutOfRange):
+        return None
+    if (
+        record.physical_offset != offset
+        or record.message_id != message_id
+        or record.topic != TRANS_HALF_TOPIC
+        or record.properties.get(ORIGIN_OFFSET) != ""
+    ):
+        return None
+    return record
+
+
+def indexed_copies(store: MessageStore, message_id: str) -> list[MessageRecord]:
+    """The transaction's half and committed copies, through the index, past its retry and DLQ copies."""
+    return store.query_id(message_id, 0, 2**62, limit=MAX_COPIES_SCANNED, where=_half_or_committed)
+
+
+def latest_copy(store: MessageStore, message_id: str) -> MessageRecord | None:
+    """The newest half copy (half topic or check-max topic) of a transaction."""
+    return latest_half(store.query_id(message_id, 0, 2**62, where=HALF_TOPICS.__contains__))
+
+
+def latest_half(copies: list[MessageRecord]) -> MessageRecord | None:
+    halves = [r for r in copies if r.topic in HALF_TOPICS]
+    return max(halves, key=lambda r: r.physical_offset) if halves else None
+
+
+def committed_copy(copies: list[MessageRecord], topic: str) -> MessageRecord | None:
+    found = [r for r in copies if r.topic == topic]
+    return min(found, key=lambda r: r.physical_offset) if found else None
+
+
+def _half_or_committed(topic: str) -> bool:
+    """A transaction's half copies, or its committed copy (in its real topic, a user topic)."""
+    return topic in HALF_TOPICS or is_public_topic(topic)
