@@ -39,10 +39,12 @@ HOT_MODULES: Final = (
     "libs.store.consume_queue",
     "libs.store.index_file",
     "libs.receipt",
-    "libs.http.lean_transport",
-    "libs.http.hot_routes",
 )
-"""What is compiled: the record codec, the store's append path, receipt handles, the lean transport and hot routes."""
+"""What is compiled: the record codec, the store's append path and receipt handles. The lean transport and the hot
+routes compiled (issue 29) cost the gateway more CPU a single send than plain (185 against 158 µs) and stretched the
+send-to-receive p99 from 12 to 51 ms (`petrel bench sizing`, bench.consumeload latency, 2026-11-28): mypyc's
+coroutines and its calls into starlette's and asyncio's Python objects cost more than the interpreter's, so they
+stay plain."""
 GROUP: Final = "petrel_hot"
 """mypyc's name for the shared library of the build (the hot modules call each other natively in it)."""
 OPT_LEVEL: Final = "3"
@@ -119,7 +121,7 @@ def build(root: Path = ROOT) -> str:
     if os.environ.get(SWITCH, "").lower() == "off":
         return f"{SWITCH}=off: the hot modules are not compiled"
     found = current_build(root)
-    if found is not None:
+    if found is not None and found.hot == HOT_MODULES:  # a build of another list is rebuilt, and newer, wins
         os.utime(found.directory / MANIFEST)  # the newest: kept when older builds are deleted
         return f"compiled modules are current ({found.directory})"
     directory = builds_dir()

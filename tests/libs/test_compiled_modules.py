@@ -64,9 +64,8 @@ def test_the_current_build_is_what_loads() -> None:
     for name in HOT_MODULES:
         assert found[name].startswith(str(builds_dir())), f"{name} was not loaded compiled: {found[name]}"
         assert found[name].endswith(".so edited=False")
-    assert found["describe"] == (
-        "compiled: codec, batch_heads, batch_append, commitlog, consume_queue, index_file, receipt, lean_transport, "
-        "hot_routes"
+    assert (
+        found["describe"] == "compiled: codec, batch_heads, batch_append, commitlog, consume_queue, index_file, receipt"
     )
 
 
