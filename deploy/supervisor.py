@@ -193,12 +193,12 @@ class Supervisor:
                 if not child.reported and child.process.poll() is not None:
                     child.reported = True
                     again = " (started again on its data)" if child.spec.restart else ""
+                    self._write_state()  # first: whoever reads the report then finds cluster.json saying so
                     self.say(
                         f"[petrel] {child.spec.name} (pid {child.process.pid}) exited with code "
                         f"{child.process.returncode}{again}; last lines of {child.log_path}:\n"
                         f"{log_tail(child.log_path)}"
                     )
-                    self._write_state()
                 if child.reported and child.spec.restart and time.monotonic() - child.started_at >= RESTART_SECONDS:
                     self._restart(child)
             if self.children and all(c.process.poll() is not None for c in self.children):
