@@ -64,14 +64,20 @@ class Tally:
     async def measure(
         self, one_request: Callable[[], Awaitable[str | None]], workers: int, warmup: float, seconds: float
     ) -> None:
-        """Run `workers` loops of `one_request` (it answers what went wrong, or None); count the window only."""
+        """Run `workers` loops of `one_request` (it answers what went wrong, or None); count the window only.
+
+        The window lasts `seconds` and, on a machine too slow to answer within it, until the first answer
+        (a rate of zero answers says nothing about the endpoint).
+        """
         counting = stop = False
+        answered = asyncio.Event()
 
         async def worker() -> None:
             while not stop:
                 error = await one_request()
                 if counting:
                     self.requests += 1
+                    answered.set()
                     if error is not None:
                         self.errors += 1
                         self.first_error = self.first_error or error
@@ -81,6 +87,10 @@ class Tally:
         counting = True
         started = time.perf_counter()
         await asyncio.sleep(seconds)
+        if not answered.is_set():
+            first = asyncio.ensure_future(answered.wait())
+            await asyncio.wait([first, *running], return_when=asyncio.FIRST_COMPLETED)
+            first.cancel()
         counting = False
         self.seconds = time.perf_counter() - started
         stop = True
