@@ -90,9 +90,53 @@ def petrel_cluster(
 ) -> Iterator[Cluster]:
     """`petrel up` on free ports (`colocated`: with --colocated, the gateway and broker-a in one process)."""
     data_dir = Path(tempfile.mkdtemp(prefix="petrel-bench-cluster-"))
+    log_path = data_dir / "launcher.log"
+    launcher: subprocess.Popen[bytes] | None = None
+    try:
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            command, gateway_port = _up_command(data_dir, replicas, async_replication, colocated, up_args)
+            with log_path.open("wb") as log:
+                launcher = subprocess.Popen(
+                    command,
+                    env=os.environ | (env or {}) | cluster_code_env(),
+                    cwd=cluster_code_dir(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            url = f"http://127.0.0.1:{gateway_port}"
+            try:
+                _wait_ready(url, launcher, log_path, timeout)
+                break
+            except RuntimeError:
+                if attempt == PORT_ATTEMPTS or PORTS_TAKEN not in log_path.read_bytes():
+                    raise
+        cluster = Cluster(url, data_dir)
+        _UP.append(cluster)
+        try:
+            yield cluster
+        finally:
+            _UP.remove(cluster)
+    finally:
+        if launcher is not None:
+            _stop(launcher)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+PORT_ATTEMPTS = 3
+"""Free ports are picked before `petrel up` binds them: another process (a test beside this one) may take one in
+between, and `petrel up` then stops before starting anything. New ports are picked, at most this many times."""
+
+PORTS_TAKEN = b"ports already in use"
+"""What `petrel up` says then (deploy.supervisor), before it starts anything."""
+
+
+def _up_command(
+    data_dir: Path, replicas: int, async_replication: bool, colocated: bool, up_args: tuple[str, ...]
+) -> tuple[list[str], int]:
+    """`petrel up`'s command line on ports free now, and the gateway's port."""
     broker_port = free_port_run(1 + replicas)
     ports = _other_ports(range(broker_port, broker_port + 1 + replicas))
-    gateway_port = ports["--gateway-port"]
     command = [sys.executable, "-m", "deploy", "up", "--data-dir", str(data_dir), "--redis-url", SHARED_REDIS]
     command += ["--broker-port", str(broker_port)]
     for option, port in ports.items():
@@ -102,29 +146,7 @@ def petrel_cluster(
     if replicas:
         command += ["--replicas", str(replicas)] + (["--async-replication"] if async_replication else [])
         command += ["--etcd-port", str(_etcd_port(range(broker_port, broker_port + 1 + replicas), ports))]
-    command += extra_up_args(up_args)
-    log_path = data_dir / "launcher.log"
-    with log_path.open("wb") as log:
-        launcher = subprocess.Popen(
-            command,
-            env=os.environ | (env or {}) | cluster_code_env(),
-            cwd=cluster_code_dir(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        url = f"http://127.0.0.1:{gateway_port}"
-        _wait_ready(url, launcher, log_path, timeout)
-        cluster = Cluster(url, data_dir)
-        _UP.append(cluster)
-        try:
-            yield cluster
-        finally:
-            _UP.remove(cluster)
-    finally:
-        _stop(launcher)
-        shutil.rmtree(data_dir, ignore_errors=True)
+    return command + extra_up_args(up_args), ports["--gateway-port"]
 
 
 def cluster_code_dir() -> str | None:

@@ -48,3 +48,21 @@ def test_without_bench_cluster_code_the_cluster_runs_this_checkout(monkeypatch: 
     monkeypatch.delenv(CODE_ENV, raising=False)
 
     assert (cluster_code_env(), cluster_code_dir()) == ({}, None)
+
+
+def test_a_port_taken_between_its_pick_and_petrel_up_is_picked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process (a test beside this one) binds a picked port first: the cluster starts on other ports."""
+    import socket
+
+    from bench import cluster, loopback
+
+    real_pick = loopback.free_port_run
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        picks = iter([taken.getsockname()[1]])
+        monkeypatch.setattr(cluster, "free_port_run", lambda count: next(picks, None) or real_pick(count))
+
+        with cluster.petrel_cluster(up_args=("--no-etl",)) as up:
+            assert up.running_pids()["broker-a"] > 0
+            assert up.url_of("broker-a") != f"http://127.0.0.1:{taken.getsockname()[1]}"
