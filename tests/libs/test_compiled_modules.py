@@ -101,3 +101,25 @@ def test_petrel_compiled_off_loads_the_plain_modules() -> None:
     found = loaded(ROOT, "libs.codec", switch="off")
     assert found["libs.codec"] == f"{ROOT / 'libs' / 'codec.py'} edited=False"
     assert found["describe"] == "plain modules (PETREL_COMPILED=off)"
+
+
+@pytest.mark.usefixtures("compiled")
+def test_a_build_of_another_module_list_is_rebuilt_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The current sources' build was made for HOT_MODULES: a change of the list alone (no source edited) makes
+    `deploy.compiled` build again, rather than answer that the build is current."""
+    from deploy import compiled as deploy_compiled
+
+    made: list[tuple[str, ...]] = []
+
+    def compile_(*_: object) -> str:
+        made.append(deploy_compiled.HOT_MODULES)
+        return "made"
+
+    monkeypatch.setattr(deploy_compiled, "HOT_MODULES", HOT_MODULES[:-1])
+    monkeypatch.setattr(deploy_compiled, "_copy_whole", lambda *_: False)  # never a copy into this venv
+    monkeypatch.setattr(deploy_compiled, "_compile", compile_)
+
+    assert build() == "made"
+    assert made == [HOT_MODULES[:-1]]
+    monkeypatch.undo()
+    assert build().startswith("compiled modules are current")
