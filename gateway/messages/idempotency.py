@@ -179,18 +179,30 @@ class IdempotencyKeys:
     @contextlib.asynccontextmanager
     async def kept(self, claim: Claim) -> AsyncIterator[None]:
         """The claim's lease renewed every third of it while the block runs (a slow put keeps its key; a dead
-        gateway's lease ends a lease after its last renewal). Renewing stops once the lease is another's."""
-        renewing = asyncio.create_task(self._renew(claim), name="idempotency-lease")
+        gateway's lease ends a lease after its last renewal). Renewing stops once the lease is another's.
+
+        Renewing stops on a flag as well as on cancellation: a cancellation landing inside the Redis call may come
+        out of it as a Redis error (seen: the renewal went on for the test's whole 120 s, and the request with it).
+        """
+        done = asyncio.Event()
+        renewing = asyncio.create_task(self._renew(claim, done), name="idempotency-lease")
         try:
             yield
         finally:
+            done.set()
             renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await renewing
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this request itself is being cancelled: not the renewal's ending
 
-    async def _renew(self, claim: Claim) -> None:
-        while True:
+    async def _renew(self, claim: Claim, done: asyncio.Event) -> None:
+        while not done.is_set():
             await asyncio.sleep(self.lease_ms / 3000)
+            if done.is_set():
+                return
             try:
                 call = self.client.eval(_GUARDED_RENEW, 1, claim.lease_key, claim.owner, str(self.lease_ms))
                 if not await cast(Awaitable[int], call):

@@ -1,8 +1,10 @@
 """IdempotencyKeys against the real Redis on 127.0.0.1:6379."""
 
+import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
@@ -133,4 +135,48 @@ async def test_a_running_request_keeps_its_key_past_its_lease_and_a_dead_ones_ke
         again = await keys.claim("send:t", key, b"payload", 1, ids(), api_key_id=None)
         assert (again.message_ids, again.fixed) == (first.message_ids, {first.message_ids[0]: "broker-a"})
     finally:
+        await client.aclose()
+
+
+class CancellationAsError(aioredis.Redis):
+    """Redis whose EVAL, once `stall` is set, waits until cancelled and then raises a Redis error rather than the
+    CancelledError: how a cancellation landing inside a command can come out of a Redis client."""
+
+    stall = False
+    stalled: asyncio.Event
+
+    def eval(self, *args: Any, **kwargs: Any) -> Any:
+        return self._eval(*args, **kwargs)
+
+    async def _eval(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.stall:
+            return await cast(Awaitable[Any], aioredis.Redis.eval(self, *args, **kwargs))
+        self.stalled.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise aioredis.ConnectionError("the connection was closed mid-command") from None
+
+
+async def test_a_request_leaving_its_kept_block_is_not_held_by_a_renewal_whose_cancellation_became_an_error() -> None:
+    """The flush-timeout test hung for its whole 120 s there: the answer came only when the test was cancelled."""
+    client = CancellationAsError.from_url("redis://127.0.0.1:6379/0")
+    client.stalled = asyncio.Event()
+    keys = IdempotencyKeys(client, lease_ms=60)
+    try:
+        first = await keys.claim("send:t", str(uuid.uuid4()), b"payload", 1, ids(), api_key_id=None)
+
+        async def request() -> None:
+            async with keys.kept(first):
+                client.stall = True
+                await client.stalled.wait()  # a renewal waits on Redis as the request's put is answered
+
+        answered = asyncio.create_task(request())
+        await asyncio.wait([answered], timeout=10)  # a bound on the failure only
+
+        assert answered.done(), "leaving kept waited on the renewal"
+        answered.result()
+        assert not [t for t in asyncio.all_tasks() if t.get_name() == "idempotency-lease" and not t.done()]
+    finally:
+        client.stall = False
         await client.aclose()
