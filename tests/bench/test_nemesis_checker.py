@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.nemesis.checker import Epochs, RoundLog, Stored, check
+from bench.nemesis.checker import ETCD_ELECTION_S, FAILOVER_AIM_S, NO_PAUSE_S, Epochs, RoundLog, Stored, check
 from bench.nemesis.faults import Fault
 from bench.nemesis.plan import Nemesis, Round, Step, rounds
 from bench.nemesis.workload import Answered, Send, Try
@@ -87,3 +87,15 @@ def test_the_same_seed_plans_the_same_rounds() -> None:
     assert rounds(11, 20, hold_s=4.0) == rounds(11, 20, hold_s=4.0)
     assert rounds(11, 20, hold_s=4.0) != rounds(12, 20, hold_s=4.0)
     assert {step.nemesis for r in rounds(11, len(Nemesis), hold_s=4.0) for step in r.steps} == set(Nemesis)
+
+
+def test_a_failover_while_etcds_leader_is_down_may_take_etcds_election_longer() -> None:
+    """No lease expires and no election ends while etcd has no leader: the two delays add (2.98 s + 1.97 s seen)."""
+    master = Fault(Nemesis.KILL_MASTER, "broker-a", 1.5, 2.5)
+    together = a_round(KILL_MASTER, master, Fault(Nemesis.KILL_ETCD_LEADER, "etcd m0", 1.6, 2.4))
+    long_after = a_round(KILL_MASTER, master, Fault(Nemesis.KILL_ETCD_LEADER, "etcd m0", 30.0, 31.0))
+    etcd_alone = a_round(KILL_ETCD, Fault(Nemesis.KILL_ETCD_LEADER, "etcd m0", 1.6, 2.4))
+
+    assert together.aim_s() == FAILOVER_AIM_S + ETCD_ELECTION_S
+    assert long_after.aim_s() == FAILOVER_AIM_S
+    assert etcd_alone.aim_s() == NO_PAUSE_S
