@@ -2,8 +2,9 @@
 
 At most `max_in_flight` puts go to a broker at once. Records that arrive while
 all are in flight wait, and go out together in the next put as soon as one
-returns. An idle gateway sends at once (no timer, no added delay); a busy one
-turns many small HTTP hops into few larger ones, as group commit does for disk
+returns; a put starts at the end of the loop turn its first send came in, so the
+sends of one turn share it (no timer: an idle gateway sends within the turn). A busy
+gateway turns many small HTTP hops into few larger ones, as group commit does for disk
 syncs. Each caller gets back exactly its own records' results, in order.
 
 Back-pressure: the records waiting for a put are bounded (`max_queued_bytes`).
@@ -62,6 +63,7 @@ class PutCoalescer:
         self.in_flight = 0
         self.queued_bytes = 0
         self._queue: deque[_Waiting] = deque()
+        self._starting = False
         self.puts = 0
 
     async def submit(self, records: bytes, count: int) -> Outcome:
@@ -75,9 +77,18 @@ class PutCoalescer:
         waiting = _Waiting(records, count)
         self._queue.append(waiting)
         self.queued_bytes += len(records)
+        if self.in_flight < self.max_in_flight and not self._starting:
+            # At the end of this loop turn: the sends that arrive in the same turn go in the same put. Over a
+            # network the puts' round trips make them wait anyway; a broker in this process (colocated) answers
+            # within the turn, and every send went out alone.
+            self._starting = True
+            asyncio.get_running_loop().call_soon(self._start_soon)
+        return await waiting.future
+
+    def _start_soon(self) -> None:
+        self._starting = False
         if self.in_flight < self.max_in_flight:
             self._start()
-        return await waiting.future
 
     def _start(self) -> None:
         batch: list[_Waiting] = []

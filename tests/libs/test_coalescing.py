@@ -45,6 +45,17 @@ async def test_an_idle_send_goes_at_once() -> None:
     assert [o.queue_offset for o in outcome if isinstance(o, PutEntry)] == [0, 1]
 
 
+async def test_sends_made_in_one_loop_turn_share_one_put_even_when_the_broker_answers_at_once() -> None:
+    """A broker in the gateway's process (colocated) answers within the turn: the sends of a turn still go together."""
+    broker = Broker()
+    coalescer = PutCoalescer(broker.put)
+
+    outcomes = await asyncio.gather(*(coalescer.submit(body, len(body)) for body in (b"a", b"bb", b"c")))
+
+    assert broker.puts == [b"abbc"]
+    assert [[o.queue_offset for o in outcome if isinstance(o, PutEntry)] for outcome in outcomes] == [[0], [1, 2], [3]]
+
+
 async def test_sends_waiting_for_a_free_slot_share_one_put() -> None:
     broker = Broker()
     broker.release.clear()
