@@ -2,8 +2,9 @@
 
 The same work as `services.etl.job.run_daily`, in SQL, over the same files: every
 line of D's folder and its neighbours' read as text, parsed against the same contract
-(`libs.events.contract`, with the job's field types), quarantined for the same
-reasons; then topic_hourly, group_hourly (counts, p50/p95/p99 latencies by
+(`libs.events.contract`, with the job's field types; a batch line as one event per item,
+as `events_of` makes them), quarantined for the same reasons; then topic_hourly,
+group_hourly (counts, p50/p95/p99 latencies by
 `approx_quantile` where the job uses `percentile_approx`, and the lag at each hour's
 end: `bench.etl_reference_lag`), delay_daily, transaction_daily, message_journey,
 push_hourly, audit_daily, data_quality (its invariants too) and the quarantine, each written as zstd Parquet
@@ -31,7 +32,7 @@ import duckdb
 
 from bench.etl_reference_lag import hourly_lag
 from bench.etl_reference_quality import data_quality
-from libs.events.contract import COMMON_FIELDS, EVENTS
+from libs.events.contract import BATCH, COMMON_FIELDS, EVENTS
 from libs.names import RETRY_PREFIX
 from services.etl.audit import AUDIT_KEYS, TOP, TOP_LISTS
 from services.etl.delays import DELAY_EVENTS
@@ -87,7 +88,7 @@ def daily_figures(
 
     `now_ms` (default: now), as the job's, ends the lag's hours of a day that is not over.
     """
-    _read(con, events, day, lookback_days)
+    read_events(con, events, day, lookback_days)
     out.mkdir(parents=True, exist_ok=True)
     written = {}
     now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -122,7 +123,7 @@ def _wrong_type() -> tuple[str, str]:
         allowed = ", ".join(f"'{t}'" for t in JSON_TYPES[_duck_type(name)])
         checks.append(f"types[{index}] NOT IN ({allowed})")
     paths = ", ".join(f"'$.{name}'" for name in typed)
-    return f"json_type(raw, [{paths}])", " OR ".join(checks)
+    return f"json_type(event, [{paths}])", " OR ".join(checks)
 
 
 def _required() -> str:
@@ -133,7 +134,28 @@ def _required() -> str:
     return f"MAP {{{pairs}}}"
 
 
-def _read(con: duckdb.DuckDBPyConnection, events: Path, day: date, lookback_days: int) -> None:
+def _batch_events() -> str:
+    """CTE `events`: a row per event of each line, `event` its JSON and `keys_present` its fields (`events_of`).
+
+    A batch line gives one row per item, the line's fields patched by the item's (an item's field wins;
+    an item's null removes the line's, which reads as the same null); a plain line, itself.
+    """
+    return f"""items AS (
+            SELECT *, CASE WHEN is_object AND json_type(raw, '$.{BATCH}') = 'ARRAY'
+                           THEN json_extract(raw, '$.{BATCH}[*]') END AS items
+            FROM objects
+        ), events AS (
+            SELECT folder_dt, raw, source_file, is_object,
+                   CASE WHEN items IS NULL THEN raw
+                        ELSE json_merge_patch(json_merge_patch(raw, '{{"{BATCH}": null}}'), item)::VARCHAR END AS event,
+                   CASE WHEN items IS NULL AND is_object THEN json_keys(raw)
+                        WHEN is_object THEN list_distinct(list_concat(
+                            list_filter(json_keys(raw), lambda k: k <> '{BATCH}'), json_keys(item))) END AS keys_present
+            FROM items, unnest(coalesce(items, [NULL::JSON])) AS unnested(item)
+        )"""
+
+
+def read_events(con: duckdb.DuckDBPyConnection, events: Path, day: date, lookback_days: int) -> None:
     """`parsed` (every non-blank line read, its quarantine reason, and its text if quarantined), `event_window`."""
     folders = [events / f"dt={d.isoformat()}" for d in folder_days(day, lookback_days)]
     globs = [str(folder / "**" / "*.jsonl") for folder in folders if folder.is_dir()]
@@ -149,12 +171,11 @@ def _read(con: duckdb.DuckDBPyConnection, events: Path, day: date, lookback_days
             WHERE raw IS NOT NULL AND trim(raw) <> ''
         ), objects AS (
             SELECT *, TRY(json_type(raw)) = 'OBJECT' AS is_object FROM lines
-        ), typed AS (
-            SELECT folder_dt, raw, source_file,
-                   CASE WHEN is_object THEN json_keys(raw) END AS keys_present,
-                   CASE WHEN is_object THEN json_transform(raw, '{structure}') END AS e,
+        ), {_batch_events()}, typed AS (
+            SELECT folder_dt, raw, source_file, keys_present,
+                   CASE WHEN is_object THEN json_transform(event, '{structure}') END AS e,
                    CASE WHEN is_object THEN {types} END AS types
-            FROM objects
+            FROM events
         ), checked AS (
             SELECT *, list_filter({_required()}[e.event], lambda f: NOT list_contains(keys_present, f)) AS missing
             FROM typed
