@@ -24,7 +24,6 @@ import argparse
 import json
 import resource
 import time
-from collections.abc import Iterable
 from datetime import date
 from pathlib import Path
 
@@ -32,17 +31,10 @@ import duckdb
 
 from bench.etl_reference_lag import hourly_lag
 from bench.etl_reference_quality import data_quality
-from libs.events.contract import BATCH, COMMON_FIELDS, EVENTS
+from bench.etl_reference_read import quoted, read_events, sql_in
 from libs.names import RETRY_PREFIX
 from services.etl.audit import AUDIT_KEYS, TOP, TOP_LISTS
 from services.etl.delays import DELAY_EVENTS
-from services.etl.events import (
-    BOOLEAN_FIELDS,
-    LONG_FIELDS,
-    STRING_LIST_FIELDS,
-    contract_fields,
-    folder_days,
-)
 from services.etl.journey import GROUP_EVENTS
 from services.etl.push import OUTCOMES, STATUS_CLASSES
 from services.etl.transactions import ENDERS, TRANSACTION_EVENTS
@@ -62,8 +54,6 @@ WITH_OWN_TOPIC = "event_window w LEFT JOIN (SELECT message_id, topic FROM sends)
 """The events, each with its message's send's topic: `OWN_TOPIC` is the topic a row counts under."""
 OWN_TOPIC = f"CASE WHEN starts_with(w.topic, '{RETRY_PREFIX}') THEN coalesce(s.topic, w.topic) ELSE w.topic END"
 """A row's topic; a retry queue's row (a redelivery) counts under its message's own topic."""
-JSON_TYPES = {"BIGINT": ("BIGINT", "UBIGINT", "NULL"), "BOOLEAN": ("BOOLEAN", "NULL"), "VARCHAR[]": ("ARRAY", "NULL")}
-"""What JSON a field of each type may hold (the job's from_json takes anything as a string)."""
 
 
 def connect(threads: int = 2, memory_limit: str | None = None, spill: Path | None = None) -> duckdb.DuckDBPyConnection:
@@ -89,6 +79,7 @@ def daily_figures(
     `now_ms` (default: now), as the job's, ends the lag's hours of a day that is not over.
     """
     read_events(con, events, day, lookback_days)
+    _journeys(con)
     out.mkdir(parents=True, exist_ok=True)
     written = {}
     now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -99,109 +90,6 @@ def daily_figures(
         ).fetchone()
         written[table] = int(copied[0]) if copied else 0
     return written
-
-
-def _quote(name: str) -> str:
-    return f'"{name}"'
-
-
-def _duck_type(name: str) -> str:
-    if name in LONG_FIELDS:
-        return "BIGINT"
-    if name in BOOLEAN_FIELDS:
-        return "BOOLEAN"
-    if name in STRING_LIST_FIELDS:
-        return "VARCHAR[]"
-    return "VARCHAR"
-
-
-def _wrong_type() -> tuple[str, str]:
-    """(the json_type of each typed field, in order, as `types`; a typed field holding JSON of another type)."""
-    typed = [name for name in contract_fields() if _duck_type(name) in JSON_TYPES]
-    checks = []
-    for index, name in enumerate(typed, start=1):
-        allowed = ", ".join(f"'{t}'" for t in JSON_TYPES[_duck_type(name)])
-        checks.append(f"types[{index}] NOT IN ({allowed})")
-    paths = ", ".join(f"'$.{name}'" for name in typed)
-    return f"json_type(event, [{paths}])", " OR ".join(checks)
-
-
-def _required() -> str:
-    pairs = ", ".join(
-        f"'{name}': [{', '.join(repr(f) for f in sorted(spec.required | set(COMMON_FIELDS)))}]"
-        for name, spec in sorted(EVENTS.items())
-    )
-    return f"MAP {{{pairs}}}"
-
-
-def _batch_events() -> str:
-    """CTE `events`: a row per event of each line, `event` its JSON and `keys_present` its fields (`events_of`).
-
-    A batch line gives one row per item, the line's fields patched by the item's (an item's field wins;
-    an item's null removes the line's, which reads as the same null); a plain line, itself.
-    """
-    return f"""items AS (
-            SELECT *, CASE WHEN is_object AND json_type(raw, '$.{BATCH}') = 'ARRAY'
-                           THEN json_extract(raw, '$.{BATCH}[*]') END AS items
-            FROM objects
-        ), events AS (
-            SELECT folder_dt, raw, source_file, is_object,
-                   CASE WHEN items IS NULL THEN raw
-                        ELSE json_merge_patch(json_merge_patch(raw, '{{"{BATCH}": null}}'), item)::VARCHAR END AS event,
-                   CASE WHEN items IS NULL AND is_object THEN json_keys(raw)
-                        WHEN is_object THEN list_distinct(list_concat(
-                            list_filter(json_keys(raw), lambda k: k <> '{BATCH}'), json_keys(item))) END AS keys_present
-            FROM items, unnest(coalesce(items, [NULL::JSON])) AS unnested(item)
-        )"""
-
-
-def read_events(con: duckdb.DuckDBPyConnection, events: Path, day: date, lookback_days: int) -> None:
-    """`parsed` (every non-blank line read, its quarantine reason, and its text if quarantined), `event_window`."""
-    folders = [events / f"dt={d.isoformat()}" for d in folder_days(day, lookback_days)]
-    globs = [str(folder / "**" / "*.jsonl") for folder in folders if folder.is_dir()]
-    structure = json.dumps({name: _duck_type(name) for name in contract_fields()})
-    types, wrong = _wrong_type()
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE parsed AS
-        WITH lines AS (
-            SELECT raw, filename AS source_file,
-                   regexp_extract(filename, 'dt=(\\d{{4}}-\\d{{2}}-\\d{{2}})', 1) AS folder_dt
-            FROM read_csv({globs!r}, columns = {{'raw': 'VARCHAR'}}, delim = '\x01', quote = '', escape = '',
-                          header = false, auto_detect = false, filename = true)
-            WHERE raw IS NOT NULL AND trim(raw) <> ''
-        ), objects AS (
-            SELECT *, TRY(json_type(raw)) = 'OBJECT' AS is_object FROM lines
-        ), {_batch_events()}, typed AS (
-            SELECT folder_dt, raw, source_file, keys_present,
-                   CASE WHEN is_object THEN json_transform(event, '{structure}') END AS e,
-                   CASE WHEN is_object THEN {types} END AS types
-            FROM events
-        ), checked AS (
-            SELECT *, list_filter({_required()}[e.event], lambda f: NOT list_contains(keys_present, f)) AS missing
-            FROM typed
-        ), reasoned AS (
-            SELECT *,
-                   CASE WHEN keys_present IS NULL THEN 'malformed_json'
-                        WHEN {wrong} THEN 'wrong_type'
-                        WHEN e.event IS NULL OR e.event NOT IN ({_in(EVENTS)}) THEN 'unknown_event'
-                        WHEN len(missing) > 0 OR e.ts IS NULL THEN 'missing_field'
-                   END AS reason
-            FROM checked
-        )
-        SELECT folder_dt, e, reason,
-               CASE WHEN reason IS NOT NULL THEN missing END AS missing,
-               CASE WHEN reason IS NOT NULL THEN raw END AS raw,
-               CASE WHEN reason IS NOT NULL THEN source_file END AS source_file
-        FROM reasoned
-    """)
-    columns = ", ".join(f"e.{_quote(name)} AS {_quote(name)}" for name in contract_fields())
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE event_window AS
-        SELECT *, date_trunc('hour', "at") AS hour, folder_dt <> dt AS late, dt = '{day.isoformat()}' AS in_day
-        FROM (SELECT *, strftime("at", '%Y-%m-%d') AS dt
-              FROM (SELECT folder_dt, {columns}, make_timestamp(e.ts * 1000) AS "at" FROM parsed WHERE reason IS NULL))
-    """)
-    _journeys(con)
 
 
 def _journeys(con: duckdb.DuckDBPyConnection) -> None:
@@ -240,7 +128,7 @@ def _journeys(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _count(event: str, alias: str | None = None) -> str:
-    return f"count(*) FILTER (WHERE event = '{event}') AS {_quote(alias or event)}"
+    return f"count(*) FILTER (WHERE event = '{event}') AS {quoted(alias or event)}"
 
 
 def _percentiles(value: str, prefix: str, where: str = "true") -> str:
@@ -248,10 +136,6 @@ def _percentiles(value: str, prefix: str, where: str = "true") -> str:
         f"CAST(approx_quantile({value}, {q}) FILTER (WHERE {where}) AS BIGINT) AS {prefix}_{name}_ms"
         for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
     )
-
-
-def _in(names: Iterable[str]) -> str:
-    return ", ".join(f"'{name}'" for name in names)
 
 
 def _tables(day: date, now_ms: int) -> dict[str, str]:
@@ -263,7 +147,7 @@ def _tables(day: date, now_ms: int) -> dict[str, str]:
         "delay_daily": f"""
             SELECT topic, {", ".join(_count(event, column) for event, column in DELAY_EVENTS.items())},
                    {_percentiles("lateness_ms", "lateness", "event = 'delay_fired'")}, dt
-            FROM event_window WHERE in_day AND event IN ({_in(DELAY_EVENTS)}) GROUP BY topic, dt""",
+            FROM event_window WHERE in_day AND event IN ({sql_in(DELAY_EVENTS)}) GROUP BY topic, dt""",
         "transaction_daily": _transaction_daily(),
         "message_journey": _message_journey(),
         "push_hourly": _push_hourly(),
@@ -319,7 +203,7 @@ def _group_hourly(day: date, now_ms: int) -> str:
         counts AS (
             SELECT "group", {OWN_TOPIC} AS topic, hour, {counts}
             FROM {WITH_OWN_TOPIC}
-            WHERE in_day AND event IN ({_in(GROUP_EVENTS)}) AND "group" IS NOT NULL
+            WHERE in_day AND event IN ({sql_in(GROUP_EVENTS)}) AND "group" IS NOT NULL
             GROUP BY ALL
         ),
         delivery AS ({_latencies("delivered_ts", "delivery")}),
@@ -344,7 +228,7 @@ def _transaction_daily() -> str:
                {_count("transaction_rollback", "rollbacks")}, {by}, {_count("transaction_abandoned", "abandoned")},
                {_count("transaction_check", "checks")},
                {_percentiles("latency_ms", "check_latency", "event = 'transaction_check'")}, dt
-        FROM event_window WHERE in_day AND event IN ({_in(TRANSACTION_EVENTS)}) GROUP BY topic, dt"""
+        FROM event_window WHERE in_day AND event IN ({sql_in(TRANSACTION_EVENTS)}) GROUP BY topic, dt"""
 
 
 def _push_hourly() -> str:
@@ -364,7 +248,7 @@ def _push_hourly() -> str:
 
 def _audit_daily() -> str:
     """Each top_* list: the values of a field with their calls in the row, sorted by calls (descending), value."""
-    grain = ", ".join([*(_quote(key) for key in AUDIT_KEYS), "dt"])
+    grain = ", ".join([*(quoted(key) for key in AUDIT_KEYS), "dt"])
     counted = ", ".join(f"count(*) OVER (PARTITION BY {grain}, {field}) AS {field}_calls" for field in TOP_LISTS)
     tops = ", ".join(
         f"list_transform(coalesce(list_sort(list(DISTINCT {{'rank': -{field}_calls, 'value': {field}}}) "
@@ -376,7 +260,7 @@ def _audit_daily() -> str:
             SELECT *, CASE WHEN path IS NOT NULL THEN concat_ws(' ', method, path) END AS request
             FROM event_window WHERE in_day AND event = 'audit'
         ), counted AS (SELECT *, {counted} FROM audit)
-        SELECT {", ".join(_quote(key) for key in AUDIT_KEYS)}, count(*) AS calls, count(DISTINCT remote) AS remotes,
+        SELECT {", ".join(quoted(key) for key in AUDIT_KEYS)}, count(*) AS calls, count(DISTINCT remote) AS remotes,
                make_timestamp(min(ts) * 1000)::TIMESTAMPTZ AS first_at,
                make_timestamp(max(ts) * 1000)::TIMESTAMPTZ AS last_at, {tops}, dt
         FROM counted GROUP BY {grain}"""

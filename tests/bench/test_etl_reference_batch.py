@@ -7,7 +7,8 @@ from pathlib import Path
 
 import orjson
 
-from bench.etl_reference import connect, read_events
+from bench.etl_reference import connect
+from bench.etl_reference_read import read_events
 from libs.events.contract import events_of
 
 DAY = date(2026, 11, 22)
