@@ -47,6 +47,7 @@ from redis.exceptions import AuthenticationError
 
 from libs import jsonutil
 from libs.errors import IdempotencyConflict, PetrelError, ServiceUnavailable, ValidationFailed
+from libs.tasks import cancelled
 
 TTL_SECONDS = 24 * 3600
 LEASE_MS = 3_000
@@ -190,13 +191,7 @@ class IdempotencyKeys:
             yield
         finally:
             done.set()
-            renewing.cancel()
-            try:
-                await renewing
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise  # this request itself is being cancelled: not the renewal's ending
+            await cancelled(renewing)
 
     async def _renew(self, claim: Claim, done: asyncio.Event) -> None:
         while not done.is_set():

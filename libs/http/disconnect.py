@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 
+from libs.tasks import cancelled
+
 T = TypeVar("T")
 
 
@@ -36,11 +38,11 @@ async def client_gone(request: Request) -> AsyncIterator[asyncio.Future[None]]:
     try:
         yield gone
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
-        if not gone.done():
-            gone.cancel()
+        try:
+            await cancelled(watcher)
+        finally:
+            if not gone.done():
+                gone.cancel()
 
 
 async def unless_gone(gone: asyncio.Future[None], work: Awaitable[T]) -> T | None:
@@ -54,7 +56,5 @@ async def unless_gone(gone: asyncio.Future[None], work: Awaitable[T]) -> T | Non
         raise
     if task.done():
         return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancelled(task)
     return None
