@@ -33,6 +33,7 @@ from gateway.groups.schemas import GroupUpdate, OffsetResetRequest, RedriveReque
 from gateway.messages import queues as message_queues
 from gateway.messages import routes as messages
 from gateway.messages.idempotency import IdempotencyKeys
+from gateway.messages.records import RecordBuilder
 from gateway.messages.schemas import SendBatch, SendMessage
 from gateway.messages.sender import Sender
 from gateway.push import routes as push
@@ -100,24 +101,24 @@ def create_app(
                     registry=app.state.metrics.registry,
                 ).set_function(lambda: long_polls.waiting)
                 brokers = BrokerClient(client, long_polls)
+                masters = MasterDirectory(nameservers, settings.route_refresh_seconds)
                 context = GatewayContext(
                     settings=settings,
                     nameservers=nameservers,
                     routes=routes,
                     brokers=brokers,
-                    sender=Sender(
-                        routes,
-                        brokers,
+                    records=RecordBuilder(
                         born_host=f"{settings.host}:{settings.port}",
                         delay_levels=len(settings.delay_levels),
                         max_delay_ms=int(settings.max_delay_days * 86_400_000),
                         clock=clock,
                         max_message_bytes=settings.max_message_bytes,
                     ),
+                    sender=Sender(routes, brokers, masters),
                     internal=client,
                     idempotency=IdempotencyKeys(redis, settings.idempotency_lease_ms),
                     receiver=Receiver(routes, brokers),
-                    masters=MasterDirectory(nameservers, settings.route_refresh_seconds),
+                    masters=masters,
                     producer_groups=ProducerGroups(ProducerGroupStore(metadata), settings.egress_guard()),
                     transaction_ends=TransactionEnds(brokers),
                     push=PushClient(client, settings.push_address),

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 
 from gateway.auth.directory import KeyDirectory
 from gateway.messages.idempotency import IdempotencyKeys
+from gateway.messages.records import RecordBuilder
 from gateway.messages.sender import Sender
 from gateway.settings import GatewaySettings
 from gateway.transactions.producer_groups import ProducerGroups
@@ -29,6 +30,7 @@ class GatewayContext:
     nameservers: NameserverClient
     routes: RouteCache
     brokers: BrokerClient
+    records: RecordBuilder
     sender: Sender
     idempotency: IdempotencyKeys
     internal: InternalClient

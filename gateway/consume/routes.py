@@ -252,8 +252,8 @@ def _unknown_broker(broker: str) -> InvalidReceiptHandle:
 
 
 def _check_delay(ctx: GatewayContext, spec: NackRequest) -> None:
-    levels = ctx.sender.delay_levels
+    levels = ctx.records.delay_levels
     if spec.delay_level is not None and spec.delay_level > levels:
         raise InvalidRequest(f"delay_level {spec.delay_level} is not between 1 and {levels}")
-    if spec.delay_ms is not None and spec.delay_ms > ctx.sender.max_delay_ms:
-        raise InvalidRequest(f"delay_ms {spec.delay_ms} is more than the longest delay, {ctx.sender.max_delay_ms} ms")
+    if spec.delay_ms is not None and spec.delay_ms > ctx.records.max_delay_ms:
+        raise InvalidRequest(f"delay_ms {spec.delay_ms} is more than the longest delay, {ctx.records.max_delay_ms} ms")

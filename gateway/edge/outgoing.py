@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.messages.records import OutgoingMessage
 from gateway.messages.schemas import MessageContent, SendMessage
-from gateway.messages.sender import OutgoingMessage
 
 
 def outgoing(message: MessageContent) -> OutgoingMessage:

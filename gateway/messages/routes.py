@@ -23,6 +23,7 @@ from gateway.edge.records import message_fields
 from gateway.messages import trace
 from gateway.messages.idempotency import MAX_KEY_LENGTH
 from gateway.messages.queues import pick_broker
+from gateway.messages.records import Prepared
 from gateway.messages.schemas import (
     BatchEntry,
     BatchResult,
@@ -33,7 +34,7 @@ from gateway.messages.schemas import (
     SendMessage,
     SendResult,
 )
-from gateway.messages.sender import Pins, Prepared, Sent, unsettled
+from gateway.messages.sender import Pins, Sent, unsettled
 from gateway.messages.trace_schemas import MessageTrace
 from libs import jsonutil
 from libs.codec import iter_records
@@ -112,7 +113,7 @@ async def send_message(
     message = parse_json(SendMessage, await request.body())
 
     async def run(ids: list[str | None], pins: Pins | None) -> tuple[dict[str, Any], bool]:
-        prepared = ctx.sender.prepare(topic, outgoing(message), message_id=ids[0])
+        prepared = ctx.records.prepare(topic, outgoing(message), message_id=ids[0])
         await ensure_topic(ctx, topic)
         (result,) = await ctx.sender.send(topic, [prepared], pins)
         if isinstance(result, PetrelError):
@@ -144,7 +145,7 @@ async def send_batch(
         settled = True
         for index, message in enumerate(batch.messages):
             try:
-                prepared.append((index, ctx.sender.prepare(topic, outgoing(message), message_id=ids[index])))
+                prepared.append((index, ctx.records.prepare(topic, outgoing(message), message_id=ids[index])))
             except PetrelError as exc:
                 entries[index] = _failed_entry(index, exc)
         if prepared:
@@ -355,7 +356,7 @@ async def _idempotent(
     if key is None:
         return (await run([None] * count, None))[0]
     encoded, api_key_id = payload.model_dump_json().encode(), principal_of(request).key_id
-    claim = await ctx.idempotency.claim(scope, key, encoded, count, ctx.sender.ids.new_id, api_key_id=api_key_id)
+    claim = await ctx.idempotency.claim(scope, key, encoded, count, ctx.records.ids.new_id, api_key_id=api_key_id)
     if claim.replay is not None:
         return claim.replay
     ids: list[str | None] = list(claim.message_ids)

@@ -13,44 +13,42 @@ its slaves while the put waited) and a put that reached the broker but got no
 answer are answered as they are, with `maybe_stored`, never sent elsewhere. A send with an
 Idempotency-Key passes `Pins`: its messages keep their ids across retries, and
 one that may already be on a broker goes to that broker only, which keeps one copy.
+A put left waiting on a master that stopped answering is given up once the nameservers name
+another master of its broker name (libs.broker_api.coalescing): a keyed send goes again, at
+once, to the same queue of that broker name (its new master holds a replicated copy under
+the same id, or none); a keyless one is answered `maybe_stored`.
 
-The sender takes and answers plain values (`OutgoingMessage`, `Sent`); the routes
-convert from and to the public models.
+The sender takes and answers plain values (records built by gateway.messages.records, `Sent`);
+the routes convert from and to the public models.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import time
 import zlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from typing import Any, Final, Protocol
 
 from gateway.messages.producer import BrokerAvoidance, QueueSelector, QueueTarget, writable_queues
+from gateway.messages.records import Prepared
 from libs.broker_api.client import BrokerClient
-from libs.broker_api.coalescing import PutCoalescer, stored_entry
-from libs.broker_api.route_cache import RouteCache
+from libs.broker_api.coalescing import STALL_RECHECK_S, MasterCheck, PutCoalescer, master_replaced, stored_entry
+from libs.broker_api.route_cache import MasterDirectory, RouteCache
 from libs.broker_api.schemas import PutEntry
 from libs.broker_api.transaction_ids import transaction_id
-from libs.codec import MAX_BODY_SIZE, encode_record, set_queue_id
+from libs.codec import set_queue_id
 from libs.errors import (
     BrokerUnavailable,
     FlushTimeout,
-    InvalidMessage,
     NotMaster,
-    PayloadTooLarge,
     PetrelError,
     PutQueueFull,
     TopicNotFound,
 )
-from libs.message import KEY_SEPARATOR, SYSTEM_PROPERTIES, MessageIdFactory, MessageRecord, Prop, SysFlag
 from libs.names import TRANS_HALF_TOPIC
 from libs.routing import TopicRoute
-from libs.timeparse import parse_time_ms
 
 SEND_RETRIES = 2
 _NONE_TRIED: Final[set[str]] = set()
@@ -73,21 +71,6 @@ class Pins(Protocol):
 def unsettled(error: PetrelError) -> bool:
     """Might the message be stored despite this error? (then it must not be sent anywhere else)"""
     return isinstance(error, FlushTimeout) or bool(error.extensions.get("maybe_stored"))
-
-
-@dataclass(frozen=True, slots=True)
-class OutgoingMessage:
-    """A message to send, as its producer gave it: exactly one of `body` (text) or `body_base64` (bytes)."""
-
-    body: str | None = None
-    body_base64: str | None = None
-    tag: str | None = None
-    keys: tuple[str, ...] = ()
-    properties: Mapping[str, str] = field(default_factory=dict)
-    message_group: str | None = None
-    delay_level: int | None = None
-    delay_ms: int | None = None
-    deliver_at: str | int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,115 +97,22 @@ class Sent:
 _SENT_FIELDS: Final = tuple(f.name for f in dataclass_fields(Sent) if f.name != "half_offset")
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    message_id: str
-    message: OutgoingMessage
-    encoded: bytes
-    """The record in the binary codec; its queue id is set when the queue is chosen."""
-    warning: str | None = None
-
-
 class Sender:
-    def __init__(
-        self,
-        routes: RouteCache,
-        brokers: BrokerClient,
-        born_host: str,
-        delay_levels: int = 18,
-        max_delay_ms: int = 30 * 86_400_000,
-        clock: Callable[[], float] = time.time,
-        max_message_bytes: int = MAX_BODY_SIZE,
-    ) -> None:
-        self.clock = clock
-        self.max_message_bytes = max_message_bytes
-        """The largest message body (decoded); at most the codec's MAX_BODY_SIZE."""
-        """The wall clock (seconds): born timestamps and delivery times are measured on it."""
-        self.delay_levels = delay_levels
-        self.max_delay_ms = max_delay_ms
+    def __init__(self, routes: RouteCache, brokers: BrokerClient, masters: MasterDirectory | None = None) -> None:
         self.routes = routes
         self.brokers = brokers
-        self.born_host = born_host
+        self.masters = masters
+        """Who each broker name's master is now: a put stalled on a replaced master stops waiting (None: it waits)."""
         self.avoidance = BrokerAvoidance()
         self.selector = QueueSelector(self.avoidance)
-        self.ids = MessageIdFactory()
         self._coalescers: dict[tuple[str, str], PutCoalescer] = {}
-
-    def prepare(
-        self,
-        topic: str,
-        message: OutgoingMessage,
-        system: Mapping[str, str] | None = None,
-        message_id: str | None = None,
-    ) -> Prepared:
-        """Validate and build the record; InvalidMessage / PayloadTooLarge say what is wrong.
-
-        `system`: system properties the gateway adds (a transaction's producer group, ...).
-        `message_id`: an id fixed by an Idempotency-Key: the record is marked DEDUP, so that
-        a broker holding a copy with this id answers with it rather than storing another.
-        """
-        body, binary = _body(message, self.max_message_bytes)
-        properties = dict(message.properties)
-        if properties:
-            reserved = sorted(properties.keys() & SYSTEM_PROPERTIES)
-            if reserved:
-                raise InvalidMessage(f"property name(s) {', '.join(reserved)} are reserved for Petrel")
-        if system:
-            properties.update(system)
-        if message_id is not None:
-            properties[Prop.DEDUP] = "true"
-        message_id = message_id or self.ids.new_id()
-        properties[Prop.UNIQ_KEY] = message_id
-        if message.tag is not None:
-            properties[Prop.TAGS] = _tag(message.tag)
-        if message.keys:
-            properties[Prop.KEYS] = KEY_SEPARATOR.join(_key(k) for k in message.keys)
-        if message.message_group is not None:
-            properties[Prop.MESSAGE_GROUP] = message.message_group
-        now = int(self.clock() * 1000)
-        delayed = message.delay_level is not None or message.delay_ms is not None or message.deliver_at is not None
-        warning = self._schedule(message, properties, now) if delayed else None
-        record = MessageRecord(
-            topic=topic,
-            body=body,
-            properties=properties,
-            sysflag=SysFlag.BINARY_BODY if binary else 0,
-            born_timestamp=now,
-            born_host=self.born_host,
-        )
-        return Prepared(message_id, message, encode_record(record), warning)
-
-    def _schedule(self, message: OutgoingMessage, properties: dict[str, str], now: int) -> str | None:
-        """Set the scheduling property a delay field asks for; a warning for a time already past."""
-        given = [f for f in ("delay_level", "delay_ms", "deliver_at") if getattr(message, f) is not None]
-        if len(given) > 1:
-            raise InvalidMessage(f"give at most one of delay_level, delay_ms and deliver_at, not {' and '.join(given)}")
-        if message.delay_level is not None:
-            if not 1 <= message.delay_level <= self.delay_levels:
-                raise InvalidMessage(f"delay_level {message.delay_level} is not between 1 and {self.delay_levels}")
-            properties[Prop.DELAY_LEVEL] = str(message.delay_level)
-            return None
-        if message.delay_ms is not None:
-            due = now + message.delay_ms
-        elif message.deliver_at is not None:
-            due = parse_time_ms(message.deliver_at, "deliver_at")
-        else:
-            return None
-        if due - now > self.max_delay_ms:
-            raise InvalidMessage(
-                f"the delivery time is {(due - now) / 86_400_000:.1f} days away; the limit is "
-                f"{self.max_delay_ms / 86_400_000:g} days"
-            )
-        if due <= now:
-            return None if message.delay_ms is not None else "deliver_at is in the past: the message is delivered now"
-        properties[Prop.TIMER_DELIVER_MS] = str(due)
-        return None
 
     async def send(self, topic: str, prepared: list[Prepared], pins: Pins | None = None) -> list[Sent | PetrelError]:
         """Put every prepared message; one result or error per message, in order."""
         results: list[Sent | PetrelError | None] = [None] * len(prepared)
         pending = list(range(len(prepared)))
         tried: dict[int, set[str]] = {}  # the brokers a message was put to and must not go to again
+        bound: dict[int, QueueTarget] = {}  # the queue a keyed message goes to again: its master was replaced
         for attempt in range(SEND_RETRIES + 1):
             try:
                 route = await self.routes.get(topic)
@@ -232,7 +122,7 @@ class Sender:
                 break  # a retry that cannot be routed: the messages keep their last error (puts were made)
             by_target: dict[str, list[tuple[int, QueueTarget]]] = {}
             for i in pending:
-                target = self._target(topic, route, prepared[i], tried.get(i, _NONE_TRIED), pins)
+                target = self._target(topic, route, prepared[i], tried.get(i, _NONE_TRIED), pins, bound.get(i))
                 if isinstance(target, PetrelError):
                     results[i] = target
                 else:
@@ -244,18 +134,28 @@ class Sender:
             for batch, outcome in zip(by_target.values(), outcomes, strict=True):
                 for (i, target), result in zip(batch, outcome, strict=True):
                     results[i] = result
-                    if self._may_retry(prepared[i], result, pins) and attempt < SEND_RETRIES:
-                        tried.setdefault(i, set()).add(target.broker)
+                    if attempt < SEND_RETRIES and self._again(prepared[i], target, result, pins, tried, bound, i):
                         pending.append(i)
             if not pending:
                 break
         return [r if r is not None else BrokerUnavailable("not sent") for r in results]
 
     def _target(
-        self, topic: str, route: TopicRoute, prepared: Prepared, tried: set[str], pins: Pins | None
+        self,
+        topic: str,
+        route: TopicRoute,
+        prepared: Prepared,
+        tried: set[str],
+        pins: Pins | None,
+        bound: QueueTarget | None = None,
     ) -> QueueTarget | PetrelError:
         """The queue a message goes to: any (the selector's choice), or one of the broker it is pinned to."""
         pinned = pins.fixed.get(prepared.message_id) if pins is not None else None
+        if bound is not None:
+            pinned = bound.broker
+            for queue in writable_queues(route):
+                if queue.broker == bound.broker and queue.queue_id == bound.queue_id:
+                    return queue
         if pinned is None:
             try:
                 return self.selector.select(topic, route, prepared.message.message_group, tried)
@@ -272,6 +172,25 @@ class Sender:
             )
         spread = prepared.message.message_group or prepared.message_id
         return targets[zlib.crc32(spread.encode()) % len(targets)]
+
+    def _again(
+        self,
+        prepared: Prepared,
+        target: QueueTarget,
+        result: Sent | PetrelError,
+        pins: Pins | None,
+        tried: dict[int, set[str]],
+        bound: dict[int, QueueTarget],
+        i: int,
+    ) -> bool:
+        """Is message `i` put again? Noted in `tried` (not to that broker) or `bound` (to that queue only)."""
+        if pins is not None and isinstance(result, PetrelError) and master_replaced(result):
+            bound[i] = target  # same id, DEDUP: the new master answers with its copy, if it has one
+            return True
+        if self._may_retry(prepared, result, pins):
+            tried.setdefault(i, set()).add(target.broker)
+            return True
+        return False
 
     @staticmethod
     def _may_retry(prepared: Prepared, result: Sent | PetrelError, pins: Pins | None) -> bool:
@@ -294,11 +213,29 @@ class Sender:
     def _coalescer(self, target: QueueTarget) -> PutCoalescer:
         key = (target.broker, target.address)
         coalescer = self._coalescers.get(key)
-        if coalescer is None:
+        if coalescer is None or coalescer.was_replaced:
             address, broker = target.address, target.broker
-            coalescer = PutCoalescer(lambda records: self.brokers.put(broker, address, records), broker=broker)
+            coalescer = PutCoalescer(
+                lambda records: self.brokers.put(broker, address, records),
+                broker=broker,
+                replaced=self._replaced_check(broker, address),
+            )
             self._coalescers[key] = coalescer
         return coalescer
+
+    def _replaced_check(self, broker: str, address: str) -> MasterCheck | None:
+        masters = self.masters
+        if masters is None:
+            return None
+
+        async def replaced() -> bool:
+            now = (await masters.lookup([broker], max_age_s=STALL_RECHECK_S)).get(broker)
+            if now is None or now == address:
+                return False
+            self.routes.invalidate_broker(broker)  # every topic's route naming the old master
+            return True
+
+        return replaced
 
     async def _put_all(
         self, route: TopicRoute, prepared: list[Prepared], batches: list[list[tuple[int, QueueTarget]]]
@@ -375,34 +312,3 @@ class Sender:
             self.routes.invalidate(route.topic)  # the route was stale
             return BrokerUnavailable(f"broker {target.broker} no longer holds the topic: {error.detail}")
         return error
-
-
-def _body(message: OutgoingMessage, limit: int) -> tuple[bytes, bool]:
-    if (message.body is None) == (message.body_base64 is None):
-        raise InvalidMessage("give exactly one of body (text) or body_base64")
-    if message.body is not None:
-        body = message.body.encode()
-        binary = False
-    else:
-        try:
-            body = base64.b64decode(message.body_base64 or "", validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise InvalidMessage(f"body_base64 is not valid base64: {exc}") from exc
-        binary = True
-    if len(body) > limit:
-        raise PayloadTooLarge(
-            f"the message body is {len(body)} bytes; the limit is {limit} (max_message_bytes)", limit=limit
-        )
-    return body, binary
-
-
-def _tag(tag: str) -> str:
-    if not tag or "||" in tag or tag.strip() != tag or tag == "*":
-        raise InvalidMessage(f"tag {tag!r} is invalid: no '||', no surrounding spaces, not '*'")
-    return tag
-
-
-def _key(key: str) -> str:
-    if not key or KEY_SEPARATOR in key:
-        raise InvalidMessage(f"key {key!r} is invalid: keys are non-empty and have no spaces")
-    return key

@@ -184,7 +184,7 @@ async def send_transaction(ctx: Context, topic: UserTopic, request: Request) -> 
     system = {Prop.PRODUCER_GROUP: spec.producer_group, Prop.TRANSACTION_PREPARED: "true"}
     if spec.check_immunity_seconds is not None:
         system[CHECK_IMMUNITY] = str(spec.check_immunity_seconds)
-    prepared = ctx.sender.prepare(topic, outgoing(spec), system)
+    prepared = ctx.records.prepare(topic, outgoing(spec), system)
     await ensure_topic(ctx, topic)
     # A flush timeout says which transaction it is (the half is stored), so that it can be ended: see Sender.
     sent = await ctx.sender.send_half(topic, prepared)

@@ -11,6 +11,15 @@ Back-pressure: the records waiting for a put are bounded (`max_queued_bytes`).
 A send that would pass the bound is answered at once with `PutQueueFull` for
 each of its records (503, nothing sent: the sender may try another broker), so a slow broker makes the
 gateway answer 503s rather than grow its memory without end.
+
+A master replaced under a put: a master that is SIGSTOPped or cut off holds its connections and answers
+nothing, while the controller promotes its slave (its lease's 2 s TTL, then one election). Given a
+`replaced` check, a put unanswered for `stall_check_s` asks every `stall_recheck_s` whether another
+broker is its broker name's master now; once one is, its callers stop waiting (their records may be
+stored: `master_replaced` with `maybe_stored`) and the records still queued here are answered at once
+(`master_replaced`, nothing sent). The put itself runs on to its own timeout, its answer unread. No
+answer comes any sooner than the slave's promotion: the put may not be given up while the master may
+still answer it, and a master answers nothing after its lease ends.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from libs.broker_api.schemas import PutAnswer, PutEntry
-from libs.errors import FlushTimeout, PetrelError, PutQueueFull
+from libs.errors import BrokerUnavailable, FlushTimeout, PetrelError, PutQueueFull
 
 PutCall = Callable[[bytes], Awaitable[PutAnswer]]
 """Sends records (binary codec, end to end) to the broker; answers its PutAnswer."""
@@ -37,6 +46,13 @@ broker's CPU a message 143 -> 87 us). Two keep one put filling while another wai
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 MAX_QUEUED_BYTES = 64 * 1024 * 1024
 """Records waiting for a put to one broker, at most (one send larger than it still goes when none wait)."""
+STALL_CHECK_S = 2.0
+"""A put unanswered this long starts asking whether its master was replaced (a slave is master about 2.2 s after
+its master stopped: the lease's 2 s TTL, then one election; docs/replication.md), then every STALL_RECHECK_S: one
+listing of the nameservers a gateway at most, shared by every put that waits."""
+STALL_RECHECK_S = 0.1
+MasterCheck = Callable[[], Awaitable[bool]]
+"""Is another broker its broker name's master now, in the nameservers' view (not the one this coalescer puts to)?"""
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
@@ -55,8 +71,17 @@ class PutCoalescer:
         max_in_flight: int = MAX_PUTS_IN_FLIGHT,
         max_queued_bytes: int = MAX_QUEUED_BYTES,
         broker: str = "",
+        replaced: MasterCheck | None = None,
+        stall_check_s: float = STALL_CHECK_S,
+        stall_recheck_s: float = STALL_RECHECK_S,
     ) -> None:
         self.put = put
+        self.replaced = replaced
+        self.stall_check_s = stall_check_s
+        self.stall_recheck_s = stall_recheck_s
+        self.was_replaced = False
+        """True once its master was found replaced: the sender makes a new coalescer for the next put."""
+        self._checks: set[asyncio.Task[None]] = set()
         self.max_in_flight = max_in_flight
         self.max_queued_bytes = max_queued_bytes
         self.broker = broker
@@ -83,7 +108,18 @@ class PutCoalescer:
             # within the turn, and every send went out alone.
             self._starting = True
             asyncio.get_running_loop().call_soon(self._start_soon)
-        return await waiting.future
+        try:
+            return await waiting.future
+        except asyncio.CancelledError:
+            self._withdraw(waiting)  # a caller gone (its deadline, a disconnect) before its put went: not sent
+            raise
+
+    def _withdraw(self, waiting: _Waiting) -> None:
+        try:
+            self._queue.remove(waiting)
+        except ValueError:
+            return  # already in a put
+        self.queued_bytes -= len(waiting.records)
 
     def _start_soon(self) -> None:
         self._starting = False
@@ -103,6 +139,8 @@ class PutCoalescer:
             task.add_done_callback(lambda _: None)
 
     async def _send(self, batch: list[_Waiting]) -> None:
+        loop = asyncio.get_running_loop()
+        stall = loop.call_later(self.stall_check_s, self._stalled, batch) if self.replaced is not None else None
         try:
             self.puts += 1
             answer = await self.put(b"".join(w.records for w in batch))
@@ -112,6 +150,8 @@ class PutCoalescer:
         except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller, never lost
             outcome = PetrelError(f"the put failed unexpectedly: {exc!r}")
         finally:
+            if stall is not None:
+                stall.cancel()
             self.in_flight -= 1
             if self._queue:
                 self._start()
@@ -127,6 +167,54 @@ class PutCoalescer:
             position += waiting.count
             if not waiting.future.done():  # a caller that went away (cancelled) needs no answer
                 waiting.future.set_result(mine)
+
+    def _stalled(self, batch: list[_Waiting]) -> None:
+        check = asyncio.get_running_loop().create_task(self._check_master(batch))
+        self._checks.add(check)
+        check.add_done_callback(self._checks.discard)
+
+    async def _check_master(self, batch: list[_Waiting]) -> None:
+        assert self.replaced is not None
+        while any(not w.future.done() for w in batch):
+            try:
+                replaced = await self.replaced()
+            except PetrelError:  # the nameservers do not answer either: keep waiting for the put
+                replaced = False
+            if replaced:
+                self._give_up(batch)
+                return
+            await asyncio.sleep(self.stall_recheck_s)
+
+    def _give_up(self, batch: list[_Waiting]) -> None:
+        """The master was replaced: the callers of `batch` (in flight) and of every queued record stop waiting."""
+        self.was_replaced = True
+        sent = BrokerUnavailable(
+            f"broker {self.broker}'s master stopped answering and another broker is its master now: this message "
+            "may be stored (on the old master, or on the new one if it was replicated); send it again only with "
+            "the same Idempotency-Key",
+            broker=self.broker,
+            maybe_stored=True,
+            master_replaced=True,
+        )
+        queued = BrokerUnavailable(
+            f"broker {self.broker}'s master stopped answering and another broker is its master now: this message "
+            "was not sent, send it again",
+            broker=self.broker,
+            master_replaced=True,
+        )
+        for waiting in batch:
+            if not waiting.future.done():
+                waiting.future.set_result([sent] * waiting.count)
+        while self._queue:
+            waiting = self._queue.popleft()
+            self.queued_bytes -= len(waiting.records)
+            if not waiting.future.done():
+                waiting.future.set_result([queued] * waiting.count)
+
+
+def master_replaced(error: PetrelError) -> bool:
+    """Did a put stop waiting because its broker name got another master (`PutCoalescer` with `replaced`)?"""
+    return bool(error.extensions.get("master_replaced"))
 
 
 def per_record(answer: PutAnswer, count: int) -> Outcome:

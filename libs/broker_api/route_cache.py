@@ -62,6 +62,12 @@ class RouteCache:
     def invalidate(self, topic: str) -> None:
         self._routes.pop(topic, None)
 
+    def invalidate_broker(self, broker_name: str) -> None:
+        """Every cached route with a queue on `broker_name` (its master was replaced): fetched again on its next use."""
+        for topic, cached in list(self._routes.items()):
+            if cached.route.broker(broker_name) is not None:
+                del self._routes[topic]
+
 
 class MasterDirectory:
     """Broker name -> its master's address, from the nameservers' cluster listing.
@@ -88,16 +94,21 @@ class MasterDirectory:
         self._fetching = asyncio.Lock()
         """Lookups that miss at once share one listing (a burst of commits or acks, one call)."""
 
-    async def lookup(self, names: Iterable[str]) -> dict[str, str]:
-        """The master address of each named broker that is registered (the unknown ones are left out)."""
+    async def lookup(self, names: Iterable[str], max_age_s: float | None = None) -> dict[str, str]:
+        """The master address of each named broker that is registered (the unknown ones are left out).
+
+        `max_age_s`: a listing older than this is fetched again (a put stalled on a master asks whether it was
+        replaced), rather than after `refresh_seconds`."""
         wanted = set(names)
-        if self._stale(wanted):
+        if self._stale(wanted, max_age_s):
             async with self._fetching:
-                if self._stale(wanted):  # not fetched by the lookup this one waited behind
+                if self._stale(wanted, max_age_s):  # not fetched by the lookup this one waited behind
                     self._masters = dict(await self.nameservers.masters())
                     self._fetched_at = self.clock()
         return {name: self._masters[name] for name in wanted if name in self._masters}
 
-    def _stale(self, wanted: set[str]) -> bool:
+    def _stale(self, wanted: set[str], max_age_s: float | None = None) -> bool:
         age = self.clock() - self._fetched_at
+        if max_age_s is not None and age >= max_age_s:
+            return True
         return age >= self.refresh_seconds or (age >= self.miss_seconds and not wanted <= self._masters.keys())
