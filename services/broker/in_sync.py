@@ -4,7 +4,11 @@ Each slave says how far it has written (`PUT /internal/replication/slaves/{id}`,
 chunk and at each heartbeat; a SYNC_FLUSH slave only once its copy is on its disk). When a
 slave joins the in-sync set and when it leaves is services.broker.in_sync_rules' (Kafka's
 rules: it joins once it has the master's high watermark, everything already answered; it
-leaves once it has not caught up for `lag_max`, or been silent for `timeout`). Under
+leaves once it has not caught up for `lag_max`, or been silent for `timeout`). Under a steady
+load the watermark runs ahead of every word of a slave (each trails the writes answered since
+it was sent), so a SYNC_MASTER's writes wait for a slave that is *joining* (caught up lately,
+not yet at the watermark) as for a member, up to `timeout` once: the watermark stops at what it
+has, and its next word reaches it. Nothing is recorded for a joining slave until it joins. Under
 SYNC_MASTER every write (`MessageStore.put_reporting`: sends, transaction ends, retries,
 timers) is answered only once every in-sync slave has it. A slave that does not confirm a put
 within `timeout` leaves the set, said in the log, by the `replica_out_of_sync` event and by
@@ -74,13 +78,16 @@ class InSyncReplicas:
             slave = self.slaves[slave_id] = SlaveProgress(slave_id, address)
         slave.address = address
         self.rules.heard(slave, offset, master_end)
+        self._wake()  # first: the writes it (joining) was the last to have are answered, and it has what they raise
         if self.rules.may_join(slave, master_end if self.answered is None else self.answered):
-            slave.in_sync = True
+            slave.in_sync, slave.joining = True, False
             self._joined.set()
             self.grew.set()
             log.info("slave %d (%s) of %s is in sync at %d", slave_id, address, self.broker, offset)
             self._event("replica_in_sync", slave, master_end)
-        self._wake()
+        elif self.answered is not None and self.rules.may_start_joining(slave):
+            slave.joining = True
+            log.info("slave %d (%s) of %s is joining at %d: writes wait for it", slave_id, address, self.broker, offset)
 
     async def joined(self, slave_id: int, timeout: float) -> bool:
         """Until slave `slave_id` is in the in-sync set, or `timeout` seconds pass; whether it is."""
@@ -100,12 +107,13 @@ class InSyncReplicas:
         return slave is not None and slave.in_sync
 
     def replicated_to(self) -> int | None:
-        """What every in-sync slave has (None: no slave is in sync)."""
-        offsets = [s.acked for s in self.slaves.values() if s.in_sync]
+        """What every in-sync (or joining) slave has (None: no slave is in sync or joining)."""
+        offsets = [s.acked for s in self.slaves.values() if s.in_sync or s.joining]
         return min(offsets) if offsets else None
 
     async def wait(self, offset: int) -> None:
         """Until every in-sync slave has everything below `offset`; those that don't within `timeout` leave the set."""
+        self._stop_joining(lambda s: self.rules.lagging(s) or self.rules.silent(s))
         done = self.replicated_to()
         if done is not None and done < offset and any(self.rules.must_leave(s) for s in self.slaves.values()):
             await self.drop_lagging(offset)  # not kept waiting for a slave already past the lag bound
@@ -125,7 +133,22 @@ class InSyncReplicas:
                 future.cancel()
             self._waiters = [w for w in self._waiters if w[1] is not future]
 
+    def _stop_joining(self, failed: Callable[[SlaveProgress], bool]) -> None:
+        """Writes stop waiting for the joining slaves that `failed` (nothing to record: they never joined)."""
+        for slave in self.slaves.values():
+            if slave.joining and failed(slave):
+                slave.joining, slave.join_failed_at = False, self.clock()
+                log.warning(
+                    "slave %d (%s) of %s did not keep up while joining (it has %d): writes no longer wait for it",
+                    slave.slave_id,
+                    slave.address,
+                    self.broker,
+                    slave.acked,
+                )
+                self._wake()
+
     async def _drop_behind(self, offset: int) -> None:
+        self._stop_joining(lambda s: s.acked < offset)
         behind = [s for s in self.slaves.values() if s.in_sync and s.acked < offset]
         if behind and not await self._confirm_without(behind):
             raise ReplicationTimeout(

@@ -28,6 +28,12 @@ class SlaveProgress:
     in_sync: bool = False
     caught_up_at: float | None = None
     """When it last had the master's whole log (None: never, in this master's run)."""
+    joining: bool = False
+    """Caught up lately but short of the high watermark: a SYNC_MASTER's writes wait for it as for a member, so that
+    the watermark stops running ahead of it (under a steady load each of its words trails the writes answered since
+    it was sent, and it never joined: seen in the nemesis run, 30 s after a heal)."""
+    join_failed_at: float | None = None
+    """When writes last stopped waiting for it while it was joining: it may try again once caught up since."""
     ends_seen: deque[tuple[int, float]] = field(default_factory=deque)
     """The master's log end at this slave's earlier words, and when, that its acks have not reached yet: having
     one of those ends now, it was caught up then (those older than the lag bound are forgotten)."""
@@ -65,6 +71,14 @@ class InSyncRules:
     def may_join(self, slave: SlaveProgress, high_watermark: int) -> bool:
         """Whether a slave outside the set joins: it has every write already answered, and caught up lately."""
         return not slave.in_sync and slave.acked >= high_watermark and not self.lagging(slave)
+
+    def may_start_joining(self, slave: SlaveProgress) -> bool:
+        """Whether a slave outside the set, short of the high watermark, is waited for from now on so that it can
+        reach it: it caught up lately, and since its last try failed (if one did)."""
+        if slave.in_sync or slave.joining or self.lagging(slave) or self.silent(slave):
+            return False
+        failed, caught_up = slave.join_failed_at, slave.caught_up_at
+        return failed is None or (caught_up is not None and caught_up > failed)
 
     def lagging(self, slave: SlaveProgress) -> bool:
         return slave.caught_up_at is None or self.clock() - slave.caught_up_at > self.lag_max

@@ -185,3 +185,40 @@ async def test_a_write_that_a_slave_missed_is_not_acknowledged_when_the_controll
     with pytest.raises(ReplicationTimeout):
         await in_sync.wait(200)
     assert in_sync.in_sync() == [1]
+
+
+async def test_a_slave_trailing_a_steady_load_by_one_write_joins_as_writes_wait_for_it(tmp_path: Path) -> None:
+    """Each word of the slave has the write before the last one answered: without waiting for it, the high
+    watermark stays one write ahead of it for good (the nemesis run's slave, not in sync 30 s after a heal)."""
+    clock = FakeClock()
+    in_sync = replicas(tmp_path, timeout=3.0, clock=clock)
+    end = 100
+    await in_sync.wait(end)
+    in_sync.acked(1, "s1", 0, master_end=end)
+    writes = []
+    for _ in range(5):
+        clock.advance(0.01)
+        writes.append(asyncio.ensure_future(in_sync.wait(end + 100)))  # the next write, stored and waiting
+        await asyncio.sleep(0)
+        in_sync.acked(1, "s1", end, master_end=end + 100)  # has the write before it
+        end += 100
+
+    assert in_sync.in_sync() == [1]
+    in_sync.acked(1, "s1", end, master_end=end)
+    await asyncio.wait_for(asyncio.gather(*writes), 1)
+    assert in_sync.answered == end
+
+
+async def test_a_joining_slave_that_stops_answering_holds_writes_once_for_the_timeout_only(tmp_path: Path) -> None:
+    clock = FakeClock()
+    in_sync = replicas(tmp_path, timeout=0.05, clock=clock)
+    await in_sync.wait(200)
+    in_sync.acked(1, "s1", 0, master_end=100)
+    in_sync.acked(1, "s1", 100, master_end=200)  # caught up with its earlier word, short of the answered 200: joining
+
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):
+            await in_sync.wait(300)  # waits for it
+    await asyncio.wait_for(in_sync.wait(300), 1)  # answered after the timeout, without it: it never joined
+    assert in_sync.in_sync() == []
+    await asyncio.wait_for(in_sync.wait(400), 0.04)  # and the next write does not wait for it again
