@@ -5,7 +5,7 @@ import asyncio
 from libs.broker_api.coalescing import PutCoalescer, master_replaced
 from libs.broker_api.schemas import PutEntry
 from libs.errors import BrokerUnavailable, PetrelError
-from tests.libs.test_coalescing import Broker
+from tests.support.put_broker import Broker
 
 QUICK_S = 0.01
 
