@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench.etl_traffic import GATEWAYS, HOUR_MS, PROCESSES, Traffic
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 """Part of the cache key: a change to what is generated must not reuse older files."""
 DAY = date(2026, 11, 22)
 BYTES_PER_LINE = 260
@@ -41,7 +41,8 @@ class GeneratedDay:
     """The events root (`<events>/dt=D/hour=HH/...`)."""
     day: date
     lines: int
-    """Every line written, in D's folder and the late ones in D+1's."""
+    """Every line written, in D's folder and the late ones in D+1's, a batch line counted once per event (as the
+    job's `lines_read` counts it)."""
     seconds: float
     """How long generating took (0 when the files were already there)."""
 
@@ -79,6 +80,7 @@ def generate_day(root: Path, day: date, count: int, seed: int) -> int:
     total = sum(HOURLY)
     for hour, weight in enumerate(HOURLY):
         traffic.hour(int(files.start_ms + hour * HOUR_MS), round(count * weight / total))
+    traffic.calls.finish()
     files.flush()
     return files.lines
 
@@ -95,16 +97,17 @@ class DayFiles:
         self.buffered = 0
         self.lines = 0
 
-    def add(self, ts: int, process: int, line: str) -> None:
+    def add(self, ts: int, process: int, line: str, events: int = 1) -> None:
         slot = (ts - self.start_ms) // HOUR_MS
         if process in GATEWAYS and self.late_from <= ts < self.late_from + 300:
             slot += 1  # written after midnight, to the next day's file
         self.buffers[(slot, process)].append(line)
-        self.buffered += 1
+        self.buffered += events
         if self.buffered >= 500_000:
             self.flush()
 
     def written(self) -> int:
+        """Events in the lines added (a batch line's count once per event)."""
         return self.lines + self.buffered
 
     def flush(self) -> None:
@@ -114,7 +117,7 @@ class DayFiles:
             folder.mkdir(parents=True, exist_ok=True)
             with (folder / f"{PROCESSES[process]}.jsonl").open("a") as out:
                 out.write("\n".join(lines) + "\n")
-            self.lines += len(lines)
+        self.lines += self.buffered
         self.buffers.clear()
         self.buffered = 0
 

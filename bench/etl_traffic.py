@@ -9,7 +9,9 @@ flight. 4 % are delayed (scheduled, sometimes rolled by the timer, fired a littl
 late or cancelled), 3 % transactional (committed or rolled back by their producer
 or after a check-back, a few abandoned after five unanswered checks). About one
 message in 5,000 leaves a corrupt line behind: malformed JSON, a torn line, a send
-missing its message id, an event not in the contract, a `ts` written as text.
+missing its message id, an event not in the contract, a `ts` written as text. The
+`stored`, `delivered` and `acked` events go out as the broker writes them, a line per
+put, receive and ack call (bench.etl_batches); the others a line each, as written.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ import random
 from collections import defaultdict
 from collections.abc import Callable
 from itertools import accumulate
+from typing import Protocol
+
+from bench.etl_batches import CallBatcher
 
 HOUR_MS = 3_600_000
 TOPICS: tuple[tuple[str, int, tuple[str, ...]], ...] = (
@@ -47,10 +52,19 @@ CORRUPT_EVERY = 5_000
 """About one corrupt line per this many messages."""
 
 SENT = '{"ts":%d,"event":"sent","service":"gateway","pid":%s,"message_id":"%s","topic":"%s","size":%d%s}'
-STORED = (
-    '{"ts":%d,"event":"stored","service":"broker","pid":%s,"message_id":"%s","topic":"%s","queue_id":%d,'
-    '"queue_offset":%d,"broker":"%s","size":%d,"physical_offset":%d,"flush":"ASYNC_FLUSH"}'
-)
+SENT_BATCH = '{"ts":%d,"event":"sent","service":"gateway","pid":%s,"topic":"%s","batch":[%s]}'
+SENT_ITEM = '{"message_id":"%s","size":%d}'
+BATCH_SENDS = 0.02
+"""The share of send calls that are batches (of 2 to MAX_BATCH messages, 12 on average): about a fifth of messages."""
+MAX_BATCH = 32
+POLL_MS = 20
+"""A consumer's receive takes what arrived since its last one, at most this long ago: the messages of one put (or
+close ones) are delivered by one receive, and acked by one ack call."""
+STORED_CALL = '"broker":"%s","flush":"ASYNC_FLUSH","topic":"%s"'
+STORED_ITEM = '"message_id":"%s","queue_id":%d,"queue_offset":%d,"size":%d,"physical_offset":%d'
+CONSUMED_CALL = '"broker":"%s","group":"%s"%s'
+CONSUMED_ITEM = '"message_id":"%s","topic":"%s","queue_id":%d,"queue_offset":%d,"delivery_attempt":%d'
+"""A put's, a receive's, an ack call's shared fields and each message's own (as the broker writes them)."""
 CONSUMED = (
     '{"ts":%d,"event":"%s","service":"broker","pid":%s,"message_id":"%s","topic":"%s","queue_id":%d,'
     '"queue_offset":%d,"broker":"%s","group":"%s","delivery_attempt":%d%s}'
@@ -72,43 +86,76 @@ CORRUPT = (
 """A torn line, malformed JSON, a send with no message_id, an event not in the contract, a ts as text."""
 
 
-class Traffic:
-    """The stories of the day's messages: each event is handed to `add(ts, process, line)`."""
+class LineSink(Protocol):
+    def __call__(self, ts: int, process: int, line: str, events: int = 1) -> None:
+        """A line of `process`, holding `events` events (a batch line more than one)."""
 
-    def __init__(self, rng: random.Random, add: Callable[[int, int, str], None], written: Callable[[], int]) -> None:
+
+class Traffic:
+    """The stories of the day's messages: each line is handed to `add(ts, process, line, events)`."""
+
+    def __init__(self, rng: random.Random, add: LineSink, written: Callable[[], int]) -> None:
         self.rng = rng
         self.add = add
-        self.written = written
-        """How many lines were added so far."""
+        self.calls = CallBatcher(add, PROCESSES)
+        self.lines_written = written
+        """How many events the lines added so far hold."""
         self.cumulative = list(accumulate(weight for _, weight, _ in TOPICS))
         self.next_id = 0
         self.offsets: defaultdict[tuple[str, int], int] = defaultdict(int)
         self.physical = [0] * len(BROKERS)
         self.made = 0
 
+    def written(self) -> int:
+        """Events told so far: in lines added, and in calls not written yet."""
+        return self.lines_written() + self.calls.pending
+
     def hour(self, start_ms: int, lines: int) -> None:
-        """Messages sent in this hour, in time order, until their events make `lines` lines."""
+        """Messages sent in this hour, in time order, until they make `lines` events."""
         goal = self.written() + lines
         for second in range(3600):
             due = goal - lines * (3599 - second) // 3600
             while self.written() < due:
                 self.message(start_ms + second * 1000 + int(self.rng.random() * 1000))
+            self.calls.written_before(start_ms + second * 1000)
+
+    def new_id(self) -> str:
+        self.next_id += 1
+        return f"0A00000{self.next_id:09X}{self.next_id * 2654435761 % 4294967296:08X}"
 
     def message(self, ts: int) -> None:
+        """One send call: one message (a plain, delayed or transactional one), or a batch of plain ones."""
         rng = self.rng
         topic, _, groups = TOPICS[bisect.bisect(self.cumulative, rng.random() * self.cumulative[-1])]
-        self.next_id += 1
-        message_id = f"0A00000{self.next_id:09X}{self.next_id * 2654435761 % 4294967296:08X}"
         kind = rng.random()
         if kind < 0.03:
-            self.transactional(ts, message_id, topic, groups)
+            self.transactional(ts, self.new_id(), topic, groups)
         elif kind < 0.07:
-            self.delayed(ts, message_id, topic, groups)
+            self.delayed(ts, self.new_id(), topic, groups)
+        elif kind < 0.07 + BATCH_SENDS:
+            self.batch(ts, topic, groups, min(MAX_BATCH, 2 + int(rng.expovariate(1 / 10))))
+            return
         else:
-            self.plain(ts, message_id, topic, groups)
+            self.plain(ts, self.new_id(), topic, groups)
+        self.counted(ts)
+
+    def counted(self, ts: int) -> None:
         self.made += 1
         if self.made % CORRUPT_EVERY == 0:
             self.add(ts, GATEWAYS[0], CORRUPT[self.made // CORRUPT_EVERY % len(CORRUPT)] % ts)
+
+    def batch(self, ts: int, topic: str, groups: tuple[str, ...], count: int) -> None:
+        """A batch send of `count` messages of one topic: one `sent` line, one put (a `stored` line) per broker."""
+        messages = [(self.new_id(), self.size()) for _ in range(count)]
+        gateway = GATEWAYS[self.next_id & 1]
+        items = ",".join(SENT_ITEM % message for message in messages)
+        self.add(ts, gateway, SENT_BATCH % (ts, PROCESSES[gateway][-4:], topic, items), count)
+        stored = ts + 1 + int(self.rng.random() * 3)
+        for message_id, size in messages:
+            where = self.store(stored, message_id, topic, size)
+            for group in groups:
+                Consumption(self, message_id, topic, group, where).run(stored)
+            self.counted(ts)
 
     def send(self, ts: int, message_id: str, topic: str, size: int, extra: str = "") -> None:
         gateway = GATEWAYS[self.next_id & 1]
@@ -127,11 +174,12 @@ class Traffic:
         self.offsets[(topic, queue)] = offset + 1
         physical = self.physical[broker]
         self.physical[broker] = physical + size + 120
-        pid = PROCESSES[BROKER_PROCS[broker]][-4:]
-        self.add(
+        self.calls.event(
             ts,
             BROKER_PROCS[broker],
-            STORED % (ts, pid, message_id, topic, queue, offset, BROKERS[broker], size, physical),
+            "stored",
+            STORED_CALL % (BROKERS[broker], topic),
+            STORED_ITEM % (message_id, queue, offset, size, physical),
         )
         return broker, queue, offset
 
@@ -261,10 +309,12 @@ class Consumption:
         at = available + 3 + int(rng.expovariate(1 / 25))
         if rng.random() < 0.01:
             at += int(rng.random() * 120_000)  # the group was behind
+        at = -(-at // POLL_MS) * POLL_MS  # the receive that takes it
         fate = rng.random()
         if fate < 0.94:
             self.delivered(at, 1)
-            self.consumed(at + 2 + int(rng.random() * 100), "acked", 1)
+            handled = 2 + (at // POLL_MS * 7_919 + self.queue * 31 + len(self.group)) % 100  # one per receive
+            self.consumed(at + handled, "acked", 1)
         elif fate < 0.97:
             self.delivered(at, 1)
             self.retried(at + 5, 1, ',"delay_ms":1000,"reason":"busy"')
@@ -281,6 +331,11 @@ class Consumption:
 
     def consumed(self, ts: int, event: str, attempt: int, extra: str = "", topic: str = "", queue: int = -1) -> None:
         topic, queue, offset = (topic, queue, self.retry_offset) if topic else (self.topic, self.queue, self.offset)
+        if event in ("delivered", "acked"):  # a line per receive and per ack call; `extra` is the call's client
+            shared = CONSUMED_CALL % (self.broker, self.group, extra)
+            item = CONSUMED_ITEM % (self.message_id, topic, queue, offset, attempt)
+            self.traffic.calls.event(ts, self.process, event, shared, item)
+            return
         line = CONSUMED % (
             ts,
             event,
