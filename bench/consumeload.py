@@ -18,6 +18,11 @@ wait in long polls. Each body carries its send's `time.perf_counter_ns()`; the
 latency of a message is when the receive answer that holds it arrived minus
 that. Acks go out in the background so a consumer is back in its poll at once.
 It prints one JSON line of latencies (ms) of the messages sent after the warm-up.
+
+`python -m bench.consumeload sends URL TOPIC - --rate R --warmup S --seconds S` makes the
+same paced sends and nothing else, and prints the same JSON line with each measured send's
+round trip: pointed at the FastAPI no-op, it is what this load generator adds to any latency
+it measures (its own pacing, its event loop, the machine), measured in the same run.
 """
 
 from __future__ import annotations
@@ -192,6 +197,8 @@ class LatencyRun:
         self.result = Latencies(rate=rate, consumers=consumers)
         self.measured = range(int(warmup * rate), int((warmup + seconds) * rate))
         self.arrived: dict[int, float] = {}
+        self.round_trips: dict[int, float] = {}
+        """sequence -> ms from a send's start to its answer (the `sends` kind reports these)"""
         self.all_arrived = asyncio.Event()
         self.background: set[asyncio.Task[None]] = set()
 
@@ -216,6 +223,20 @@ class LatencyRun:
         result = self.result
         result.sent = len(self.measured)
         result.ms = [self.arrived[s] for s in self.measured if s in self.arrived]
+        result.received = len(result.ms)
+        result.lost = result.sent - result.received
+        return result
+
+    async def round_trips_only(self) -> Latencies:
+        """The paced sends alone: each measured send's round trip."""
+        import aiohttp
+
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as sends:
+            await self._paced(sends)
+            await asyncio.gather(*self.background, return_exceptions=True)
+        result = self.result
+        result.sent = len(self.measured)
+        result.ms = [self.round_trips[s] for s in self.measured if s in self.round_trips]
         result.received = len(result.ms)
         result.lost = result.sent - result.received
         return result
@@ -247,11 +268,13 @@ class LatencyRun:
 
     async def _send(self, session: Any, sequence: int) -> None:
         sent_ns = time.perf_counter_ns()
-        body = orjson.dumps({"body": latency_body(sequence, sent_ns)})
+        body = orjson.dumps({"body": latency_body(sequence, sent_ns), "tag": "latency"})
         async with session.post(f"{self.url}/v1/topics/{self.topic}/messages", data=body, headers=JSON_HEADERS) as a:
             text = await a.read()
             if a.status >= 300:
                 self.result.error(f"send: {a.status} {text[:300]!r}")
+                return
+        self.round_trips[sequence] = (time.perf_counter_ns() - sent_ns) / 1e6
 
     async def _paced(self, session: Any) -> None:
         """Issue send 0, 1, 2, ... each when it is due at `rate` a second, whether or not the last was answered."""
@@ -274,7 +297,7 @@ class LatencyRun:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.consumeload")
-    parser.add_argument("kind", choices=("drain", "latency"))
+    parser.add_argument("kind", choices=("drain", "latency", "sends"))
     parser.add_argument("url")
     parser.add_argument("topic")
     parser.add_argument("group")
@@ -312,7 +335,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         return
     run = LatencyRun(args.url, args.topic, args.rate, args.warmup, args.seconds, args.consumers)
-    print(json.dumps(asdict(uvloop.run(run.run(args.group)))), flush=True)
+    measured = run.round_trips_only() if args.kind == "sends" else run.run(args.group)
+    print(json.dumps(asdict(uvloop.run(measured))), flush=True)
 
 
 if __name__ == "__main__":

@@ -158,6 +158,27 @@ def long_poll_latency(cluster: Cluster, sizes: Sizes, name: str = "consume-laten
     return run_latency(command, sizes.latency_warmup_s + sizes.latency_seconds + 60, "send-to-receive", "received")
 
 
+def paced_send_latency(url: str, topic: str, sizes: Sizes, label: str) -> tuple[float, float]:
+    """p50 and p99 round trip (ms) of `sizes.rate` paced single sends to `url`'s topic, by the latency load's
+    generator alone: pointed at the FastAPI no-op, what the generator itself adds to the send-to-receive p99."""
+    command = [sys.executable, "-m", "bench.consumeload", "sends", url, topic, "-"]
+    command += ["--rate", str(sizes.rate), "--warmup", str(sizes.latency_warmup_s)]
+    command += ["--seconds", str(sizes.latency_seconds)]
+    return run_latency(command, sizes.latency_warmup_s + sizes.latency_seconds + 60, label, "answered")
+
+
+def generator_floor_figure(p99: float) -> Figure:
+    """Info: the p99 round trip of the same paced sends to the FastAPI no-op, measured in the same run."""
+    return Figure(
+        "load generator's own p99: paced 1,000/s sends to the FastAPI no-op",
+        p99,
+        "none: what the p99 above includes of the harness",
+        0.0,
+        "ms",
+        None,  # judged by nothing, and no ratio (nothing to divide by)
+    )
+
+
 def run_latency(command: list[str], limit: float, label: str, arrived: str) -> tuple[float, float]:
     """Run a latency load process (bench.consumeload or bench.pushload `latency`), print what it measured under
     `label`, and answer p50 and p99 in ms (a measured send that never arrived counts as infinitely late)."""

@@ -9,6 +9,7 @@
 | SYNC_FLUSH batches | the same, broker in SYNC_FLUSH | Redis `appendfsync always`, pipelined 32 | 0.5x |
 | receive+ack | batches of 32, 8 consumers | Redis XREADGROUP COUNT 32 + XACK, 8 clients | 0.5x |
 | send-to-receive | long polls, 1,000 msg/s, p99 | 5 ms (the issue's aim: 2 ms) | 1.0x |
+| (info) the generator's own p99 | the same paced sends to the FastAPI no-op, round trip | - | - |
 | store append | batches of 32, in-process | bare mmap packing loop | 0.5x |
 | half + commit | pairs, 32 connections | two single sends (half their rate) | 1.0x |
 | durable publish | SYNC_FLUSH single sends, 32 connections, 1 KiB | NATS JetStream publish + ack, 32 in flight | 0.3x |
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from bench.cluster import SHARED_REDIS, petrel_cluster
 from bench.drain import Drain
 from bench.figures import BenchOptions, Figure
+from bench.loopback import served_module
 from bench.nats_reference import LOCAL_NATS, answers
 from bench.redis_reference import private_redis
 from bench.scenarios import consumers, gateway, peers, storage, transactions
@@ -61,6 +63,8 @@ class Measured:
     drain: Drain
     redis_drain: Drain
     p99_ms: float
+    noop_p99_ms: float
+    """The same paced sends to the FastAPI no-op: the load generator's own p99 round trip."""
     store_append: float
     bare_loop: float
     pairs: float
@@ -82,6 +86,7 @@ def figures(measured: Measured) -> list[Figure]:
         gateway.sync_batch_figure(measured.sync_batch, measured.redis_sync_batch),
         consumers.receive_ack_figure(measured.drain, measured.redis_drain),
         consumers.latency_p99_figure(measured.p99_ms),
+        consumers.generator_floor_figure(measured.noop_p99_ms),
         storage.batch_append_figure(measured.store_append, measured.bare_loop),
         transactions.half_commit_figure(measured.pairs, measured.single),
     ]
@@ -106,6 +111,9 @@ def measure(options: BenchOptions) -> Measured:
     sizes = consumers.QUICK if options.quick else consumers.FULL
     os.sync()  # so that writeback left by an earlier scenario does not run during the measurements
     noop = gateway.noop_sends(timing)
+    with served_module("bench.noop_server") as port:
+        url, label = f"http://127.0.0.1:{port}", "FastAPI no-op, paced sends"
+        _, noop_p99_ms = consumers.paced_send_latency(url, gateway.TOPIC, sizes, label)
     redis_endpoint = peers.redis_endpoint_sends(timing)
     rabbitmq = peers.rabbitmq_publishes(timing) if options.peers else None
     redis_batch = gateway.redis_batches(SHARED_REDIS, timing, "Redis XADD batches")
@@ -140,6 +148,7 @@ def measure(options: BenchOptions) -> Measured:
         drain=drain,
         redis_drain=redis_drain,
         p99_ms=p99_ms,
+        noop_p99_ms=noop_p99_ms,
         store_append=store_append,
         bare_loop=bare_loop,
         pairs=pairs,

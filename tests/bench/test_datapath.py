@@ -19,6 +19,7 @@ MEASURED = Measured(
     drain=Drain(count=1_000, consumers=8, measured=900, seconds=0.1),
     redis_drain=Drain(count=1_000, consumers=8, measured=900, seconds=0.02),
     p99_ms=20.0,
+    noop_p99_ms=12.0,
     store_append=100_000,
     bare_loop=500_000,
     pairs=1_500,
@@ -38,6 +39,7 @@ def test_the_figures_carry_the_issues_target_ratios_in_its_order_the_peers_after
         ("gateway: SYNC_FLUSH batches of 32", 0.5),
         ("receive+ack batches of 32, 8 consumers", 0.5),
         ("long poll send-to-receive p99, 1,000/s", 1.0),
+        ("load generator's own p99: paced 1,000/s sends to the FastAPI no-op", None),
         ("ASYNC_FLUSH append, batches of 32", 0.5),
         ("half + commit through the gateway, 32 conns", 1.0),
         ("durable publish, 32 in flight (SYNC_FLUSH)", 0.3),
@@ -54,7 +56,7 @@ def test_the_peers_are_beside_the_same_single_sends_and_rabbitmq_only_when_measu
 
 
 def test_half_commit_is_judged_against_two_single_sends() -> None:
-    half_commit = figures(MEASURED)[8]
+    half_commit = figures(MEASURED)[9]
 
     assert half_commit.reference_name == "two single sends"
     assert half_commit.reference == 2_000
@@ -75,4 +77,11 @@ def test_durable_publish_is_beside_nats_jetstream_and_left_out_without_it() -> N
 
     assert (durable.ours, durable.reference) == (3_000, 10_000)
     assert durable.reference_name.startswith("NATS JetStream")
-    assert len(figures(replace(MEASURED, nats=None))) == 9
+    assert len(figures(replace(MEASURED, nats=None))) == 10
+
+
+def test_the_generators_own_p99_is_shown_beside_the_send_to_receive_p99_and_judged_by_nothing() -> None:
+    latency, floor = figures(MEASURED)[6:8]
+
+    assert (latency.ours, floor.ours) == (20.0, 12.0)
+    assert (floor.verdict, floor.ratio) == ("info", None)
