@@ -8,7 +8,8 @@ leaves once it has not caught up for `lag_max`, or been silent for `timeout`). U
 load the watermark runs ahead of every word of a slave (each trails the writes answered since
 it was sent), so a SYNC_MASTER's writes wait for a slave that is *joining* (caught up lately,
 not yet at the watermark) as for a member, up to `timeout` once: the watermark stops at what it
-has, and its next word reaches it. Nothing is recorded for a joining slave until it joins. Under
+has, and its next word reaches it. Nothing is recorded for a joining slave until it joins; one
+that fails to join tries again `lag_max` later at the earliest. Under
 SYNC_MASTER every write (`MessageStore.put_reporting`: sends, transaction ends, retries,
 timers) is answered only once every in-sync slave has it. A slave that does not confirm a put
 within `timeout` leaves the set, said in the log, by the `replica_out_of_sync` event and by

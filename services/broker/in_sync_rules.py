@@ -33,7 +33,7 @@ class SlaveProgress:
     the watermark stops running ahead of it (under a steady load each of its words trails the writes answered since
     it was sent, and it never joined: seen in the nemesis run, 30 s after a heal)."""
     join_failed_at: float | None = None
-    """When writes last stopped waiting for it while it was joining: it may try again once caught up since."""
+    """When writes last stopped waiting for it while it was joining: it tries again `lag_max` later, caught up since."""
     ends_seen: deque[tuple[int, float]] = field(default_factory=deque)
     """The master's log end at this slave's earlier words, and when, that its acks have not reached yet: having
     one of those ends now, it was caught up then (those older than the lag bound are forgotten)."""
@@ -74,11 +74,14 @@ class InSyncRules:
 
     def may_start_joining(self, slave: SlaveProgress) -> bool:
         """Whether a slave outside the set, short of the high watermark, is waited for from now on so that it can
-        reach it: it caught up lately, and since its last try failed (if one did)."""
+        reach it: it caught up lately, and, if a try failed, `lag_max` has passed since and it caught up after it
+        (a slave too slow to join holds writes for the replication timeout at most once per `lag_max`)."""
         if slave.in_sync or slave.joining or self.lagging(slave) or self.silent(slave):
             return False
         failed, caught_up = slave.join_failed_at, slave.caught_up_at
-        return failed is None or (caught_up is not None and caught_up > failed)
+        if failed is None:
+            return True
+        return caught_up is not None and caught_up > failed and self.clock() - failed >= self.lag_max
 
     def lagging(self, slave: SlaveProgress) -> bool:
         return slave.caught_up_at is None or self.clock() - slave.caught_up_at > self.lag_max

@@ -222,3 +222,15 @@ async def test_a_joining_slave_that_stops_answering_holds_writes_once_for_the_ti
     await asyncio.wait_for(in_sync.wait(300), 1)  # answered after the timeout, without it: it never joined
     assert in_sync.in_sync() == []
     await asyncio.wait_for(in_sync.wait(400), 0.04)  # and the next write does not wait for it again
+
+    clock.advance(1.0)
+    await asyncio.wait_for(in_sync.wait(550), 0.04)
+    in_sync.acked(1, "s1", 400, master_end=500)
+    in_sync.acked(1, "s1", 500, master_end=600)  # caught up (its last word's 500) since its failed try, short of 550
+    await asyncio.wait_for(in_sync.wait(600), 0.04)  # not waited for: a slow slave holds writes once per lag_max
+    clock.advance(LAG_MAX)
+    await asyncio.wait_for(in_sync.wait(650), 0.04)
+    in_sync.acked(1, "s1", 600, master_end=700)  # lag_max after its failed try, caught up: it tries again
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):
+            await in_sync.wait(700)
