@@ -220,12 +220,7 @@ class LatencyRun:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, *self.background, return_exceptions=True)
-        result = self.result
-        result.sent = len(self.measured)
-        result.ms = [self.arrived[s] for s in self.measured if s in self.arrived]
-        result.received = len(result.ms)
-        result.lost = result.sent - result.received
-        return result
+        return self._measured(self.arrived)
 
     async def round_trips_only(self) -> Latencies:
         """The paced sends alone: each measured send's round trip."""
@@ -234,9 +229,13 @@ class LatencyRun:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as sends:
             await self._paced(sends)
             await asyncio.gather(*self.background, return_exceptions=True)
+        return self._measured(self.round_trips)
+
+    def _measured(self, times: dict[int, float]) -> Latencies:
+        """The result: the times (ms) of the measured sequence numbers; those without one are lost."""
         result = self.result
         result.sent = len(self.measured)
-        result.ms = [self.round_trips[s] for s in self.measured if s in self.round_trips]
+        result.ms = [times[s] for s in self.measured if s in times]
         result.received = len(result.ms)
         result.lost = result.sent - result.received
         return result

@@ -57,8 +57,10 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Waiting:
+    """One caller's records (compared by identity: a withdrawn caller's own entry leaves the queue)."""
+
     records: bytes
     count: int
     future: asyncio.Future[Outcome] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
