@@ -9,8 +9,8 @@
 # The driver runs here (client mode) with PETREL_PYTHON (default: ./.venv/bin/python), a Python with
 # Petrel and pyspark installed; spark-submit is $SPARK_HOME's, else the one pyspark ships. The executors
 # run no Petrel code, but read the events and write the tables: give URIs every node reaches.
-# PETREL_ETL_LOOKBACK_DAYS, _SHUFFLE_PARTITIONS, _UI_ENABLED and _JAVA_OPTIONS are read as `petrel etl daily`
-# reads them.
+# PETREL_ETL_LOOKBACK_DAYS, _SHUFFLE_PARTITIONS, _UI_ENABLED, _JAVA_OPTIONS and _SPARK_OPTIONS are read as
+# `petrel etl daily` reads them.
 set -euo pipefail
 
 day=${1:?usage: deploy/etl/spark-submit.sh YYYY-MM-DD}
@@ -25,6 +25,19 @@ if [ -n "${PETREL_ETL_JAVA_OPTIONS:-}" ]; then
     java=(--conf "spark.driver.extraJavaOptions=$PETREL_ETL_JAVA_OPTIONS"
           --conf "spark.executor.extraJavaOptions=$PETREL_ETL_JAVA_OPTIONS")
 fi
+# PETREL_ETL_SPARK_OPTIONS (key=value,...) as the settings read it: refused, naming the item, where they refuse it
+spark_options=$("$python" -c 'import os, sys
+from services.etl.settings import parse_spark_options
+try:
+    options = parse_spark_options(os.environ.get("PETREL_ETL_SPARK_OPTIONS", ""))
+except ValueError as refused:
+    sys.exit(f"PETREL_ETL_SPARK_OPTIONS: {refused}")
+for key, value in options.items():
+    print(f"{key}={value}")')
+options=()
+while IFS= read -r option; do
+    if [ -n "$option" ]; then options+=(--conf "$option"); fi
+done <<< "$spark_options"
 job=$("$python" -c 'import pathlib, services.etl; print(pathlib.Path(services.etl.__file__).with_name("job.py"))')
 
 exec "$spark_submit" \
@@ -37,6 +50,7 @@ exec "$spark_submit" \
     --conf "spark.sql.shuffle.partitions=${PETREL_ETL_SHUFFLE_PARTITIONS:-8}" \
     --conf "spark.ui.enabled=${PETREL_ETL_UI_ENABLED:-false}" \
     "${java[@]}" \
+    "${options[@]}" \
     --conf "spark.pyspark.driver.python=$python" \
     "$job" \
     --date "$day" \

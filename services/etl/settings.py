@@ -55,6 +55,12 @@ class EtlSettings(ServiceSettings):
         "e.g. `-XX:TieredStopAtLevel=1` on a small machine running short days: no C2 compiler threads taking "
         "the cores, but long days run slower",
     )
+    spark_options: str | None = Field(
+        default=None,
+        description="more Spark settings of the job, comma separated `key=value` "
+        "(e.g. `spark.executor.memory=4g,spark.sql.adaptive.enabled=false`), given to its session or spark-submit; "
+        "not those the job sets itself or that have a setting of their own here",
+    )
     nightly: bool = Field(
         default=True,
         description="`petrel up` starts the nightly run's Celery worker and beat (false: leaves them out, "
@@ -81,6 +87,13 @@ class EtlSettings(ServiceSettings):
             raise ValueError(f"nightly_at {value!r} is not a UTC time HH:MM (00:00 to 23:59)")
         return value
 
+    @field_validator("spark_options")
+    @classmethod
+    def _spark_settings(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_spark_options(value)
+        return value
+
     @property
     def key_prefix(self) -> str:
         return self.redis_key_prefix or cluster_key_prefix("etl", self.data_dir)
@@ -97,13 +110,17 @@ class EtlSettings(ServiceSettings):
 
     def spark_conf(self) -> dict[str, str]:
         """What the job needs of any session it runs in (the tests build theirs with the same)."""
-        return {
-            "spark.sql.session.timeZone": "UTC",
-            "spark.sql.sources.partitionOverwriteMode": "dynamic",
-            "spark.sql.parquet.compression.codec": "zstd",
-            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
-            "spark.ui.enabled": str(self.ui_enabled).lower(),
-        } | self.java_conf()
+        return (
+            {
+                "spark.sql.session.timeZone": "UTC",
+                "spark.sql.sources.partitionOverwriteMode": "dynamic",
+                "spark.sql.parquet.compression.codec": "zstd",
+                "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
+                "spark.ui.enabled": str(self.ui_enabled).lower(),
+            }
+            | self.java_conf()
+            | (parse_spark_options(self.spark_options) if self.spark_options else {})
+        )
 
     def java_conf(self) -> dict[str, str]:
         """`java_options` for the driver (read when spark-submit or pyspark starts its JVM) and the executors."""
@@ -135,3 +152,29 @@ class EtlSettings(ServiceSettings):
     @property
     def warehouse(self) -> str:
         return self.warehouse_uri or (self.data_dir / "warehouse").resolve().as_uri()
+
+
+OWN_SPARK_SETTINGS = {
+    "spark.sql.session.timeZone": "the job's days are UTC days",
+    "spark.sql.sources.partitionOverwriteMode": "a rerun replaces only its own day",
+    "spark.sql.shuffle.partitions": "PETREL_ETL_SHUFFLE_PARTITIONS",
+    "spark.ui.enabled": "PETREL_ETL_UI_ENABLED",
+    "spark.driver.extraJavaOptions": "PETREL_ETL_JAVA_OPTIONS",
+    "spark.executor.extraJavaOptions": "PETREL_ETL_JAVA_OPTIONS",
+}
+"""The Spark settings `spark_options` may not give: the job's own, and those with a setting of their own (named)."""
+
+
+def parse_spark_options(value: str) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        key, equals, setting = item.partition("=")
+        key = key.strip()
+        if not equals or not key.startswith("spark.") or not setting.strip():
+            raise ValueError(f"spark_options: {item!r} is not a Spark setting `spark.<name>=<value>`")
+        if key in OWN_SPARK_SETTINGS:
+            raise ValueError(f"spark_options: {key} is not yours to set here ({OWN_SPARK_SETTINGS[key]})")
+        conf[key] = setting.strip()
+    return conf

@@ -75,6 +75,7 @@ def test_the_cron_line_does_nothing_while_a_run_holds_the_lock(tmp_path: Path) -
             "PETREL_ETL_SHUFFLE_PARTITIONS": "64",
             "PETREL_ETL_UI_ENABLED": "true",
             "PETREL_ETL_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -Xss512k",
+            "PETREL_ETL_SPARK_OPTIONS": "spark.executor.memory=4g, spark.sql.adaptive.enabled = false,",
         },
     ],
     ids=["defaults", "settings"],
