@@ -1,4 +1,4 @@
-"""How `make test` (`pytest -n 2 --dist loadfile`) hands test files to its workers: loadfile, heavy files spread.
+"""How `make test` (`pytest -n 3 --dist loadfile`) hands test files to its workers: loadfile, heavy files spread.
 
 loadfile keeps each file on one worker (module-scoped clusters and the ETL session fixtures need that) and
 refills a worker whenever it has two tests or fewer left: a file of one long test (docs/etl.md's page) or a few
