@@ -25,8 +25,8 @@ there, and compares its rows with DuckDB's."""
 
 def spark_test_env() -> dict[str, str]:
     """The environment of a `petrel etl ...` process a test starts: TEST_JAVA_OPTIONS for its JVMs (and its
-    executors'), TEST_SPARK_OPTIONS, and the shared session's 2 shuffle partitions (2 cores; the default 8 make 4x the tasks of a
-    stage on a test's few hundred rows)."""
+    executors'), TEST_SPARK_OPTIONS, and the shared session's 2 shuffle partitions (2 cores; the default 8 make 4x
+    the tasks of a stage on a test's few hundred rows)."""
     return {
         "PETREL_ETL_JAVA_OPTIONS": TEST_JAVA_OPTIONS,
         "PETREL_ETL_SHUFFLE_PARTITIONS": "2",
