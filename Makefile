@@ -67,7 +67,7 @@ TEST_ENV := PYTHONDONTWRITEBYTECODE=
 # ephemeral ports, their own Redis key prefixes and PostgreSQL schemas. A third worker fills the cores while the
 # others wait on clusters starting, kills and timeouts: with two, a sixth of the CPU stood idle (265 of 1,460
 # CPU-s) and the suite took 742 s; with three, 699 s, the CPU idle 4 % (2026-11-28, the same hour, FastAPI no-op
-# 5,700/s). One process: PYTEST_ARGS=-n0
+# 5,700/s); 564-576 s an hour later (6,229/s). One process: PYTEST_ARGS=-n0
 test: $(DEV_STAMP) compiled etcd faketime chromium wrk
 	$(TEST_ENV) $(BIN)/pytest -n 3 --dist loadfile $(PYTEST_ARGS)
 
