@@ -86,6 +86,21 @@ class UpCluster:
         return [int(p["pid"]) for p in processes]
 
 
+DIES_WITH_THIS_PROCESS = (
+    "import os, sys\n"
+    "from deploy.supervisor import die_with_parent\n"
+    "die_with_parent()\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit('petrel up: the test that started it is gone')\n"
+    "from deploy.cli import main\n"
+    "main(sys.argv[2:])\n"
+)
+"""`python -m deploy` that gets SIGTERM when the test's process dies (PR_SET_PDEATHSIG, as `petrel up` gives its
+own children): a worker killed before its `finally` (a timeout, xdist stopping it) had left `petrel up` and its
+whole cluster running for good, using the cores the next tests and benches measure on. Run with this process's
+pid first (a parent gone before the prctl is seen too), then `petrel`'s arguments."""
+
+
 @contextmanager
 def petrel_up(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[UpCluster]:
     """`petrel up <args>` on free ports (two consecutive ones for brokers and for nameservers, six for a private
@@ -95,7 +110,7 @@ def petrel_up(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> 
     ports["--broker-port"] = free_port_run(2)
     ports["--nameserver-port"] = free_port_run(2)  # with --replicas: two nameservers
     ports["--etcd-port"] = free_port_run(6)  # with --replicas: three etcd members' client and peer ports
-    argv = [sys.executable, "-m", "deploy", "up", *args, "--data-dir", str(data_dir)]
+    argv = [sys.executable, "-c", DIES_WITH_THIS_PROCESS, str(os.getpid()), "up", *args, "--data-dir", str(data_dir)]
     for flag, port in ports.items():
         argv += [flag, str(port)]
     output = tmp_path / "petrel-up.out"
