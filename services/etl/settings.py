@@ -59,7 +59,7 @@ class EtlSettings(ServiceSettings):
         default=None,
         description="more Spark settings of the job, comma separated `key=value` "
         "(e.g. `spark.executor.memory=4g,spark.sql.adaptive.enabled=false`), given to its session or spark-submit; "
-        "not those the job sets itself or that have a setting of their own here",
+        "not those the job sets itself or that have a setting of their own here; a value cannot hold a comma",
     )
     nightly: bool = Field(
         default=True,
@@ -157,6 +157,7 @@ class EtlSettings(ServiceSettings):
 OWN_SPARK_SETTINGS = {
     "spark.sql.session.timeZone": "the job's days are UTC days",
     "spark.sql.sources.partitionOverwriteMode": "a rerun replaces only its own day",
+    "spark.sql.parquet.compression.codec": "the tables are zstd Parquet",
     "spark.sql.shuffle.partitions": "PETREL_ETL_SHUFFLE_PARTITIONS",
     "spark.ui.enabled": "PETREL_ETL_UI_ENABLED",
     "spark.driver.extraJavaOptions": "PETREL_ETL_JAVA_OPTIONS",

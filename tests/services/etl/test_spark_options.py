@@ -29,6 +29,7 @@ def test_spark_options_reach_the_session_and_spark_submit(monkeypatch: pytest.Mo
     ("given", "refusal"),
     [
         ("spark.sql.session.timeZone=Europe/Paris", "spark.sql.session.timeZone is not yours to set here"),
+        ("spark.sql.parquet.compression.codec=snappy", r"\(the tables are zstd Parquet\)"),
         ("spark.sql.shuffle.partitions=64", r"\(PETREL_ETL_SHUFFLE_PARTITIONS\)"),
         ("spark.driver.extraJavaOptions=-Xss1m", r"\(PETREL_ETL_JAVA_OPTIONS\)"),
         ("executor.memory=4g", "'executor.memory=4g' is not a Spark setting"),
