@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from bench.consumeload import JSON_HEADERS, LatencyRun, fill
+from bench.consumeload import FILL_SENDERS, JSON_HEADERS, Client, LatencyRun, fill
 from bench.drain import Drain, Progress, index_of, print_drain
 
 LAG_POLL_S = 0.01
@@ -143,7 +143,8 @@ async def drain(url: str, topic: str, group: str, count: int, warmup: int, max_i
         progress.acked(progress.delivered([index_of(message["body"])]))
 
     async with aiohttp.ClientSession() as session:
-        await fill(session, url, topic, count)
+        async with Client(FILL_SENDERS) as client:
+            await fill(client, url, topic, count)
         subscription = Subscription(session, url, group, topic)
         async with receiving(Receiver(delivered, result.error)) as endpoint:
             await subscription.put(endpoint, max_in_flight)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.cluster import Cluster, petrel_cluster, request_json
-from bench.consumeload import fill
+from bench.consumeload import FILL_SENDERS, Client, fill
 from bench.cpu import children_cpu, process_cpu_seconds
 from bench.figures import BenchOptions, Figure
 from bench.loopback import served_module_process
@@ -192,13 +192,11 @@ def _say(loads: dict[str, Load], noop_us: float, noop_client_us: float, label: s
 
 def _backlog(cluster: Cluster, topic: str, count: int) -> None:
     """The topic and its group, and `count` messages sent to it before the drain is measured."""
-    import aiohttp
-
     request_json("PUT", f"{cluster.url}/v1/topics/{topic}", {"queues": QUEUES})
     request_json("PUT", f"{cluster.url}/v1/groups/{topic}", {})
 
     async def send() -> None:
-        async with aiohttp.ClientSession() as session:
-            await fill(session, cluster.url, topic, count)
+        async with Client(FILL_SENDERS) as client:
+            await fill(client, cluster.url, topic, count)
 
     asyncio.run(send())
