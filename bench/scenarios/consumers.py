@@ -108,7 +108,7 @@ def receive_ack_figure(ours: Drain, redis: Drain) -> Figure:
         f"Redis XREADGROUP COUNT 32 + XACK, {CONSUMERS} clients",
         redis.per_second,
         "msg/s",
-        0.5,
+        0.4,  # issue 29's "at least" (issue 15 asked 0.5)
     )
 
 

@@ -98,7 +98,7 @@ def batch_append_figure(ours: float, bare_loop: float) -> Figure:
         "bare loop packing the records into an mmap",
         bare_loop,
         "msg/s",
-        target_ratio=0.5,
+        target_ratio=0.6,  # issue 29's "at least" (issue 15 asked 0.5)
     )
 
 

@@ -32,15 +32,15 @@ def test_the_figures_carry_the_issues_target_ratios_in_its_order_the_peers_after
     found = figures(MEASURED)
 
     assert [(f.name, f.target_ratio) for f in found] == [
-        ("gateway: send 1 message, 32 conns", 0.8),
+        ("gateway: send 1 message, 32 conns", 0.9),
         ("send 1 message vs FastAPI + Redis XADD", 1.5),
         ("send 1 message vs RabbitMQ HTTP publish", None),
-        ("gateway: batches of 32, 32 conns", 0.5),
+        ("gateway: batches of 32, 32 conns", 0.4),
         ("gateway: SYNC_FLUSH batches of 32", 0.5),
-        ("receive+ack batches of 32, 8 consumers", 0.5),
+        ("receive+ack batches of 32, 8 consumers", 0.4),
         ("long poll send-to-receive p99, 1,000/s", 1.0),
         ("load generator's own p99: paced 1,000/s sends to the FastAPI no-op", None),
-        ("ASYNC_FLUSH append, batches of 32", 0.5),
+        ("ASYNC_FLUSH append, batches of 32", 0.6),
         ("half + commit through the gateway, 32 conns", 1.0),
         ("durable publish, 32 in flight (SYNC_FLUSH)", 0.3),
     ]
