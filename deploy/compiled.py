@@ -45,6 +45,13 @@ routes compiled (issue 29) cost the gateway more CPU a single send than plain (1
 send-to-receive p99 from 12 to 51 ms (`petrel bench sizing`, bench.consumeload latency, 2026-11-28): mypyc's
 coroutines and its calls into starlette's and asyncio's Python objects cost more than the interpreter's, so they
 stay plain."""
+LEAKY_PRIMITIVES: Final = {"CPyBytes_Concat": "bytes + bytes"}
+"""C calls that a mypyc release compiles with a leaked reference, checked for in a build's C (`leaks_in`). mypyc
+1.20 marks `bytes + bytes` as taking over its left operand, which the C function never releases (mypyc/mypyc#1192,
+fixed in python/mypy#21469): every message a broker received and acked left about 250 bytes behind (25 MB per
+100,000 messages, without bound). The hot modules join bytes with `b"".join(...)` instead, and a build whose C still
+calls one of these, under a mypyc that leaks with it, is refused (the plain modules run, and the suite's test of the
+compiled modules fails)."""
 GROUP: Final = "petrel_hot"
 """mypyc's name for the shared library of the build (the hot modules call each other natively in it)."""
 OPT_LEVEL: Final = "3"
@@ -177,6 +184,13 @@ def _compile(root: Path, directory: Path, sources: dict[str, str]) -> str:
     if done.returncode != 0:
         tail = (work / "build.log").read_text().splitlines()[-25:]
         return "\n".join(["compiling the hot modules failed: the plain modules run. The end of its log:", *tail])
+    leaks = leaks_in(work / "c", leaky_primitives())
+    if leaks:
+        shutil.rmtree(work, ignore_errors=True)
+        return (
+            f"compiling the hot modules refused: {'; '.join(leaks)}, which mypyc {_mypy_version()} compiles with a "
+            "leak (mypyc/mypyc#1192; join bytes with b''.join((a, b)) instead): the plain modules run"
+        )
     modules = _extensions(work / "out")
     manifest = {"abi": abi(), "hot": list(HOT_MODULES), "modules": modules, "sources": sources}
     (work / "out" / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))  # last: the build is whole
@@ -187,6 +201,38 @@ def _compile(root: Path, directory: Path, sources: dict[str, str]) -> str:
     if _copy_whole(target, cache_dir() / key, sources):  # best effort: a cache that cannot be written is no cache
         _prune(cache_dir())
     return f"compiled {len(HOT_MODULES)} hot modules in {time.monotonic() - started:.0f} s ({target})"
+
+
+def leaky_primitives() -> dict[str, str]:
+    """Those of LEAKY_PRIMITIVES this mypyc leaks with (C name -> what the Python says): `bytes + bytes` while its
+    primitive is marked as taking over its left operand."""
+    from mypyc.primitives import bytes_ops  # noqa: F401 - registers the bytes primitives
+    from mypyc.primitives.registry import binary_ops
+
+    return {
+        op.c_function_name: LEAKY_PRIMITIVES[op.c_function_name]
+        for op in binary_ops.get("+", ())
+        if op.c_function_name in LEAKY_PRIMITIVES and op.steals == [True, False]
+    }
+
+
+def leaks_in(c_dir: Path, primitives: dict[str, str]) -> list[str]:
+    """The generated C files that call a leaky primitive, by module ("libs/codec.py uses bytes + bytes")."""
+    found: list[str] = []
+    for path in sorted(c_dir.rglob("__native*.c")):  # what mypyc wrote of ours, not its runtime's own files
+        text = path.read_text(errors="replace")
+        for name, python in primitives.items():
+            if f"{name}(" in text:
+                found.append(f"{_source_of(path)} uses {python}")
+    return found
+
+
+def _source_of(c_file: Path) -> str:
+    """The hot module a generated C file is of (mypyc names a module's file after it), else the file's name."""
+    for module in HOT_MODULES:
+        if module.replace(".", "___") in c_file.name or module.replace(".", "/") in c_file.as_posix():
+            return module.replace(".", "/") + ".py"
+    return c_file.name
 
 
 def _put_in_place(made: Path, target: Path) -> None:

@@ -137,8 +137,10 @@ def pack_host(host: str) -> bytes:
         ip = ipaddress.ip_address(address.strip("[]"))
     except ValueError as exc:
         raise InvalidMessage(f"host {host!r} has no valid IP address") from exc
-    packed = ip.packed if ip.version == 6 else b"\x00" * 10 + b"\xff\xff" + ip.packed
-    return packed + U32.pack(int(port))
+    packed = (
+        ip.packed if ip.version == 6 else b"".join((b"\x00" * 10, b"\xff\xff", ip.packed))
+    )  # not +: deploy/compiled.py
+    return b"".join((packed, U32.pack(int(port))))
 
 
 @lru_cache(maxsize=4096)
@@ -233,13 +235,13 @@ def stamp_record(
 def encode_blank(size: int) -> bytes:
     if size < BLANK_MIN_SIZE:
         raise ValueError(f"a blank filler needs at least {BLANK_MIN_SIZE} bytes, got {size}")
-    return LENGTH_MAGIC.pack(size, BLANK_MAGIC) + b"\x00" * (size - BLANK_MIN_SIZE)
+    return b"".join((LENGTH_MAGIC.pack(size, BLANK_MAGIC), bytes(size - BLANK_MIN_SIZE)))  # not +: deploy/compiled.py
 
 
 def encode_quarantined(size: int) -> bytes:
     if size < BLANK_MIN_SIZE:
         raise ValueError(f"a quarantine filler needs at least {BLANK_MIN_SIZE} bytes, got {size}")
-    return LENGTH_MAGIC.pack(size, QUARANTINE_MAGIC) + b"\x00" * (size - BLANK_MIN_SIZE)
+    return b"".join((LENGTH_MAGIC.pack(size, QUARANTINE_MAGIC), bytes(size - BLANK_MIN_SIZE)))  # not +
 
 
 def record_size(buf: Readable, offset: int = 0) -> tuple[int, bool]:
@@ -348,11 +350,11 @@ def peek_property(buf: Readable, name: str, offset: int = 0) -> str | None:
     pos = offset + BODY_START + body_len
     start = pos + U16.size + U16.unpack_from(buf, pos)[0] + U16.size
     encoded = bytes(buf[start : offset + record_size(buf, offset)[0]])
-    key = name.encode() + NAME_VALUE_SEPARATOR.encode()
+    key = f"{name}{NAME_VALUE_SEPARATOR}".encode()  # not +: deploy/compiled.py
     if encoded.startswith(key):
         at = len(key)
     else:
-        found = encoded.find(PROPERTY_SEPARATOR.encode() + key)
+        found = encoded.find(f"{PROPERTY_SEPARATOR}{name}{NAME_VALUE_SEPARATOR}".encode())
         if found < 0:
             return None
         at = found + 1 + len(key)

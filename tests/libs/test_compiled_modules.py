@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.compiled import HOT_MODULES, build, missing_toolchain
+from deploy.compiled import HOT_MODULES, LEAKY_PRIMITIVES, build, leaks_in, missing_toolchain
 from libs.compiled import ROOT, SWITCH, builds_dir, current_build
 
 pytestmark = pytest.mark.timeout(600)
@@ -123,3 +123,12 @@ def test_a_build_of_another_module_list_is_rebuilt_not_reused(monkeypatch: pytes
     assert made == [HOT_MODULES[:-1]]
     monkeypatch.undo()
     assert build().startswith("compiled modules are current")
+
+
+def test_a_build_whose_c_calls_a_leaky_primitive_is_named_by_module(tmp_path: Path) -> None:
+    (tmp_path / "__native_petrel_hot.c").write_text("/* the group's shared file */\n")
+    (tmp_path / "__native_libs___codec.c").write_text("r2 = CPyBytes_Concat(r0, r1);\n")
+    (tmp_path / "bytes_ops.c").write_text("PyObject *CPyBytes_Concat(PyObject *a, PyObject *b) {\n")  # mypyc's own
+
+    assert leaks_in(tmp_path, LEAKY_PRIMITIVES) == ["libs/codec.py uses bytes + bytes"]
+    assert leaks_in(tmp_path, {}) == []  # a mypyc that does not leak with it: nothing to refuse
