@@ -56,14 +56,19 @@ CALLS_BY_NAME: dict[str, Callable[[], object]] = {
 }
 
 
-def blocks_left(call: Callable[[], object]) -> int:
+def blocks_left(call: Callable[[], object], rounds: int = 3) -> int:
+    """The fewest blocks a round of CALLS calls left allocated (another thread of the process may allocate or
+    free meanwhile: a leak leaves at least CALLS in every round)."""
     call()  # caches and free lists filled before counting
-    gc.collect()
-    before = sys.getallocatedblocks()
-    for _ in range(CALLS):
-        call()
-    gc.collect()
-    return sys.getallocatedblocks() - before
+    left = []
+    for _ in range(rounds):
+        gc.collect()
+        before = sys.getallocatedblocks()
+        for _ in range(CALLS):
+            call()
+        gc.collect()
+        left.append(sys.getallocatedblocks() - before)
+    return min(left)
 
 
 @pytest.mark.parametrize("name", sorted(CALLS_BY_NAME))
@@ -73,7 +78,7 @@ def test_a_hot_call_leaves_no_memory_behind(name: str) -> None:
 
 def test_the_check_would_see_a_leak_of_one_block_a_call() -> None:
     kept: list[bytes] = []
-    assert blocks_left(lambda: kept.append(bytes(40))) >= CALLS
+    assert blocks_left(lambda: kept.append(bytes(40))) > 10 * KEPT_AT_MOST
 
 
 def test_these_runs_use_the_modules_the_services_load() -> None:
