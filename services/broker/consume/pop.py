@@ -22,14 +22,13 @@ import asyncio
 import heapq
 import itertools
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from libs.broker_api.frames import Lease
 from libs.broker_api.groups import ConsumeFrom, GroupConfig
 from libs.codec import peek_offsets, peek_property, peek_reconsume_times
-from libs.errors import InvalidRequest, LeaseEnded, OffsetOutOfRange
+from libs.errors import AlreadyAcked, InvalidRequest, LeaseEnded, OffsetOutOfRange
 from libs.events.writer import EventWriter
 from libs.filters import FilterType, MessageFilter
 from libs.message import Prop
@@ -40,14 +39,13 @@ from libs.store.message_store import MessageStore
 from libs.store.queue_scan import MAX_UNITS_SCANNED, QueueScan
 from libs.topic import Perm, TopicConfig
 from services.broker.consume.clients import DEFAULT_IDLE_MS, BroadcastClients
+from services.broker.consume.ended_leases import EndedLeases
 from services.broker.consume.groups import GroupTable
 from services.broker.consume.window import ConsumeWindow, InFlight, WindowKey
 from services.broker.long_polling import PullWaiters
 from services.broker.offsets import ConsumerOffsets
 from services.broker.topics import TopicTable
 
-ENDED_LEASES_KEPT = 200_000
-"""How many ended leases are remembered, to tell a late ack why its lease is over."""
 DEFAULT_SCAN_BUDGET = ScanBudget(MAX_UNITS_SCANNED)
 COMPACT_TIMERS_FROM = 1024
 """Timers of leases that ended early (acked, nacked, renewed) are dropped once they are half the heap, past this."""
@@ -118,7 +116,7 @@ class PopService:
         self._stale_timers = 0
         """Leases ended since the heap was last compacted: about how many timers are dead."""
         self.clients = BroadcastClients(client_idle_ms)
-        self.ended: OrderedDict[int, LeaseEnded] = OrderedDict()
+        self.ended = EndedLeases()
         self._lease_ids = itertools.count(1)
         self._seq = itertools.count()
         self._rotation: dict[tuple[str, str], int] = {}
@@ -357,10 +355,12 @@ class PopService:
             due.append(heapq.heappop(self.timers)[2])
         return due
 
-    def end_lease(self, lease: int, why: LeaseEnded) -> None:
-        self.ended[lease] = why
-        while len(self.ended) > ENDED_LEASES_KEPT:
-            self.ended.popitem(last=False)
+    def end_lease(self, lease: int, kind: type[LeaseEnded] = AlreadyAcked, detail: str = "") -> None:
+        """The lease is over (acked unless told otherwise): a late call with its handle is told why."""
+        if kind is AlreadyAcked and not detail:
+            self.ended.acked(lease)
+        else:
+            self.ended.ended(lease, kind, detail)
         self._stale_timers += 1
         if self._stale_timers * 2 > len(self.timers) > COMPACT_TIMERS_FROM:
             self._compact_timers()

@@ -82,10 +82,9 @@ def reset_offsets(
         for leased in window.reset(target):
             pop.end_lease(
                 leased.lease,
-                LeaseEnded(
-                    f"the group's offsets were reset while offset {leased.offset} "
-                    "was leased; it will be delivered again if it is past the reset"
-                ),
+                LeaseEnded,
+                f"the group's offsets were reset while offset {leased.offset} "
+                "was leased; it will be delivered again if it is past the reset",
             )
         pop.commit(window)
         pop.waiters.notify(topic.name, queue_id)

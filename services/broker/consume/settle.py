@@ -22,7 +22,6 @@ from libs.broker_api.frames import Lease
 from libs.broker_api.groups import GroupConfig
 from libs.codec import decode_record
 from libs.errors import (
-    AlreadyAcked,
     ForeignReceiptHandle,
     InvalidReceiptHandle,
     LeaseEnded,
@@ -72,7 +71,7 @@ class Settlement:
         _, window, leased, config = await self._current(group, text)
         window.release(leased.offset)
         window.in_place_attempts.pop(leased.offset, None)
-        self.pop.end_lease(leased.lease, AlreadyAcked(f"the message was acked already (lease {leased.lease})"))
+        self.pop.end_lease(leased.lease)
         self.pop.commit(window)
         if config.fifo:
             self.pop.waiters.notify(window.key.topic, window.key.queue_id)
@@ -104,7 +103,7 @@ class Settlement:
         old = leased.lease
         leased.lease = self.pop.next_lease()
         leased.expires_at = self.pop.now_ms() + invisible_ms
-        self.pop.end_lease(old, LeaseSuperseded(f"a visibility change replaced lease {old}: use the newer handle"))
+        self.pop.end_lease(old, LeaseSuperseded, f"a visibility change replaced lease {old}: use the newer handle")
         self.pop.add_timer(leased.expires_at, window.key, leased.offset, leased.lease)
         renewed = ReceiptHandle(
             handle.broker,
@@ -142,7 +141,7 @@ class Settlement:
         return handle, window, leased, config
 
     def _ended(self, handle: ReceiptHandle) -> LeaseEnded:
-        why = self.pop.ended.get(handle.lease)
+        why = self.pop.ended.why(handle.lease)
         if why is not None:
             return why
         if handle.expires_at <= self.pop.now_ms():
@@ -195,7 +194,7 @@ class Settlement:
     ) -> None:
         leased.ending = True
         ended = f"{why} at attempt {leased.attempt}"
-        self.pop.end_lease(leased.lease, LeaseExpired(ended) if why == EXPIRED else LeaseEnded(ended))
+        self.pop.end_lease(leased.lease, LeaseExpired if why == EXPIRED else LeaseEnded, ended)
         try:
             if config.broadcast:
                 self._broadcast_failed(window, leased, config, nack)
