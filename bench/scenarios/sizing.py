@@ -136,7 +136,7 @@ def _loads(timing: Timing, drain_count: int, *, colocated: bool) -> dict[str, Lo
                 return tally.requests * tally.messages_per_request
 
             loads[name] = Load(per_message(cluster, send_load), 1 if kind == "single" else 32)
-        _backlog(cluster, DRAIN_TOPIC, drain_count)
+        backlog(cluster, DRAIN_TOPIC, drain_count)
         drained = per_message(
             cluster,
             lambda: (
@@ -190,7 +190,7 @@ def _say(loads: dict[str, Load], noop_us: float, noop_client_us: float, label: s
         )
 
 
-def _backlog(cluster: Cluster, topic: str, count: int) -> None:
+def backlog(cluster: Cluster, topic: str, count: int) -> None:
     """The topic and its group, and `count` messages sent to it before the drain is measured."""
     request_json("PUT", f"{cluster.url}/v1/topics/{topic}", {"queues": QUEUES})
     request_json("PUT", f"{cluster.url}/v1/groups/{topic}", {})
