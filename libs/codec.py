@@ -137,9 +137,8 @@ def pack_host(host: str) -> bytes:
         ip = ipaddress.ip_address(address.strip("[]"))
     except ValueError as exc:
         raise InvalidMessage(f"host {host!r} has no valid IP address") from exc
-    packed = (
-        ip.packed if ip.version == 6 else b"".join((b"\x00" * 10, b"\xff\xff", ip.packed))
-    )  # not +: deploy/compiled.py
+    # bytes are joined, not added, in the hot modules: deploy/compiled.py (LEAKY_PRIMITIVES)
+    packed = ip.packed if ip.version == 6 else b"".join((b"\x00" * 10, b"\xff\xff", ip.packed))
     return b"".join((packed, U32.pack(int(port))))
 
 

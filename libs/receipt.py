@@ -132,9 +132,8 @@ _FROM_URLSAFE: Final = bytes.maketrans(b"-_", b"+/")
 
 def _unb64(text: str) -> bytes:
     try:  # base64.urlsafe_b64decode's decoding (non-alphabet bytes dropped), without its per-call set-up
-        padded = b"".join(
-            (text.encode("ascii").translate(_FROM_URLSAFE), b"=" * (-len(text) % 4))
-        )  # not +: deploy/compiled.py
+        # joined, not added: deploy/compiled.py (LEAKY_PRIMITIVES)
+        padded = b"".join((text.encode("ascii").translate(_FROM_URLSAFE), b"=" * (-len(text) % 4)))
         return binascii.a2b_base64(padded)
     except (binascii.Error, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidReceiptHandle(_MALFORMED) from exc

@@ -13,7 +13,6 @@ deploy/compiled.py), which is what this would have shown.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from bench.cluster import Cluster, petrel_cluster
@@ -54,9 +53,8 @@ def memory_figures(before: dict[str, float], after: list[dict[str, float]], coun
 
 def anonymous_mb(cluster: Cluster) -> dict[str, float]:
     """Each role's anonymous memory now (MB), by the processes named in run/cluster.json (sizing's roles)."""
-    listing = json.loads((cluster.data_dir / "run" / "cluster.json").read_text())
     found: dict[str, float] = {}
-    for process in listing["processes"]:
+    for process in cluster.processes():
         kib = anonymous_kib(int(process["pid"]))
         if kib is not None:
             role = role_of(process["name"])

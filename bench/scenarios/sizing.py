@@ -23,7 +23,6 @@ broker-a in one process, whose CPU is the path's), given beside the separate ser
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -61,9 +60,8 @@ class Load:
 
 def cpu_seconds(cluster: Cluster) -> dict[str, float]:
     """Each running process's CPU seconds so far (user + system), by its name in run/cluster.json."""
-    listing = json.loads((cluster.data_dir / "run" / "cluster.json").read_text())
     found: dict[str, float] = {}
-    for process in listing["processes"]:
+    for process in cluster.processes():
         seconds = process_cpu_seconds(int(process["pid"]))
         if seconds is not None:
             found[process["name"]] = seconds

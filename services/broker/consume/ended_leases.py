@@ -28,11 +28,12 @@ class EndedLeases:
         self.kept = kept
         self._why: OrderedDict[int, Why] = OrderedDict()
 
-    def acked(self, lease: int) -> None:
-        self._remember(lease, ACKED)
-
-    def ended(self, lease: int, kind: type[LeaseEnded], detail: str) -> None:
-        self._remember(lease, (kind, detail))
+    def end(self, lease: int, kind: type[LeaseEnded] = AlreadyAcked, detail: str = "") -> None:
+        """Remember why `lease` ended (an ack unless told otherwise; an ack's detail is written when asked)."""
+        why = (kind, detail)
+        self._why[lease] = ACKED if why == ACKED else why
+        while len(self._why) > self.kept:
+            self._why.popitem(last=False)
 
     def why(self, lease: int) -> LeaseEnded | None:
         """The error a call with this lease's handle gets; None when the lease is not remembered."""
@@ -44,8 +45,3 @@ class EndedLeases:
 
     def __len__(self) -> int:
         return len(self._why)
-
-    def _remember(self, lease: int, why: Why) -> None:
-        self._why[lease] = why
-        while len(self._why) > self.kept:
-            self._why.popitem(last=False)

@@ -357,10 +357,7 @@ class PopService:
 
     def end_lease(self, lease: int, kind: type[LeaseEnded] = AlreadyAcked, detail: str = "") -> None:
         """The lease is over (acked unless told otherwise): a late call with its handle is told why."""
-        if kind is AlreadyAcked and not detail:
-            self.ended.acked(lease)
-        else:
-            self.ended.ended(lease, kind, detail)
+        self.ended.end(lease, kind, detail)
         self._stale_timers += 1
         if self._stale_timers * 2 > len(self.timers) > COMPACT_TIMERS_FROM:
             self._compact_timers()

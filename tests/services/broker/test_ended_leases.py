@@ -14,9 +14,9 @@ FIRST_LEASE = 1_000_000
 
 def test_each_ended_lease_answers_with_its_own_error_and_detail() -> None:
     ended = EndedLeases()
-    ended.acked(7)
-    ended.ended(8, LeaseSuperseded, "a visibility change replaced lease 8: use the newer handle")
-    ended.ended(9, LeaseExpired, "expired at attempt 2")
+    ended.end(7)
+    ended.end(8, LeaseSuperseded, "a visibility change replaced lease 8: use the newer handle")
+    ended.end(9, LeaseExpired, "expired at attempt 2")
 
     acked, superseded, expired = ended.why(7), ended.why(8), ended.why(9)
     assert isinstance(acked, AlreadyAcked)
@@ -30,7 +30,7 @@ def test_each_ended_lease_answers_with_its_own_error_and_detail() -> None:
 
 def test_each_late_call_gets_an_error_of_its_own() -> None:
     ended = EndedLeases()
-    ended.acked(7)
+    ended.end(7)
     first = ended.why(7)
     assert first is not None
     try:
@@ -46,7 +46,7 @@ def test_each_late_call_gets_an_error_of_its_own() -> None:
 def test_past_the_bound_the_oldest_are_forgotten() -> None:
     ended = EndedLeases(kept=3)
     for lease in range(1, 6):
-        ended.acked(lease)
+        ended.end(lease)
 
     assert len(ended) == 3
     assert [ended.why(lease) is None for lease in range(1, 6)] == [True, True, False, False, False]
@@ -58,7 +58,7 @@ def test_a_remembered_ack_costs_its_entry_and_its_number_not_an_error_object() -
     gc.collect()
     before = sys.getallocatedblocks()
     for lease in range(FIRST_LEASE, FIRST_LEASE + count):
-        ended.acked(lease)
+        ended.end(lease)
     gc.collect()
     per_lease = (sys.getallocatedblocks() - before) / count
     assert per_lease <= 2.5  # the number, and the ordered dict's share; an error object each was seven blocks
