@@ -123,6 +123,25 @@ class MessageRecord:
     def message_group(self) -> str | None:
         return self.properties.get(Prop.MESSAGE_GROUP)
 
+    def copied(self, topic: str, queue_id: int, properties: Mapping[str, str], sysflag: int) -> MessageRecord:
+        """This message as another topic's record (a half copy, a committed copy): its body, flag, born and
+        reconsume fields kept, its store fields left for the store to stamp. As `dataclasses.replace` with the
+        store fields zeroed, at about a third of its cost (the transaction path makes two a message)."""
+        return MessageRecord(
+            topic,
+            self.body,
+            queue_id,
+            self.flag,
+            properties,
+            sysflag,
+            self.born_timestamp,
+            self.born_host,
+            0,
+            "0.0.0.0:0",
+            self.reconsume_times,
+            self.prepared_transaction_offset,
+        )
+
 
 SYSTEM_PROPERTIES: Final = frozenset(
     value for name, value in vars(Prop).items() if name.isupper() and isinstance(value, str)

@@ -61,6 +61,8 @@ from services.broker.half_copies import (
 )
 from services.broker.topics import TopicTable
 
+Placed = tuple[int, int]
+"""A committed copy's queue id and queue offset."""
 ENDED = {Outcome.COMMIT: TransactionState.COMMITTED, Outcome.ROLLBACK: TransactionState.ROLLED_BACK}
 
 
@@ -90,9 +92,10 @@ class _Pending:
     request: TransactionEnd
     transaction_id: str
     topic: str
-    committed: MessageRecord | None
-    real: MessageRecord | None
-    """The committed copy to store, when there is none yet."""
+    committed: Placed | None
+    """Where the committed copy is: known from the index for a repeat, else once stored."""
+    storing_copy: bool
+    """The end stores the committed copy (a commit, none stored yet), just before its op record."""
     op_index: int
     """Its op record's place among the batch's records."""
     failure: PetrelError | None = None
@@ -241,18 +244,19 @@ class Transactions:
             half = latest_half(copies)
             if half is None:
                 raise TransactionNotFound(f"no half message {message_id} on this broker (or it is past retention)")
-            committed = committed_copy(copies, half.properties.get(Prop.REAL_TOPIC, ""))
+            copy = committed_copy(copies, half.properties.get(Prop.REAL_TOPIC, ""))
+            committed = None if copy is None else (copy.queue_id, copy.queue_offset)
         topic = half.properties.get(Prop.REAL_TOPIC, "")
         if first is not None:
             return _ended(message_id, outcome, topic, committed, first=False)
-        real = None
-        if outcome is Outcome.COMMIT and committed is None:
-            real = real_copy(half, self.topics.get(topic).write_queues)
-            parts.append(encode_record(real))
+        storing_copy = outcome is Outcome.COMMIT and committed is None
+        if storing_copy:
+            parts.append(encode_record(real_copy(half, self.topics.get(topic).write_queues)))
         parts.append(encode_record(_op_record(message_id, outcome, request.by)))
         self.outcomes[message_id] = outcome  # before the append's await: a racing end sees it
-        pending[message_id] = _Pending(request, id_of_half(self.broker, half), topic, committed, real, len(parts) - 1)
-        return pending[message_id]
+        ended = _Pending(request, id_of_half(self.broker, half), topic, committed, storing_copy, len(parts) - 1)
+        pending[message_id] = ended
+        return ended
 
     def _first_copy(self, request: TransactionEnd) -> MessageRecord | None:
         """The first half copy, read where the id says, when memory alone knows whether it was ended."""
@@ -277,8 +281,9 @@ class Transactions:
                 self.unsettled.add(message_id)
                 end.failure = stored.failure or PetrelError("the end was not stored")
                 continue
-            if end.real is not None:
-                end.committed = replace(end.real, queue_offset=stored.stored[end.op_index - 1].queue_offset)
+            if end.storing_copy:
+                copy = stored.stored[end.op_index - 1]
+                end.committed = (copy.queue_id, copy.queue_offset)
             if stored.not_durable is not None:  # stored all the same: the outcome stands, a repeat answers it
                 end.failure = self._not_durable(end, stored.not_durable)
             committing = end.request.outcome is Outcome.COMMIT
@@ -398,7 +403,7 @@ def _op_record(message_id: str, outcome: Outcome, by: str) -> MessageRecord:
     return MessageRecord(topic=TRANS_OP_HALF_TOPIC, body=body, properties={Prop.TAGS: OP_TAG, Prop.KEYS: message_id})
 
 
-def _ended(message_id: str, outcome: Outcome, topic: str, committed: MessageRecord | None, *, first: bool) -> Ended:
+def _ended(message_id: str, outcome: Outcome, topic: str, committed: Placed | None, *, first: bool) -> Ended:
     if committed is not None:
-        return Ended(message_id, outcome, first, topic, committed.queue_id, committed.queue_offset)
+        return Ended(message_id, outcome, first, topic, *committed)
     return Ended(message_id, outcome, first, topic, 0, None)

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from libs.codec import encode_record
-from libs.message import MessageRecord, Prop
+from libs.message import MessageRecord, Prop, SysFlag
 from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.broker.app import create_app
 from tests.support.apps import broker_settings, in_process
@@ -38,6 +38,59 @@ async def test_a_half_message_is_invisible_until_committed_then_delivered_once(b
     assert Prop.TRANSACTION_PREPARED not in delivered.properties
     assert first.json()["queue_offset"] == again.json()["queue_offset"] == delivered.queue_offset
     assert (await broker.get("/internal/transactions/TX1")).json()["state"] == "COMMITTED"
+
+
+async def test_the_committed_copy_keeps_what_the_producer_sent(broker: httpx.AsyncClient) -> None:
+    """The half copy and the committed copy are built field by field (not with dataclasses.replace): each field the
+    producer set arrives; only the transaction's own properties and flags are gone."""
+    sent = MessageRecord(
+        topic="orders",
+        body=b"\x00binary\xff",
+        queue_id=1,
+        flag=7,
+        properties={
+            Prop.UNIQ_KEY: "TX-FIELDS",
+            Prop.PRODUCER_GROUP: "shop",
+            Prop.TRANSACTION_PREPARED: "true",
+            Prop.TAGS: "paid",
+            Prop.KEYS: "order-7",
+            "region": "eu",
+        },
+        sysflag=SysFlag.BINARY_BODY,
+        born_timestamp=1_700_000_000_123,
+        born_host="10.1.2.3:4567",
+        reconsume_times=2,
+    )
+    plain = MessageRecord(topic="orders", body=b"not a transaction", queue_id=0, properties={Prop.UNIQ_KEY: "PLAIN"})
+    put = await broker.post(
+        "/internal/messages",
+        headers={"content-type": "application/octet-stream"},
+        content=encode_record(sent) + encode_record(plain),
+    )
+    assert put.status_code == 200, put.text
+    assert [s["topic"] for s in put.json()["stored"]] == [TRANS_HALF_TOPIC, "orders"]
+    assert (await end(broker, "TX-FIELDS", "commit")).status_code == 200
+
+    (delivered,) = await topic_records(broker, "orders", 1)
+    assert (delivered.body, delivered.flag, delivered.born_timestamp, delivered.born_host) == (
+        b"\x00binary\xff",
+        7,
+        1_700_000_000_123,
+        "10.1.2.3:4567",
+    )
+    assert delivered.reconsume_times == 2
+    assert delivered.sysflag == SysFlag.BINARY_BODY | SysFlag.TRANSACTION_COMMIT
+    assert delivered.properties == {
+        Prop.UNIQ_KEY: "TX-FIELDS",
+        Prop.PRODUCER_GROUP: "shop",
+        Prop.TAGS: "paid",
+        Prop.KEYS: "order-7",
+        "region": "eu",
+    }
+    assert delivered.store_timestamp > 0
+    assert delivered.store_host != "0.0.0.0:0"
+    (untouched,) = await topic_records(broker, "orders", 0)
+    assert (untouched.message_id, untouched.body) == ("PLAIN", b"not a transaction")
 
 
 async def test_rollback_never_delivers_and_the_other_way_is_a_409_naming_the_first(broker: httpx.AsyncClient) -> None:
