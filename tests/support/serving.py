@@ -23,6 +23,7 @@ from typing import cast
 import uvicorn
 from starlette.types import ASGIApp
 
+from libs.http.serve import KEEP_ALIVE_SECONDS
 from libs.http.stopping import announce_stopping
 
 STARTUP_TIMEOUT = 30.0
@@ -147,6 +148,9 @@ def start_app(app: ASGIApp, port: int = 0, tls: tuple[Path, Path] | None = None)
         lifespan="on",
         loop="asyncio",
         timeout_graceful_shutdown=5,  # as libs.http.serve bounds it: a connection a test left half-open
+        # as libs.http.serve keeps them: uvicorn's default (5 s) closed idle connections the lean transport keeps
+        # for 30 s, so a POST on one could meet the close ("closed before the answer was whole")
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         ssl_certfile=certificate,
         ssl_keyfile=key,
     )
