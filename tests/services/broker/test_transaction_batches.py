@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from libs.broker_api.transactions import EndBatchAnswer
 from libs.names import TRANS_OP_HALF_TOPIC
 from services.broker.app import create_app
 from tests.support.apps import broker_settings, in_process
@@ -57,6 +58,8 @@ async def test_a_batch_answers_each_end_as_its_own_call_would(broker: httpx.Asyn
     (delivered,) = await topic_records(broker, "orders", 1)
     assert delivered.message_id == "TXA"
     assert commit["ended"]["queue_offset"] == repeat["ended"]["queue_offset"] == delivered.queue_offset
+    answered = EndBatchAnswer.model_validate({"results": results}).model_dump(mode="json")
+    assert answered == {"results": results}, "the answer built by hand is not the EndBatchAnswer the spec names"
     ops = await topic_records(broker, TRANS_OP_HALF_TOPIC)
     assert len(ops) == 3, "one op record per first end: TXC's rollback, then TXA's and TXB's"
 
