@@ -61,13 +61,18 @@ def blocks_left(call: Callable[[], object], rounds: int = 3) -> int:
     free meanwhile: a leak leaves at least CALLS in every round)."""
     call()  # caches and free lists filled before counting
     left = []
-    for _ in range(rounds):
-        gc.collect()
-        before = sys.getallocatedblocks()
-        for _ in range(CALLS):
-            call()
-        gc.collect()
-        left.append(sys.getallocatedblocks() - before)
+    gc.collect()
+    gc.freeze()  # what the process holds already is not collected again: each collection below sees only the calls'
+    try:
+        for _ in range(rounds):
+            gc.collect()
+            before = sys.getallocatedblocks()
+            for _ in range(CALLS):
+                call()
+            gc.collect()
+            left.append(sys.getallocatedblocks() - before)
+    finally:
+        gc.unfreeze()
     return min(left)
 
 
