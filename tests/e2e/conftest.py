@@ -50,6 +50,30 @@ def _shared(factory: pytest.TempPathFactory, name: str, *, colocated: bool) -> I
         cluster.stop()
 
 
+LOG_LINES_ON_FAILURE = 60
+"""Of each core process's log, added to a failed core test's report (the timer's, say, when a retry came late)."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A core test that failed carries the last lines of its cluster's logs: the shared clusters outlive the run's
+    temporary files only until the run ends, and a flaky failure is seldom seen twice."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    cluster = getattr(item, "funcargs", {}).get("core_cluster")
+    if report.when != "call" or not report.failed or not isinstance(cluster, LocalCluster):
+        return
+    for name in dict.fromkeys(cluster.name_of(n) for n in ("timer", "gateway", "broker-a", "nameserver")):
+        report.sections.append((f"{name} log, last {LOG_LINES_ON_FAILURE} lines", log_tail(cluster, name)))
+
+
+def log_tail(cluster: LocalCluster, name: str) -> str:
+    try:
+        return "\n".join(cluster.log(name).splitlines()[-LOG_LINES_ON_FAILURE:])
+    except OSError as exc:
+        return f"(no log: {exc})"
+
+
 @pytest.fixture(params=["separate", "colocated"])
 def core_cluster(request: pytest.FixtureRequest) -> LocalCluster:
     """The shared cluster, then the shared colocated one: a core test runs on both."""
