@@ -126,7 +126,7 @@ class MessageRecord:
     def copied(self, topic: str, queue_id: int, properties: Mapping[str, str], sysflag: int) -> MessageRecord:
         """This message as another topic's record (a half copy, a committed copy): its body, flag, born and
         reconsume fields kept, its store fields left for the store to stamp. As `dataclasses.replace` with the
-        store fields zeroed, at about a third of its cost (the transaction path makes two a message)."""
+        store fields zeroed, at about half its cost (1.5 against 3.1 µs; the transaction path makes two a message)."""
         return MessageRecord(
             topic,
             self.body,
