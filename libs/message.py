@@ -125,21 +125,20 @@ class MessageRecord:
 
     def copied(self, topic: str, queue_id: int, properties: Mapping[str, str], sysflag: int) -> MessageRecord:
         """This message as another topic's record (a half copy, a committed copy): its body, flag, born and
-        reconsume fields kept, its store fields left for the store to stamp. As `dataclasses.replace` with the
-        store fields zeroed, at about half its cost (1.5 against 3.1 µs; the transaction path makes two a message)."""
+        reconsume fields kept, its store fields left at their defaults for the store to stamp. As
+        `dataclasses.replace` with the store fields zeroed, at about half its cost (1.9 against 3.3 µs; the
+        transaction path makes two a message)."""
         return MessageRecord(
-            topic,
-            self.body,
-            queue_id,
-            self.flag,
-            properties,
-            sysflag,
-            self.born_timestamp,
-            self.born_host,
-            0,
-            "0.0.0.0:0",
-            self.reconsume_times,
-            self.prepared_transaction_offset,
+            topic=topic,
+            body=self.body,
+            queue_id=queue_id,
+            flag=self.flag,
+            properties=properties,
+            sysflag=sysflag,
+            born_timestamp=self.born_timestamp,
+            born_host=self.born_host,
+            reconsume_times=self.reconsume_times,
+            prepared_transaction_offset=self.prepared_transaction_offset,
         )
 
 

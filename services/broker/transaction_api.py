@@ -48,14 +48,19 @@ async def _end(ctx: Context, message_id: str, outcome: Outcome, request: Request
 
 
 def _answer(ended: Ended) -> EndAnswer:
-    return EndAnswer(
-        message_id=ended.message_id,
-        outcome=ended.outcome,
-        first=ended.first,
-        topic=ended.topic,
-        queue_id=ended.queue_id,
-        queue_offset=ended.queue_offset,
-    )
+    return EndAnswer(**_ended_fields(ended))
+
+
+def _ended_fields(ended: Ended) -> dict[str, Any]:
+    """An EndAnswer's fields as plain data (a batch's answer is built from them by hand: `_result`)."""
+    return {
+        "message_id": ended.message_id,
+        "outcome": ended.outcome.value,
+        "first": ended.first,
+        "topic": ended.topic,
+        "queue_id": ended.queue_id,
+        "queue_offset": ended.queue_offset,
+    }
 
 
 def _result(result: Ended | PetrelError) -> dict[str, Any]:
@@ -70,15 +75,7 @@ def _result(result: Ended | PetrelError) -> dict[str, Any]:
             "extensions": result.extensions,
         }
         return {"ended": None, "failure": failure}
-    ended = {
-        "message_id": result.message_id,
-        "outcome": result.outcome.value,
-        "first": result.first,
-        "topic": result.topic,
-        "queue_id": result.queue_id,
-        "queue_offset": result.queue_offset,
-    }
-    return {"ended": ended, "failure": None}
+    return {"ended": _ended_fields(result), "failure": None}
 
 
 @router.post(":end", operation_id="endTransactions", response_model=EndBatchAnswer, openapi_extra=json_body(EndBatch))
