@@ -2,7 +2,12 @@
 
 The broker stores the first ends of a batch in one append, so one disk sync
 covers them under SYNC_FLUSH; each end is answered (or refused) on its own,
-exactly as the broker's single commit or rollback would answer it.
+exactly as the broker's single commit or rollback would answer it. As puts, at
+most two end calls go to a broker at once, each starting at the end of the loop
+turn its first end came in: at 32 connections of half + commit pairs, four in
+flight each started at once carried 2.5 ends a call (0.40 calls a pair), two at
+the end of the turn about 8 (0.12 a pair), and the broker's CPU a pair fell from
+about 315 to 200-265 us, the gateway's from 415 to 320-430 us (2026-11-29).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from libs.broker_api.client import BrokerClient
-from libs.broker_api.coalescing import CallCoalescer
+from libs.broker_api.coalescing import MAX_PUTS_IN_FLIGHT, CallCoalescer
 from libs.broker_api.transaction_ids import TransactionAddress
 from libs.broker_api.wire import MAX_ENDS
 from libs.errors import PetrelError
@@ -38,7 +43,9 @@ class TransactionEnds:
         coalescer = self._coalescers.get((broker, address))
         if coalescer is None:
             coalescer = CallCoalescer(
-                lambda ends: self.brokers.end_transactions(broker, address, ends), max_batch=MAX_ENDS
+                lambda ends: self.brokers.end_transactions(broker, address, ends),
+                max_in_flight=MAX_PUTS_IN_FLIGHT,
+                max_batch=MAX_ENDS,
             )
             self._coalescers[(broker, address)] = coalescer
         return coalescer

@@ -268,13 +268,21 @@ class CallCoalescer(Generic[Item, Result]):
         self.in_flight = 0
         self.calls = 0
         self._queue: list[tuple[Item, asyncio.Future[Result | PetrelError]]] = []
+        self._starting = False
 
     async def submit(self, item: Item) -> Result | PetrelError:
-        future: asyncio.Future[Result | PetrelError] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Result | PetrelError] = loop.create_future()
         self._queue.append((item, future))
+        if self.in_flight < self.max_in_flight and not self._starting:
+            self._starting = True  # at the end of this loop turn, as PutCoalescer: the turn's items go together
+            loop.call_soon(self._start_soon)
+        return await future
+
+    def _start_soon(self) -> None:
+        self._starting = False
         if self.in_flight < self.max_in_flight:
             self._start()
-        return await future
 
     def _start(self) -> None:
         batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]

@@ -116,6 +116,22 @@ async def test_calls_waiting_for_a_free_slot_share_one_call_and_each_gets_its_ow
     assert refused.detail == "no bad"
 
 
+async def test_items_submitted_in_one_loop_turn_share_one_call_while_slots_are_free() -> None:
+    """As puts: ends (and push acks) made in one turn go in one call, not one call each up to max_in_flight."""
+    calls: list[list[str]] = []
+
+    async def call(items: list[str]) -> list[str | PetrelError]:
+        calls.append(items)
+        return [item.upper() for item in items]
+
+    coalescer: CallCoalescer[str, str] = CallCoalescer(call, max_in_flight=4)
+
+    results = await asyncio.gather(*(coalescer.submit(item) for item in ("a", "b", "c")))
+
+    assert calls == [["a", "b", "c"]]
+    assert results == ["A", "B", "C"]
+
+
 async def test_a_failed_call_fails_each_of_its_items_and_the_next_call_goes_out() -> None:
     async def call(items: list[str]) -> list[str | PetrelError]:
         if "down" in items:
