@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from libs.broker_api.transaction_ids import ORIGIN_OFFSET
 from libs.broker_api.wire import CHECK_IMMUNITY, FIRST_STORED
-from libs.codec import decode_record, encode_record, record_size
+from libs.codec import RecordHead, decode_record, peek_head, peek_sysflag, recast_record
 from libs.delay import is_scheduled
 from libs.errors import CorruptRecord, InvalidMessage, OffsetOutOfRange
 from libs.message import MessageRecord, Prop, SysFlag
@@ -40,22 +40,23 @@ HALF_PROPERTIES = frozenset(
 def half_batch(body: bytes, now_ms: int) -> bytes:
     """A put's records, each marked TRAN_MSG=true moved to the half topic (the others as they are).
 
-    Each record is decoded once (its framing was checked by the put's destination check), and a half copy is
-    built from it directly: one decode and one encode a half message."""
+    Each record's head is read once (its framing was checked by the put's destination check), and its half copy
+    is recast from its bytes (libs.codec.recast_record): its body is never decoded."""
     parts: list[bytes] = []
     offset = 0
     while offset < len(body):
-        size = record_size(body, offset)[0]
-        record = decode_record(body, offset, verify_crc=False)
-        prepared = record.properties.get(Prop.TRANSACTION_PREPARED) == "true"
-        parts.append(encode_record(first_half(record, now_ms)) if prepared else body[offset : offset + size])
+        head = peek_head(body, offset)
+        size = head.total_size
+        prepared = head.properties.get(Prop.TRANSACTION_PREPARED) == "true"
+        parts.append(first_half(body, offset, head, now_ms) if prepared else body[offset : offset + size])
         offset += size
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def first_half(record: MessageRecord, now_ms: int) -> MessageRecord:
-    """The producer's record as stored until it is ended: in the half topic, its destination in properties."""
-    properties = record.properties
+def first_half(body: bytes, offset: int, head: RecordHead, now_ms: int) -> bytes:
+    """The producer's record at `offset` (`head`, its head), encoded as stored until it is ended: in the half
+    topic, its destination in properties."""
+    properties = head.properties
     if is_scheduled(properties):
         raise InvalidMessage("a half message cannot be delayed")
     if not properties.get(Prop.UNIQ_KEY) or not properties.get(Prop.PRODUCER_GROUP):
@@ -63,30 +64,32 @@ def first_half(record: MessageRecord, now_ms: int) -> MessageRecord:
     half_properties = dict(properties)
     half_properties.update(
         {
-            Prop.REAL_TOPIC: record.topic,
-            Prop.REAL_QUEUE_ID: str(record.queue_id),
+            Prop.REAL_TOPIC: head.topic,
+            Prop.REAL_QUEUE_ID: str(head.queue_id),
             Prop.TRANSACTION_PREPARED: "true",
             Prop.TRANSACTION_CHECK_TIMES: "0",
             FIRST_STORED: str(now_ms),
             ORIGIN_OFFSET: "",
         }
     )
-    sysflag = (record.sysflag & ~SysFlag.TRANSACTION_MASK) | SysFlag.TRANSACTION_PREPARED
-    return record.copied(TRANS_HALF_TOPIC, 0, half_properties, sysflag)
+    sysflag = (peek_sysflag(body, offset) & ~SysFlag.TRANSACTION_MASK) | SysFlag.TRANSACTION_PREPARED
+    return recast_record(body, offset, TRANS_HALF_TOPIC, 0, half_properties, sysflag)
 
 
-def real_copy(half: MessageRecord, write_queues: int) -> MessageRecord:
-    """The committed copy of a half copy, for its real topic of `write_queues` queues."""
+def real_copy(half: MessageRecord, stored: bytes, write_queues: int) -> bytes:
+    """The committed copy of a half copy (`stored`: its bytes as stored), encoded, for its real topic of
+    `write_queues` queues."""
     queue_id = int(half.properties.get(Prop.REAL_QUEUE_ID, "0")) % max(write_queues, 1)
     properties = {k: v for k, v in half.properties.items() if k not in HALF_PROPERTIES}
     sysflag = (half.sysflag & ~SysFlag.TRANSACTION_MASK) | SysFlag.TRANSACTION_COMMIT
-    return half.copied(half.properties[Prop.REAL_TOPIC], queue_id, properties, sysflag)
+    return recast_record(stored, 0, half.properties[Prop.REAL_TOPIC], queue_id, properties, sysflag)
 
 
-def first_copy_at(store: MessageStore, offset: int, message_id: str) -> MessageRecord | None:
-    """The transaction's first half copy, if it is the record at `offset`."""
+def first_copy_at(store: MessageStore, offset: int, message_id: str) -> tuple[MessageRecord, bytes] | None:
+    """The transaction's first half copy and its stored bytes, if it is the record at `offset`."""
     try:
-        record = decode_record(store.read(offset))
+        stored = store.read(offset)
+        record = decode_record(stored)
     except (CorruptRecord, OffsetOutOfRange):
         return None
     if (
@@ -96,7 +99,7 @@ def first_copy_at(store: MessageStore, offset: int, message_id: str) -> MessageR
         or record.properties.get(ORIGIN_OFFSET) != ""
     ):
         return None
-    return record
+    return record, stored
 
 
 def indexed_copies(store: MessageStore, message_id: str) -> list[MessageRecord]:

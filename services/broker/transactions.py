@@ -44,7 +44,14 @@ from libs.broker_api.transaction_ids import ORIGIN_OFFSET, half_origin, id_of_ha
 from libs.broker_api.transactions import Outcome, TransactionState
 from libs.broker_api.wire import FIRST_STORED, OP_TAG
 from libs.codec import decode_record, encode_record
-from libs.errors import FlushTimeout, PetrelError, TransactionAlreadyEnded, TransactionNotFound
+from libs.errors import (
+    CorruptRecord,
+    FlushTimeout,
+    OffsetOutOfRange,
+    PetrelError,
+    TransactionAlreadyEnded,
+    TransactionNotFound,
+)
 from libs.events.writer import EventWriter
 from libs.message import MessageRecord, Prop
 from libs.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
@@ -228,7 +235,7 @@ class Transactions:
     ) -> Ended | _Pending:
         """What an end answers now (a repeat, a conflict), or its records added to `parts` to be stored."""
         message_id, outcome = request.message_id, request.outcome
-        half = self._first_copy(request)
+        half, stored = self._first_copy(request) or (None, None)
         first = self.outcomes.held(message_id) if half is not None else self.outcomes.get(message_id)
         if first is not None and first is not outcome:
             raise TransactionAlreadyEnded(
@@ -241,7 +248,7 @@ class Transactions:
         committed = None
         if half is None or first is not None:  # a repeat answers where the committed copy is: the index knows
             copies = indexed_copies(self.store, message_id)
-            half = latest_half(copies)
+            half, stored = latest_half(copies), None
             if half is None:
                 raise TransactionNotFound(f"no half message {message_id} on this broker (or it is past retention)")
             copy = committed_copy(copies, half.properties.get(Prop.REAL_TOPIC, ""))
@@ -251,15 +258,25 @@ class Transactions:
             return _ended(message_id, outcome, topic, committed, first=False)
         storing_copy = outcome is Outcome.COMMIT and committed is None
         if storing_copy:
-            parts.append(encode_record(real_copy(half, self.topics.get(topic).write_queues)))
+            stored = stored or self._stored(half)
+            parts.append(real_copy(half, stored, self.topics.get(topic).write_queues))
         parts.append(encode_record(_op_record(message_id, outcome, request.by)))
         self.outcomes[message_id] = outcome  # before the append's await: a racing end sees it
         ended = _Pending(request, id_of_half(self.broker, half), topic, committed, storing_copy, len(parts) - 1)
         pending[message_id] = ended
         return ended
 
-    def _first_copy(self, request: TransactionEnd) -> MessageRecord | None:
-        """The first half copy, read where the id says, when memory alone knows whether it was ended."""
+    def _stored(self, half: MessageRecord) -> bytes:
+        """The half copy's bytes as stored (found through the index a moment ago: retention may have just taken it)."""
+        try:
+            return self.store.read(half.physical_offset)
+        except (CorruptRecord, OffsetOutOfRange) as exc:
+            raise TransactionNotFound(
+                f"no half message {half.message_id} on this broker (or it is past retention)"
+            ) from exc
+
+    def _first_copy(self, request: TransactionEnd) -> tuple[MessageRecord, bytes] | None:
+        """The first half copy and its bytes, read where the id says, when memory alone knows whether it was ended."""
         offset = request.half_offset
         if offset is None or offset < self.trusted_from or request.message_id in self.unsettled:
             return None

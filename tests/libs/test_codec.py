@@ -23,6 +23,7 @@ from libs.codec import (
     encode_blank,
     encode_record,
     iter_records,
+    recast_record,
     record_size,
     stamp_record,
 )
@@ -210,6 +211,46 @@ def test_stamped_record_decodes_with_only_the_broker_fields_changed(
     buf = bytearray(encode_record(record))
     stamp_record(buf, 0, **stamps)
     assert decode_record(buf) == dataclasses.replace(record, **stamps)
+
+
+@given(
+    record=RECORDS,
+    topic=TOPICS,
+    queue_id=INT32,
+    properties=st.dictionaries(PROPERTY_TEXT.filter(bool), PROPERTY_TEXT, max_size=8),
+    sysflag=INT32,
+)
+def test_a_recast_record_keeps_every_field_but_the_new_ones_and_leaves_the_store_fields_to_stamp(
+    record: MessageRecord, topic: str, queue_id: int, properties: dict[str, str], sysflag: int
+) -> None:
+    """A half copy and a committed copy are recast from the stored bytes (the body never decoded)."""
+    batch = encode_record(sample()) + encode_record(record)
+    at = record_size(batch)[0]
+
+    recast = decode_record(recast_record(batch, at, topic, queue_id, properties, sysflag))
+
+    unstamped = MessageRecord(topic, b"").store_host
+    assert recast == dataclasses.replace(
+        record,
+        topic=topic,
+        queue_id=queue_id,
+        properties=properties,
+        sysflag=sysflag,
+        queue_offset=0,
+        physical_offset=0,
+        store_timestamp=0,
+        store_host=unstamped,
+    )
+
+
+def test_a_recast_is_refused_what_an_encode_is_refused_and_a_filler_is_not_recast() -> None:
+    raw = encode_record(sample())
+    with pytest.raises(InvalidMessage, match="topic must be 1 to 255 bytes"):
+        recast_record(raw, 0, "", 0, {}, 0)
+    with pytest.raises(InvalidMessage, match="reserved control character"):
+        recast_record(raw, 0, "orders", 0, {"bad\x01name": "v"}, 0)
+    with pytest.raises(CorruptRecord, match="blank filler"):
+        recast_record(encode_blank(200), 0, "orders", 0, {}, 0)
 
 
 def test_stamping_the_second_record_of_a_batch_leaves_the_first_alone() -> None:
