@@ -48,11 +48,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from uvicorn._types import ASGI3Application
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from libs.errors import PetrelError, RequestBodyTimeout, RequestHeaderTimeout, RequestHeaderTooLarge
+from libs.http.hot_answers import hot_call
 from libs.http.one_write import HeadWithBody
 from libs.problem import error_response
 from libs.settings import ServiceSettings
@@ -196,6 +198,16 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         # Kept alive once its body has all come; an answer before that says close.
         self._keep_alive, cycle.keep_alive = cycle.keep_alive, False
         self._body_since, self._body_bytes = self.loop.time(), 0
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        """A hot route's request is answered straight from its cycle (libs.http.hot_answers), the others by the app."""
+        call = hot_call(self.config, cycle) if app is self.app else None  # not uvicorn's 503 for its concurrency
+        if call is None:
+            super()._start_asgi_task(cycle, app)
+            return
+        task = self.loop.create_task(call)
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)

@@ -110,8 +110,17 @@ class HotPath:
         return None
 
     async def serve(
-        self, app: ASGIApp, route: HotRoute, params: dict[str, Any], scope: Scope, receive: Receive, send: Send
+        self,
+        app: ASGIApp,
+        route: HotRoute,
+        params: dict[str, Any],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        write: Callable[[Response], Awaitable[None]] | None = None,
     ) -> None:
+        """Answer the request through `send`, or with `write` when given (it sends the Response itself:
+        libs.http.hot_answers, straight from uvicorn's request cycle)."""
         started = time.perf_counter()
         scope["app"] = app
         scope["route"] = route.context
@@ -122,7 +131,7 @@ class HotPath:
             if response is None:
                 return  # the client left before its body was whole: nobody to answer
             status = response.status_code
-            await response(scope, receive, send)
+            await (write(response) if write is not None else response(scope, receive, send))
         finally:
             self.checks.metrics.record(scope["method"], route.template, status, time.perf_counter() - started)
 
