@@ -18,9 +18,13 @@ from libs.message import KEY_SEPARATOR, SYSTEM_PROPERTIES, MessageIdFactory, Mes
 from libs.timeparse import parse_time_ms
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OutgoingMessage:
-    """A message to send, as its producer gave it: exactly one of `body` (text) or `body_base64` (bytes)."""
+    """A message to send, as its producer gave it: exactly one of `body` (text) or `body_base64` (bytes).
+
+    Not frozen, as Prepared and gateway.messages.sender.Sent: each send makes one of each, and a frozen
+    dataclass's constructor costs about four times as much in CPython (object.__setattr__ a field: 3.2 against
+    0.75 us for 14 fields). Nothing changes them once made."""
 
     body: str | None = None
     body_base64: str | None = None
@@ -33,7 +37,7 @@ class OutgoingMessage:
     deliver_at: str | int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Prepared:
     message_id: str
     message: OutgoingMessage
@@ -94,14 +98,9 @@ class RecordBuilder:
         now = int(self.clock() * 1000)
         delayed = message.delay_level is not None or message.delay_ms is not None or message.deliver_at is not None
         warning = self._schedule(message, properties, now) if delayed else None
-        record = MessageRecord(
-            topic=topic,
-            body=body,
-            properties=properties,
-            sysflag=SysFlag.BINARY_BODY if binary else 0,
-            born_timestamp=now,
-            born_host=self.born_host,
-        )
+        sysflag = SysFlag.BINARY_BODY if binary else 0
+        # positional, in libs.message.RECORD_FIELDS' order (asserted there): half the cost of keywords
+        record = MessageRecord(topic, body, 0, 0, properties, sysflag, now, self.born_host)
         return Prepared(message_id, message, encode_record(record), warning)
 
     def _schedule(self, message: OutgoingMessage, properties: dict[str, str], now: int) -> str | None:

@@ -73,9 +73,10 @@ def unsettled(error: PetrelError) -> bool:
     return isinstance(error, FlushTimeout) or bool(error.extensions.get("maybe_stored"))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sent:
-    """Where a message was stored (the fields of the public SendResult, in its order)."""
+    """Where a message was stored (the fields of the public SendResult, in its order). Not frozen: see
+    gateway.messages.records.OutgoingMessage."""
 
     message_id: str
     topic: str
