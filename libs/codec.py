@@ -196,8 +196,8 @@ def recast_record(
 ) -> bytes:
     """The record at `offset` as another topic's record (a half copy, a committed copy), encoded: its body, flag,
     born fields, reconsume times and prepared offset kept, its store fields zeroed for the store to stamp. What
-    `encode_record(decode_record(buf, offset).copied(...))` gives, without decoding the body or building a
-    MessageRecord (the transaction path makes two a message). Checks the framing, not the CRC."""
+    `encode_record` gives for the decoded record with those fields replaced, without decoding the body or building
+    a MessageRecord (the transaction path makes two a message). Checks the framing, not the CRC."""
     total, blank = record_size(buf, offset)
     if blank:
         raise CorruptRecord(offset, "expected a message record, found a blank filler")

@@ -180,9 +180,6 @@ def server_config(app: FastAPI, settings: ServiceSettings) -> uvicorn.Config:
         loop="uvloop",
         http=limited_protocol(ConnectionLimits.of(settings), _refusals_counter(app)),
         timeout_graceful_shutdown=10,
-        # No proxy rewrites the client's address or scheme: nothing reads them (a gateway on loopback refuses
-        # a relayed call: libs.http.site_guards), and hot routes are answered without the middleware.
-        proxy_headers=False,
     )
 
 

@@ -8,10 +8,20 @@ the app at all.
 
 from __future__ import annotations
 
-import pytest
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
-from libs.http.app import ServiceApp
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from libs.http.app import ServiceApp, service_app
+from libs.http.serve import server_config
+from libs.settings import ServiceSettings
 from tests.support.raw_http import Serve, closes, connect, read_response, request
+from tests.support.serving import start_config
 
 
 @pytest.fixture
@@ -102,3 +112,35 @@ def test_a_refusal_from_the_headers_says_close_when_the_body_did_not_come(serve:
         assert (answer.status, answer.headers.get("connection")) == (415, "close")
         assert answer.headers["content-type"] == "application/problem+json"
         assert closes(reader)
+
+
+def test_a_hot_request_relayed_by_a_trusted_proxy_is_seen_from_the_client_the_proxy_names(tmp_path: Path) -> None:
+    """uvicorn takes the client's address from X-Forwarded-For when the proxy is on loopback (its default trust):
+    the audit log's `remote` is that address. A hot answer must not lose it by skipping the proxy-headers step."""
+    settings = ServiceSettings(data_dir=tmp_path, events_enabled=False, log_level="warning")
+    app = service_app("testsvc", settings, lifespan=_no_resources, hot_routes={"whoami": _bind_request})
+
+    @app.post("/whoami", operation_id="whoami")
+    async def whoami(request: Request) -> JSONResponse:
+        return JSONResponse({"client": request.client.host if request.client else None})
+
+    served = start_config(server_config(app, settings))
+    try:
+        with connect(served) as sock, sock.makefile("rb") as reader:
+            sock.sendall(request("/whoami", "POST", b"{}", headers="x-forwarded-for: 203.0.113.7\r\n"))
+            relayed = read_response(reader).json()
+            sock.sendall(request("/whoami", "POST", b"{}"))
+            direct = read_response(reader).json()
+    finally:
+        served.stop()
+    assert relayed == {"client": "203.0.113.7"}
+    assert direct == {"client": "127.0.0.1"}
+
+
+@contextlib.asynccontextmanager
+async def _no_resources(app: FastAPI) -> AsyncIterator[None]:
+    yield
+
+
+def _bind_request(request: Request) -> dict[str, Any]:
+    return {"request": request}
