@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import threading
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -19,7 +21,8 @@ class HealthLatencies:
     """Seconds each /healthz took, of those asked while the other request ran."""
     busy: list[float] = field(default_factory=list)
     """Of each of those, the CPU seconds the event loop's thread spent before the answer: the work the
-    probe waited for, without the time the machine gave to other processes."""
+    probe waited for, without the time the machine gave to other processes, nor the garbage collector's
+    (a full collection of a test process late in the suite once held one probe for most of a walk)."""
 
     @property
     def turns(self) -> int:
@@ -44,13 +47,35 @@ async def healthz_while(service: httpx.AsyncClient, work: Awaitable[T]) -> tuple
     first waits for one, as a request coming in on a socket waits for the loop to read it,
     and that wait counts in its latency.
     """
-    task = asyncio.ensure_future(work)
-    latencies = HealthLatencies()
-    while not task.done():
-        started, cpu = time.monotonic(), time.thread_time()
-        await asyncio.sleep(0)  # a turn of the loop, not a wait for time: the work runs its slice here
-        answer = await service.get("/healthz")
-        assert answer.status_code == 200, answer.text
-        latencies.during.append(time.monotonic() - started)
-        latencies.busy.append(time.thread_time() - cpu)
-    return await task, latencies
+    collecting = CollectorTime()
+    gc.callbacks.append(collecting.phase)
+    try:
+        task = asyncio.ensure_future(work)
+        latencies = HealthLatencies()
+        while not task.done():
+            started, cpu, collected = time.monotonic(), time.thread_time(), collecting.seconds
+            await asyncio.sleep(0)  # a turn of the loop, not a wait for time: the work runs its slice here
+            answer = await service.get("/healthz")
+            assert answer.status_code == 200, answer.text
+            latencies.during.append(time.monotonic() - started)
+            latencies.busy.append(time.thread_time() - cpu - (collecting.seconds - collected))
+        return await task, latencies
+    finally:
+        gc.callbacks.remove(collecting.phase)
+
+
+@dataclass(slots=True)
+class CollectorTime:
+    """The CPU seconds this thread has spent in the garbage collector since it was made."""
+
+    seconds: float = 0.0
+    _started: float = 0.0
+    _thread: int = field(default_factory=threading.get_ident)
+
+    def phase(self, phase: str, _info: dict[str, int]) -> None:
+        if threading.get_ident() != self._thread:
+            return
+        if phase == "start":
+            self._started = time.thread_time()
+        else:
+            self.seconds += time.thread_time() - self._started

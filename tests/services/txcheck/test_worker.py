@@ -6,8 +6,10 @@ import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 
 from libs import webhooks
 from libs.broker_api.wire import CHECK_IMMUNITY
@@ -73,7 +75,30 @@ def send(txcheck_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterat
 
 
 def wait_for(check: Callable[[], bool], what: str, worker: TxcheckProcess, timeout: float = 20.0) -> None:
-    wait_until(check, what, timeout, context=lambda: f"the worker's log:\n{worker.log_tail()}")
+    def context() -> str:
+        return f"the worker's Redis keys: {redis_keys(worker.env)}\nthe worker's log:\n{worker.log_tail()}"
+
+    wait_until(check, what, timeout, context=context)
+
+
+def redis_keys(env: dict[str, str]) -> dict[str, int]:
+    """The size of each of the worker's keys in Redis (its queues, its unacknowledged tasks): where a task is."""
+    prefix = env["PETREL_TXCHECK_REDIS_KEY_PREFIX"]
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        sizes: dict[str, Callable[[str], Any]] = {
+            "list": client.llen,
+            "hash": client.hlen,
+            "zset": client.zcard,
+            "set": client.scard,
+        }
+        found: dict[str, int] = {}
+        for key in sorted(client.scan_iter(match=prefix + "*", count=1000)):
+            size = sizes.get(str(client.type(key)))
+            found[key.removeprefix(prefix)] = int(size(key)) if size is not None else -1
+        return found
+    finally:
+        client.close()
 
 
 def test_a_scan_on_the_worker_resolves_what_the_producer_says_and_keeps_the_rest_open(
