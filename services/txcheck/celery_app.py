@@ -21,6 +21,7 @@ Every key, Celery's queues included, starts with `redis_key_prefix`.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -58,6 +59,10 @@ def celery_config(settings: TxcheckSettings) -> dict[str, Any]:
             # how often a worker looks for tasks whose worker died: a few times per visibility timeout
             "unacked_restore_interval": max(1, min(10, int(visibility / 4))),
             "unacked_restore_throttle": 1,
+            # the lock of that look: a worker killed -9 while holding it (a look takes milliseconds, every second)
+            # left every worker's looks refused for kombu's default 300 s; held no longer than a visibility timeout,
+            # a look that outlives it is still safe (each task is given back in a transaction watching the unacked)
+            "unacked_mutex_expire": max(1, math.ceil(visibility)),
             "socket_timeout": 10,
             "socket_connect_timeout": 5,
         },

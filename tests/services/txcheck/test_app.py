@@ -49,6 +49,7 @@ def test_the_celery_app_acknowledges_checks_late_and_scans_on_a_schedule(tmp_pat
     assert (conf.task_acks_late, conf.task_reject_on_worker_lost, conf.worker_prefetch_multiplier) == (True, True, 1)
     assert conf.result_backend is None
     assert conf.broker_transport_options["visibility_timeout"] == 8
+    assert conf.broker_transport_options["unacked_mutex_expire"] == 8, "a killed look holds the others back no longer"
     assert conf.broker_transport_options["global_keyprefix"] == "p:"
     assert conf.beat_schedule["scan"]["task"] == SCAN_TASK
     assert conf.beat_schedule["scan"]["schedule"] == 1.5

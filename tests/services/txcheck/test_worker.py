@@ -14,7 +14,7 @@ import redis
 from libs import webhooks
 from libs.broker_api.wire import CHECK_IMMUNITY
 from libs.producer_groups import ProducerGroupStore
-from services.txcheck.celery_app import CHECK_TASK, SCAN_TASK, create_celery
+from services.txcheck.celery_app import CHECK_TASK, SCAN_TASK, celery_config, create_celery
 from services.txcheck.settings import TxcheckSettings
 from tests.support.serving import ServedApp, free_port, serving
 from tests.support.txcheck import REDIS_URL, Producer, TxBroker, TxcheckProcess
@@ -136,12 +136,25 @@ def test_a_check_whose_worker_is_killed_is_run_again_and_commits_once(
     wait_for(lambda: len(producer.requests) == 2, "the check again after its pool process died", worker)
     worker.kill()  # the whole worker dies with the task unacknowledged: Redis gives it back after the timeout
     assert tx_broker.state("A")["state"] == "OPEN"
+    left_holding_the_restore_lock(TxcheckSettings())  # as when the kill lands in a look for such tasks (`send`'s env)
     worker.start()
 
     wait_for(lambda: tx_broker.state("A")["state"] == "COMMITTED", "the commit after the worker's restart", worker)
     assert len(producer.requests) == 3
     assert len({webhook_id for _, webhook_id in producer.requests}) == 3, "a webhook-id was used twice"
     assert [r.message_id for r in tx_broker.records("orders", 1)] == ["A"]
+
+
+def left_holding_the_restore_lock(settings: TxcheckSettings) -> None:
+    """The lock a worker takes, each second, to look for tasks unacknowledged past the visibility timeout, left
+    taken as a worker killed during a look leaves it (kombu's Mutex: SET NX with the configured expiry)."""
+    expire = float(celery_config(settings)["broker_transport_options"].get("unacked_mutex_expire", 300))  # kombu's
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        key = f"{settings.redis_key_prefix}unacked_mutex"
+        assert client.set(key, "killed", nx=True, px=int(expire * 1000)), "a look of the killed worker's is under way"
+    finally:
+        client.close()
 
 
 def test_checks_whose_broker_does_not_answer_are_retried_then_given_up(
