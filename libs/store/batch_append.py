@@ -101,12 +101,14 @@ class BatchAppend:
         self._disk = _DiskCheck()
         self._stamps: dict[int, bytes] = {}
 
-    def append(self, batch: Readable, *, dedupe: bool) -> PutOutcome:
-        """Store every record of the batch (records laid end to end), in order."""
+    def append(self, batch: Readable, *, dedupe: bool, read: BatchHeads | None = None) -> PutOutcome:
+        """Store every record of the batch (records laid end to end), in order; `read`: the batch's heads, read
+        before (read_heads), else read here."""
         stored: list[PutResult] = []
         try:
             self._check_writable()
-            read = read_heads(batch)
+            if read is None or read.source is not batch:
+                read = read_heads(batch)
             heads, first = read.heads, 0
             while first < len(heads):
                 end = _run_end(heads, first) if dedupe else len(heads)

@@ -34,6 +34,7 @@ from libs.codec import (
     decode_properties,
     peek_head,
 )
+from libs.delay import is_scheduled
 from libs.errors import CorruptRecord
 from libs.message import KEY_SEPARATOR, Prop, tags_code
 from libs.names import SCHEDULE_TOPICS
@@ -41,6 +42,12 @@ from libs.store.index_file import UNIQUE_KEY_PREFIX
 
 Head = tuple[int, tuple[str, int], int, str | None, str | None, list[int]]
 """(size, (topic, queue_id), ConsumeQueue code, message id, DEDUP token, index key hashes)"""
+
+HALF: Final = 1
+"""In BatchHeads.held: a transaction's half message (TRANSACTION_PREPARED) is among the records read."""
+SCHEDULED: Final = 2
+"""In BatchHeads.held: a record to deliver later (libs.delay.is_scheduled), not a half message nor after one, is
+among them (a broker keeps half messages back first, and delays them when they are committed)."""
 
 UNIQUE_KEY_CRC: Final = zlib.crc32(UNIQUE_KEY_PREFIX.encode())
 _SLICEABLE: Final = (bytes, bytearray)
@@ -53,9 +60,11 @@ assert struct.calcsize(">iI4xi92x") == BODY_LENGTH_AT
 
 
 class BatchHeads:
-    __slots__ = ("ends", "failure", "heads", "queues")
+    __slots__ = ("ends", "failure", "heads", "held", "queues", "source")
 
-    def __init__(self) -> None:
+    def __init__(self, source: Readable) -> None:
+        self.source = source
+        """The batch read: its heads are of this object's bytes (the store reads a batch again when given others)."""
         self.heads: list[Head] = []
         """One per record, in order, up to the first that cannot be read."""
         self.ends: list[int] = []
@@ -64,28 +73,35 @@ class BatchHeads:
         """The (topic, queue id) of every head."""
         self.failure: CorruptRecord | None = None
         """Why the record after the last head cannot be stored; None when every record was read."""
+        self.held = 0
+        """HALF and SCHEDULED, of the records read: what a broker keeps back before storing the batch as it is."""
 
 
 def read_heads(batch: Readable) -> BatchHeads:
     """The heads of the batch's records, up to the first that cannot be read."""
     buf = batch if isinstance(batch, _SLICEABLE) else bytes(batch)
-    found = BatchHeads()
+    found = BatchHeads(batch)
     offset, end = 0, len(buf)
     add_head, add_queue, add_end = found.heads.append, found.queues.add, found.ends.append
+    held = 0
     try:
         while offset < end:
-            head = _head_at(buf, offset, end)
+            head, kept = _head_at(buf, offset, end)
             add_head(head)
             add_queue(head[1])
+            if kept and not (kept == SCHEDULED and held & HALF):  # a delay after a half message: the half's
+                held |= kept
             offset += head[0]
             add_end(offset)
     except CorruptRecord as exc:
         found.failure = exc
+    found.held = held
     return found
 
 
-def _head_at(buf: bytes | bytearray, offset: int, end: int) -> Head:
-    """The head of the record at `offset`; CorruptRecord (peek_head's) if it cannot be read."""
+def _head_at(buf: bytes | bytearray, offset: int, end: int) -> tuple[Head, int]:
+    """The head of the record at `offset`, and whether it is HALF, SCHEDULED or neither (0); CorruptRecord
+    (peek_head's) if it cannot be read."""
     if end - offset < MIN_RECORD_SIZE:
         _refuse(buf, offset)
     total, magic, queue_id, body_length = FIXED.unpack_from(buf, offset)
@@ -119,7 +135,9 @@ def _head_at(buf: bytes | bytearray, offset: int, end: int) -> Head:
         hashes.append(zlib.crc32(message_id.encode(), UNIQUE_KEY_CRC))
     tag = properties.get(Prop.TAGS)
     code = _due_code(properties) if topic in SCHEDULE_TOPICS else _tag_code(tag) if tag else 0
-    return total, (topic, queue_id), code, message_id, properties.get(Prop.DEDUP), hashes
+    half = properties.get(Prop.TRANSACTION_PREPARED) == "true"
+    kept = HALF if half else SCHEDULED if is_scheduled(properties) else 0
+    return (total, (topic, queue_id), code, message_id, properties.get(Prop.DEDUP), hashes), kept
 
 
 @lru_cache(maxsize=1024)  # topics are at most 255 bytes

@@ -30,6 +30,7 @@ from libs.filters import MessageFilter
 from libs.message import KEY_SEPARATOR, MessageRecord, Prop, tags_code
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from libs.store.batch_append import BatchAppend
+from libs.store.batch_heads import BatchHeads
 from libs.store.budget import ScanBudget
 from libs.store.commitlog import CommitLog
 from libs.store.config import FlushMode, StoreConfig
@@ -138,12 +139,15 @@ class MessageStore:
             raise outcome.not_durable
         return outcome
 
-    async def put_reporting(self, batch: Readable, *, dedupe: bool = False) -> PutOutcome:
+    async def put_reporting(
+        self, batch: Readable, *, dedupe: bool = False, heads: BatchHeads | None = None
+    ) -> PutOutcome:
         """As `put`, but a flush timeout comes back in `not_durable`: the records ARE stored, never to be sent again.
 
         `dedupe`: a record marked DEDUP is answered with the copy stored before, if any (see lookup.py).
+        `heads`: read_heads(batch), when the caller read them already (a broker checks each record's topic first).
         """
-        outcome = self.append(batch, dedupe=dedupe)
+        outcome = self.append(batch, dedupe=dedupe, heads=heads)
         if not outcome.stored:
             return outcome
         end = self.commitlog.write_offset
@@ -162,9 +166,9 @@ class MessageStore:
                 raise refused_after_append(exc, outcome) from None
         return outcome if not_durable is None else replace(outcome, not_durable=not_durable)
 
-    def append(self, batch: Readable, *, dedupe: bool = False) -> PutOutcome:
+    def append(self, batch: Readable, *, dedupe: bool = False, heads: BatchHeads | None = None) -> PutOutcome:
         """Store every record of the batch (records laid end to end), in order (see batch_append.py)."""
-        return self.appender.append(batch, dedupe=dedupe)
+        return self.appender.append(batch, dedupe=dedupe, read=heads)
 
     def replicate(self, offset: int, chunk: bytes) -> int:
         """A slave's write: the master's `chunk` of its CommitLog at `offset`, dispatched; the log's new end."""

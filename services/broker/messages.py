@@ -6,7 +6,6 @@ a put's request body and a pull's or query's answer. Control paths are JSON.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -23,8 +22,7 @@ from libs.broker_api.schemas import (
 from libs.broker_api.trace import TraceAnswer
 from libs.broker_api.wire import BINARY, TRUNCATED
 from libs.codec import encode_record, peek_head
-from libs.delay import is_scheduled
-from libs.errors import InvalidRequest, PetrelError, QueueNotFound, TopicNotFound
+from libs.errors import InvalidRequest, MalformedBody, PetrelError, QueueNotFound, TopicNotFound
 from libs.filters import FilterLimits, FilterType, MessageFilter, compile_filter
 from libs.http.app import binary_body
 from libs.http.disconnect import client_gone
@@ -32,6 +30,7 @@ from libs.http.hot_routes import Binder
 from libs.message import Prop
 from libs.names import is_public_topic
 from libs.problem import PROBLEM_RESPONSES
+from libs.store.batch_heads import HALF, SCHEDULED, BatchHeads, read_heads
 from libs.store.message_store import PullResult, PutOutcome
 from libs.store.results import stored_entries
 from services.broker.context import Context, broker_context
@@ -55,16 +54,17 @@ async def put_messages(ctx: Context, request: Request) -> Response:
     if not body:
         raise InvalidRequest("the body holds no record")
     scheduled: dict[int, int] = {}
-    held = check_destinations(ctx, body)
-    if held.half:
+    heads = read_heads(body)  # once: the store takes them as they are when nothing is kept back
+    held = check_destinations(ctx, heads)
+    if held & HALF:
         body = ctx.transactions.to_half_batch(body)
     try:
-        if held.scheduled:
+        if held & SCHEDULED:
             body, scheduled = schedule_batch(body, ctx.settings.delay_levels)
             outcome = await ctx.store.put_reporting(body, dedupe=True)
             _emit_scheduled(request, body, outcome, scheduled)
         else:
-            outcome = await ctx.store.put_reporting(body, dedupe=True)
+            outcome = await ctx.store.put_reporting(body, dedupe=True, heads=heads)  # a half batch: read anew
     except PetrelError as exc:
         if exc.extensions.get("maybe_stored"):  # appended, then refused: say where, as a stored answer would
             _where_refused(exc, ctx.settings.broker_name, scheduled)
@@ -118,35 +118,32 @@ def _emit_stored(request: Request, ctx: Context, outcome: PutOutcome) -> None:
     request.state.events.emit_batch("stored", items, **shared)
 
 
-@dataclass(frozen=True, slots=True)
-class Held:
-    """Does the batch hold records that are kept back: delayed ones, transactions' half messages?"""
+def check_destinations(ctx: Context, read: BatchHeads) -> int:
+    """Every record's topic and queue exist here, and every record can be read (else the first that does not or
+    cannot: TopicNotFound, QueueNotFound, MalformedBody); which kinds of kept-back records there are (HALF,
+    SCHEDULED: libs.store.batch_heads)."""
+    if not all(_writable(ctx, topic, queue_id) for topic, queue_id in read.queues):  # each queue once
+        for index, head in enumerate(read.heads):  # the first record refused
+            topic, queue_id = head[1]
+            config = ctx.topics.find(topic)
+            if config is None:
+                raise TopicNotFound(f"record {index}: topic {topic!r} does not exist on this broker", index=index)
+            if not _writable(ctx, topic, queue_id):
+                raise QueueNotFound(
+                    f"record {index}: {topic} has no writable queue {queue_id} here (0 to {config.write_queues - 1})",
+                    index=index,
+                )
+    if read.failure is not None:  # the caller's bytes, not the store's: a 400, not CorruptRecord's 500
+        index, offset = len(read.heads), read.failure.offset
+        raise MalformedBody(
+            f"record {index} (byte {offset} of the body): {read.failure.reason}", index=index, offset=offset
+        )
+    return read.held
 
-    scheduled: bool
-    half: bool
 
-
-def check_destinations(ctx: Context, body: bytes) -> Held:
-    """Every record's topic and queue exist here; which kinds of kept-back records there are."""
-    offset = 0
-    index = 0
-    scheduled = half = False
-    while offset < len(body):
-        head = peek_head(body, offset)
-        config = ctx.topics.find(head.topic)
-        if config is None:
-            raise TopicNotFound(f"record {index}: topic {head.topic!r} does not exist on this broker", index=index)
-        if not config.writable or not 0 <= head.queue_id < config.write_queues:
-            raise QueueNotFound(
-                f"record {index}: {head.topic} has no writable queue {head.queue_id} here "
-                f"(0 to {config.write_queues - 1})",
-                index=index,
-            )
-        half = half or head.properties.get(Prop.TRANSACTION_PREPARED) == "true"
-        scheduled = scheduled or (is_scheduled(head.properties) and not half)
-        offset += head.total_size
-        index += 1
-    return Held(scheduled, half)
+def _writable(ctx: Context, topic: str, queue_id: int) -> bool:
+    config = ctx.topics.find(topic)
+    return config is not None and config.writable and 0 <= queue_id < config.write_queues
 
 
 def _emit_scheduled(request: Request, body: bytes, outcome: PutOutcome, scheduled: dict[int, int]) -> None:

@@ -1,4 +1,5 @@
-"""A batch's heads read in one pass say what peek_head, unit_code and put_keys would say of each record."""
+"""A batch's heads read in one pass say what peek_head, unit_code and put_keys would say of each record, and what
+a broker keeps back of the batch (its half messages, its delayed records)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.codec import encode_record, peek_head
+from libs.delay import is_scheduled
 from libs.errors import CorruptRecord
 from libs.message import KEY_SEPARATOR, MessageRecord, Prop
 from libs.names import SCHEDULE_TOPIC, TIMER_TOPIC
-from libs.store.batch_heads import read_heads
+from libs.store.batch_heads import HALF, SCHEDULED, read_heads
 from libs.store.index_file import UNIQUE_KEY_PREFIX
 from libs.store.message_store import unit_code
 
@@ -26,6 +28,8 @@ PROPERTIES = st.fixed_dictionaries(
         Prop.UNIQ_KEY: TEXT,
         Prop.DEDUP: TEXT,
         Prop.TIMER_DELIVER_MS: st.integers(0, 2**40).map(str) | TEXT,
+        Prop.DELAY_LEVEL: st.integers(1, 18).map(str),
+        Prop.TRANSACTION_PREPARED: st.sampled_from(["true", "false"]),
         "other": TEXT,
     },
 )
@@ -45,12 +49,24 @@ def expected_hashes(topic: str, properties: dict[str, str]) -> list[int]:
     return [zlib.crc32(k.encode()) for k in keys + ([UNIQUE_KEY_PREFIX + unique] if unique else [])]
 
 
+def expected_held(records: list[MessageRecord]) -> int:
+    """What a broker keeps back of a batch, as it decided record by record: a half message makes the batch a half
+    batch; a delayed record before any half message makes it a scheduled one too."""
+    half = scheduled = False
+    for r in records:
+        half = half or r.properties.get(Prop.TRANSACTION_PREPARED) == "true"
+        scheduled = scheduled or (is_scheduled(r.properties) and not half)
+    return (HALF if half else 0) | (SCHEDULED if scheduled else 0)
+
+
 @settings(deadline=None)  # a loaded 2-core machine is slow now and then; the test is not about time
 @given(st.lists(RECORDS, max_size=6))
 def test_each_head_says_what_peek_head_unit_code_and_put_keys_say(records: list[MessageRecord]) -> None:
     batch = b"".join(encode_record(r) for r in records)
     read = read_heads(batch)
     assert read.failure is None
+    assert read.held == expected_held(records)
+    assert read.source is batch
     offset = 0
     for size, (topic, queue_id), code, message_id, token, hashes in read.heads:
         head = peek_head(batch, offset)
