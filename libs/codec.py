@@ -191,6 +191,16 @@ def encode_record(record: MessageRecord) -> bytes:
     return _encoded(record.topic, record.properties, record.body, head)
 
 
+def encode_new_record(
+    topic: str, body: bytes, properties: Mapping[str, str], sysflag: int, born_timestamp: int, born_host: bytes
+) -> bytes:
+    """What `encode_record` gives for a producer's new record (queue 0, no flag, nothing stored yet: what a gateway
+    sends), from its fields, the born host packed once by the caller (`pack_host`): no MessageRecord built (a
+    frozen dataclass of 14 fields, more than half the cost of the encoding; the gateway encodes one a message)."""
+    head = (0, 0, 0, 0, sysflag, born_timestamp, born_host, 0, UNSTAMPED_HOST, 0, 0)
+    return _encoded(topic, properties, body, head)
+
+
 def recast_record(
     buf: Readable, offset: int, topic: str, queue_id: int, properties: Mapping[str, str], sysflag: int
 ) -> bytes:

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from libs.codec import MAX_BODY_SIZE, encode_record
+from libs.codec import MAX_BODY_SIZE, encode_new_record, pack_host
 from libs.errors import InvalidMessage, PayloadTooLarge
-from libs.message import KEY_SEPARATOR, SYSTEM_PROPERTIES, MessageIdFactory, MessageRecord, Prop, SysFlag
+from libs.message import KEY_SEPARATOR, SYSTEM_PROPERTIES, MessageIdFactory, Prop, SysFlag
 from libs.timeparse import parse_time_ms
 
 
@@ -63,6 +63,7 @@ class RecordBuilder:
         self.max_message_bytes = max_message_bytes
         """The largest message body (decoded); at most the codec's MAX_BODY_SIZE."""
         self.ids = MessageIdFactory()
+        self._born_host = pack_host(born_host)
 
     def prepare(
         self,
@@ -99,9 +100,8 @@ class RecordBuilder:
         delayed = message.delay_level is not None or message.delay_ms is not None or message.deliver_at is not None
         warning = self._schedule(message, properties, now) if delayed else None
         sysflag = SysFlag.BINARY_BODY if binary else 0
-        # positional, in libs.message.RECORD_FIELDS' order (asserted there): half the cost of keywords
-        record = MessageRecord(topic, body, 0, 0, properties, sysflag, now, self.born_host)
-        return Prepared(message_id, message, encode_record(record), warning)
+        encoded = encode_new_record(topic, body, properties, sysflag, now, self._born_host)
+        return Prepared(message_id, message, encoded, warning)
 
     def _schedule(self, message: OutgoingMessage, properties: dict[str, str], now: int) -> str | None:
         """Set the scheduling property a delay field asks for; a warning for a time already past."""

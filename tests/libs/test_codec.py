@@ -21,8 +21,10 @@ from libs.codec import (
     decode_record,
     encode_batch,
     encode_blank,
+    encode_new_record,
     encode_record,
     iter_records,
+    pack_host,
     recast_record,
     record_size,
     stamp_record,
@@ -211,6 +213,19 @@ def test_stamped_record_decodes_with_only_the_broker_fields_changed(
     buf = bytearray(encode_record(record))
     stamp_record(buf, 0, **stamps)
     assert decode_record(buf) == dataclasses.replace(record, **stamps)
+
+
+@given(record=RECORDS)
+def test_a_new_record_encodes_as_the_record_of_its_fields(record: MessageRecord) -> None:
+    """What a gateway sends (no queue, flag or store fields yet) encodes alike without a MessageRecord."""
+    new = MessageRecord(
+        record.topic, record.body, 0, 0, record.properties, record.sysflag, record.born_timestamp, record.born_host
+    )
+    packed = pack_host(record.born_host)
+
+    encoded = encode_new_record(new.topic, new.body, new.properties, new.sysflag, new.born_timestamp, packed)
+
+    assert encoded == encode_record(new)
 
 
 @given(
