@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
+import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -63,7 +65,7 @@ class RecordBuilder:
         self.max_message_bytes = max_message_bytes
         """The largest message body (decoded); at most the codec's MAX_BODY_SIZE."""
         self.ids = MessageIdFactory()
-        self._born_host = pack_host(born_host)
+        self._born_host = pack_host(born_address(born_host))
 
     def prepare(
         self,
@@ -128,6 +130,22 @@ class RecordBuilder:
             return None if message.delay_ms is not None else "deliver_at is in the past: the message is delivered now"
         properties[Prop.TIMER_DELIVER_MS] = str(due)
         return None
+
+
+def born_address(host_port: str) -> str:
+    """`host:port` with its host an IP address, as a record holds its born host (libs.codec.pack_host): a name the
+    gateway listens on is resolved (once, when the gateway starts), to 0.0.0.0 when it cannot be."""
+    host, _, port = host_port.rpartition(":")
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return host_port
+    except ValueError:
+        pass
+    try:
+        address = str(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])
+    except (OSError, UnicodeError):
+        address = "0.0.0.0"
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def _body(message: OutgoingMessage, limit: int) -> tuple[bytes, bool]:
