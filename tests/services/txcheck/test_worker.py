@@ -47,8 +47,9 @@ def txcheck_env(
         "PETREL_TXCHECK_REDIS_KEY_PREFIX": redis_prefix,
         "PETREL_TXCHECK_WORKER_CONCURRENCY": "2",
         # A task held longer is given again while it runs: CI once took 5 s from the worker's start to the first
-        # check-back (its pool processes starting under load), and a second copy of the task would have been out
-        # when the test killed the pool. Longer than that, short enough for the wait after the worker's restart.
+        # check-back (its pool processes starting under load), so a second copy of the task may have been out when
+        # the test killed the pool (the run saw no check after it). Longer than that, short enough for the wait
+        # after the worker's restart.
         "PETREL_TXCHECK_VISIBILITY_TIMEOUT_SECONDS": "8",
         "PETREL_TXCHECK_CHECK_RETRIES": "1",
         "PETREL_TXCHECK_CHECK_RETRY_BACKOFF_MAX_SECONDS": "1",
