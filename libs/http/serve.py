@@ -21,6 +21,12 @@ among them; each process keeps its own limits, connections and garbage collector
 server's responses in flight finished before the next one stops (the gateway's calls to
 the broker end before the broker flushes and closes).
 
+A stop signal (SIGTERM, Ctrl-C) that comes while an app is still starting ends its start:
+uvicorn waits for a lifespan's start-up whatever signal comes, and a broker waiting for
+etcd, or for the controller to name its role, would hold `petrel down` until its kill.
+The start-up's own cleanup runs (its `finally` blocks, at the await it was at), and the
+process exits on the signal as after a served run.
+
 The garbage collector: a service's objects that live for its whole life are
 frozen after start-up, and full collections are made rarer, so that a
 collection does not stop a busy gateway for 50-80 ms (measured by the consumer
@@ -50,7 +56,7 @@ from starlette.types import Lifespan
 from libs.compiled import describe
 from libs.http.connection_limits import ConnectionLimits, Refused, limited_protocol
 from libs.http.shared_port import shared_port_sockets
-from libs.http.stopping import STOP_SERVER, announce_stopping
+from libs.http.stopping import STOP_SERVER, announce_stopping, stop_signalled
 from libs.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -137,6 +143,7 @@ def _signals_stop(servers: list[StoppingServer]) -> Iterator[None]:
         for server in servers:
             server.should_exit = True
             server.force_exit = server.force_exit or force
+            server.stop_starting()
 
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -156,12 +163,41 @@ def _set_up_process(settings: ServiceSettings, max_connections: int) -> None:
 
 
 def _server(app: FastAPI, settings: ServiceSettings) -> StoppingServer:
-    app.router.lifespan_context = _frozen_after_start(app.router.lifespan_context)
+    app.router.lifespan_context = _frozen_after_start(_stoppable_start(app.router.lifespan_context))
     return StoppingServer(server_config(app, settings))
 
 
 class StoppingServer(uvicorn.Server):
-    """uvicorn's server, which tells the app it is stopping before it waits for the responses in flight."""
+    """uvicorn's server, which tells the app it is stopping before it waits for the responses in flight, and ends
+    an app's start when a stop signal comes during it (`stop_starting`)."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        signalled = stop_signalled(self.config.app)
+        if self.should_exit:  # a signal came before there was a loop to tell
+            self.stop_starting()
+        quiet = _QuietStoppedStart(signalled)
+        uvicorn_log = logging.getLogger("uvicorn.error")
+        uvicorn_log.addFilter(quiet)
+        try:
+            await super().startup(sockets)
+        except SystemExit:  # uvicorn's exit for a failed start (3): a stop is not a failure
+            if not signalled.is_set():
+                raise
+        finally:
+            uvicorn_log.removeFilter(quiet)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self.stop_starting()
+
+    def stop_starting(self) -> None:
+        """A stop was asked for: if the app is still starting, its start ends (from a signal handler, any thread)."""
+        if not self.started and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                self._loop.call_soon_threadsafe(stop_signalled(self.config.app).set)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         announce_stopping(self.config.app)
@@ -210,6 +246,54 @@ def _allow_open_files(wanted: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
     if raised < wanted:
         log.warning("open files are limited to %d (hard limit): fewer than max_connections can be open", raised)
+
+
+class _QuietStoppedStart(logging.Filter):
+    """uvicorn logs a start ended by a stop signal as a failed one (the traceback, 'Application startup failed'):
+    the service's own warning says it instead."""
+
+    def __init__(self, signalled: asyncio.Event) -> None:
+        super().__init__()
+        self.signalled = signalled
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.signalled.is_set() and record.levelno >= logging.ERROR)
+
+
+class StoppedWhileStarting(Exception):
+    """A stop signal came while the app was starting: it stopped before serving."""
+
+
+def _stoppable_start(lifespan: Lifespan[Any]) -> Lifespan[Any]:
+    """`lifespan`, whose start is cancelled when `stop_signalled(app)` is set before it ends (StoppedWhileStarting,
+    once the start's own cleanup has run); once started, the signal no longer reaches it."""
+
+    @contextlib.asynccontextmanager
+    async def stoppable(app: FastAPI) -> AsyncIterator[Any]:
+        signalled, starting = stop_signalled(app), asyncio.current_task()
+        assert starting is not None
+
+        async def watch() -> None:
+            await signalled.wait()
+            starting.cancel()
+
+        watcher = asyncio.create_task(watch(), name="stop-while-starting")
+        context = lifespan(app)
+        try:
+            state = await context.__aenter__()
+        except asyncio.CancelledError:
+            if not signalled.is_set():
+                raise
+            starting.uncancel()
+            log.warning("a stop signal came while the service was starting: it stopped before serving")
+            raise StoppedWhileStarting("stopped by a signal while starting") from None
+        finally:
+            watcher.cancel()  # no await between the start's end and here: the watcher cannot cancel past it
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_exit(context)
+            yield state
+
+    return stoppable
 
 
 def _frozen_after_start(lifespan: Lifespan[Any]) -> Lifespan[Any]:

@@ -8,6 +8,7 @@ registered with `on_stopping` runs then, in the server's event loop.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -44,3 +45,15 @@ def request_restart(app: Any, reason: str) -> None:
 
 def restart_reason(app: Any) -> str | None:
     return getattr(getattr(app, "state", None), RESTART_REASON, None)
+
+
+STOP_SIGNALLED = "stop_signalled"
+
+
+def stop_signalled(app: Any) -> asyncio.Event:
+    """Set when a stop signal came for the server serving `app` (libs.http.serve ends a start it interrupts)."""
+    event: asyncio.Event | None = getattr(app.state, STOP_SIGNALLED, None)
+    if event is None:
+        event = asyncio.Event()
+        setattr(app.state, STOP_SIGNALLED, event)
+    return event

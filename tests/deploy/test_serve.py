@@ -86,6 +86,30 @@ def test_serve_nameserver_answers_healthz_and_stops_on_sigterm_with_exit_0(tmp_p
     assert not answers(port)
 
 
+def test_a_broker_still_waiting_for_etcd_at_its_start_stops_on_sigterm(tmp_path: Path) -> None:
+    """uvicorn waits for an app's start whatever signal comes: a broker waiting for etcd held a stop until its kill."""
+    dead_etcd = f"127.0.0.1:{free_port()}"
+    env = petrel_env(
+        PETREL_BROKER_PORT=str(free_port()),
+        PETREL_DATA_DIR=str(tmp_path / "data"),
+        PETREL_BROKER_CONTROLLED="true",
+        PETREL_ETCD_ENDPOINTS=dead_etcd,
+    )
+    log = tmp_path / "serve.log"
+    with served(tmp_path, "broker", env=env) as process:
+        wait_until(lambda: "no lease for broker-a/0 yet" in log.read_text(), "the broker waiting for etcd", 30)
+        process.send_signal(signal.SIGTERM)
+        try:
+            status = process.wait(10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the starting broker did not stop in 10 s after SIGTERM:\n{log.read_text()}")
+
+    text = log.read_text()
+    assert status == 0, f"exit {status} after SIGTERM:\n{text}"
+    assert "stopped before serving" in text, text
+    assert "ERROR" not in text, text  # a stop, not a failed start
+
+
 def test_serve_takes_its_settings_from_the_env_file(tmp_path: Path) -> None:
     port = free_port()
     env_file = tmp_path / "nameserver.env"

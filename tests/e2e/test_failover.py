@@ -23,7 +23,7 @@ from deploy.supervisor import Supervisor
 from tests.support.crash_sends import CRASH_BROKER, kill_9_under_sends, read_topic
 from tests.support.etcd import EtcdCluster, etcd_cluster
 from tests.support.gateway_calls import received
-from tests.support.processes import running
+from tests.support.processes import running, where_they_are
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
 
@@ -83,8 +83,8 @@ async def status(broker: httpx.AsyncClient, **params: int) -> dict[str, object]:
     return dict(answer.json())
 
 
-async def first_answered_send(client: httpx.AsyncClient, topic: str = "crash") -> float:
-    """Send until the gateway answers 201; when it did (time.monotonic)."""
+async def first_answered_send(client: httpx.AsyncClient, supervisor: Supervisor, topic: str = "crash") -> float:
+    """Send until the gateway answers 201; when it did (time.monotonic). Failing, what each process was doing."""
 
     async def answered() -> bool:
         try:
@@ -93,7 +93,9 @@ async def first_answered_send(client: httpx.AsyncClient, topic: str = "crash") -
             return False
         return sent.status_code == 201
 
-    await eventually(answered, "a send is answered by the new master", timeout=30)
+    await eventually(
+        answered, "a send is answered by the new master", timeout=30, context=lambda: where_they_are(supervisor)
+    )
     return time.monotonic()
 
 
@@ -111,7 +113,7 @@ async def test_a_killed_master_is_replaced_by_its_in_sync_slave_and_comes_back_a
 
         acked = await kill_9_under_sends(client, supervisor, "broker-a", SENDERS)
         killed_at = time.monotonic()
-        resumed_at = await first_answered_send(client)
+        resumed_at = await first_answered_send(client, supervisor)
         promoted = await status(new_master)
         assert (promoted["role"], promoted["epoch"]) == ("SYNC_MASTER", 2), promoted
         view = (await client.get("/v1/cluster")).json()
@@ -165,7 +167,7 @@ async def test_leases_in_flight_at_a_failover_are_delivered_again_by_the_new_mas
 
         await eventually(offsets_copied, "the slave has its master's consumer offsets")
         _kill_9(supervisor, "broker-a")
-        await first_answered_send(client, "orders")
+        await first_answered_send(client, supervisor, "orders")
 
         late = await client.post(
             "/v1/groups/billing/ack", json={"receipt_handles": [m["receipt_handle"] for m in in_flight]}
