@@ -160,3 +160,8 @@ class ReplicationStatus(BaseModel):
     in_sync: list[int] = Field(
         default_factory=list, description="a master: the ids of the slaves in its in-sync set (SYNC_MASTER waits)"
     )
+    electable: list[int] | None = Field(
+        default=None,
+        description="a master under a controller: the slaves its in-sync set in etcd names, those the controller may "
+        "promote if this master fails. A slave joins `in_sync` here first, then this set once etcd has taken it",
+    )

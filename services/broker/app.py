@@ -245,6 +245,7 @@ def _take_role(app: FastAPI, fence: WriteFence, run: RoleOfRun, replication: Rep
     if link.is_master:
         fence.lease_held = link.holds_lease
         replication.fence(link.holds_lease)
+        replication.controller = link
         if in_sync is not None:
             in_sync.confirm = link.change_in_sync
             if link.run_as is not None:

@@ -111,6 +111,8 @@ class ControllerLink:
         self._reported_at = 0.0
         self._master_taken = False
         self._changing = asyncio.Lock()
+        self._recorded = asyncio.Event()
+        """Set (and replaced) each time `last` changes: what waits for a slave to be recorded wakes."""
         self._read_only_logged = False
         self._resigned = False
 
@@ -258,8 +260,27 @@ class ControllerLink:
 
     def take(self, state: ReplicationState, revision: int) -> None:
         """This run's role is the one `state` gives."""
-        self.run_as = self.last = state
-        self._revision = revision
+        self.run_as = state
+        self._seen(state, revision)
+
+    def _seen(self, state: ReplicationState, revision: int) -> None:
+        """The state as etcd now has it (read, watched or written)."""
+        self.last, self._revision = state, revision
+        self._recorded.set()
+        self._recorded = asyncio.Event()
+
+    def electable(self) -> list[int]:
+        """A master's slaves that the state in etcd records as in sync: those the controller may promote."""
+        last = self.last
+        return [] if last is None else [i for i in last.in_sync if i != self.broker_id]
+
+    async def recorded(self, slave_id: int, timeout: float) -> bool:
+        """Until the state in etcd records slave `slave_id` as in sync, or `timeout` seconds pass; whether it does."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while slave_id not in self.electable():
+                    await self._recorded.wait()
+        return slave_id in self.electable()
 
     def role_changed(self, state: ReplicationState | None) -> str | None:
         """Why this run's role no longer holds under `state` (None: it holds)."""
@@ -304,16 +325,17 @@ class ControllerLink:
                         .commit()
                     )
                     if result.succeeded:
-                        self.last, self._revision, self._resigned = new, result.revision, resigning
+                        self._seen(new, result.revision)
+                        self._resigned = resigning
                         log.info("controller: %s in-sync set %s -> %s", self.broker_name, last.in_sync, new.in_sync)
                         return True
                     held = result.responses[0] if result.responses else None
                     if not isinstance(held, RangeResult) or not held.kvs:
                         return False
                     current = _state(held.kvs[0].value)
-                    if self.role_changed(current) is not None:
+                    if current is None or self.role_changed(current) is not None:
                         return False  # a grant came in between: this master's epoch is over
-                    self.last, self._revision = current, held.kvs[0].mod_revision
+                    self._seen(current, held.kvs[0].mod_revision)
             except EtcdError as exc:
                 log.warning("etcd: %s's in-sync set not recorded (%s)", self.broker_name, exc)
         return False
@@ -401,7 +423,7 @@ class ControllerLink:
             current = _state(read.kvs[0].value) if read.kvs else None
             why = self.role_changed(current)
             if why is None and current is not None:
-                self.last, self._revision = current, read.kvs[0].mod_revision
+                self._seen(current, read.kvs[0].mod_revision)
             return why
         for event in events:
             current = None if event.kind == "DELETE" else _state(event.kv.value)
@@ -409,7 +431,7 @@ class ControllerLink:
             if why is not None:
                 return why
             if current is not None and event.kv.mod_revision > self._revision:
-                self.last, self._revision = current, event.kv.mod_revision
+                self._seen(current, event.kv.mod_revision)
         return None
 
     async def _stop_keeping(self) -> None:

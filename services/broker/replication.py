@@ -54,13 +54,18 @@ async def stream_commitlog(
 async def get_replication_status(
     ctx: Context,
     in_sync: Annotated[
-        int | None, Query(ge=0, description="a master: first wait until this slave id is in its in-sync set")
+        int | None,
+        Query(
+            ge=0,
+            description="a master: first wait until this slave id is in its in-sync set (under a controller, also "
+            "in the set etcd records: `electable`)",
+        ),
     ] = None,
     wait_ms: Annotated[int, Query(ge=0, le=60_000, description="how long to wait for `in_sync`")] = 0,
 ) -> ReplicationStatus:
     """Where this broker stands: its role, its log's end, its slaves and in-sync set, or a slave's lag."""
-    if in_sync is not None and ctx.replication.in_sync is not None:
-        await ctx.replication.in_sync.joined(in_sync, wait_ms / 1000)
+    if in_sync is not None:
+        await ctx.replication.joined(in_sync, wait_ms / 1000)
     return ctx.replication.status()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Gauge
 from starlette.types import Scope
@@ -133,6 +134,14 @@ def fenced_master(broker_name: str) -> NotMaster:
     )
 
 
+class Electable(Protocol):
+    """A controlled master's in-sync set as etcd records it (services.broker.controller_link.ControllerLink)."""
+
+    def electable(self) -> list[int]: ...
+
+    async def recorded(self, slave_id: int, timeout: float) -> bool: ...
+
+
 class Replication:
     """A broker's part in replication: a master's source and in-sync set, or a slave's follower."""
 
@@ -150,6 +159,8 @@ class Replication:
         self.epochs = epochs or EpochFile(store.config.root)
         self.lease_held: Callable[[], bool] | None = None
         """Under a controller, a master's: whether it may still acknowledge writes."""
+        self.controller: Electable | None = None
+        """Under a controller, a master's: the slaves etcd records as in sync (those that may be promoted)."""
         self.broker_name = broker_name
         self.broker_id = broker_id
         self.store = store
@@ -177,6 +188,17 @@ class Replication:
             return max((max(0, end - s.acked) for s in self.in_sync.slaves.values()), default=0)
         master_end = None if self.follower is None else self.follower.master_end
         return 0 if master_end is None else max(0, master_end - end)
+
+    async def joined(self, slave_id: int, timeout: float) -> None:
+        """A master: until slave `slave_id` is in its in-sync set and, under a controller, recorded there too (then
+        the controller may promote it), or `timeout` seconds pass."""
+        if self.in_sync is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        await self.in_sync.joined(slave_id, timeout)
+        if self.controller is not None:
+            await self.controller.recorded(slave_id, max(0.0, deadline - loop.time()))
 
     def fence(self, lease_held: Callable[[], bool]) -> None:
         """Under a controller: no put is answered once the lease has run out, whatever it waited for."""
@@ -235,6 +257,7 @@ class Replication:
         if self.in_sync is not None:
             now = self.in_sync.clock()
             status.in_sync = self.in_sync.in_sync()
+            status.electable = None if self.controller is None else self.controller.electable()
             status.slaves = [
                 SlaveState(
                     slave_id=s.slave_id,

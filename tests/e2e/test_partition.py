@@ -196,7 +196,12 @@ class Partition:
         """Writes through the gateway and straight to b1, until each has had ACKED_BEFORE_CUT acknowledged."""
         assert (await self.gateway.put("/v1/topics/crash", json={"queues": QUEUES})).status_code == 201
         joined = await status(self.b1, in_sync=1, wait_ms=20_000)
-        assert (joined["role"], joined["epoch"], joined["in_sync"]) == ("SYNC_MASTER", 1, [1]), joined
+        assert (joined["role"], joined["epoch"], joined["in_sync"], joined["electable"]) == (
+            "SYNC_MASTER",
+            1,
+            [1],
+            [1],
+        ), joined
         for i in range(WRITERS):
             self.write(self.others_writing, send(self.gateway, f"gateway-{i}"))
             self.write(self.b1_writing, put(self.b1, f"b1-{i}", QUEUES))
@@ -336,7 +341,7 @@ async def check_the_return(run: Partition, b1_process: HostProcess, cut_off_end:
     """b1 truncated its log (which ended at `cut_off_end`) to where b2's epoch 2 began, caught up, and holds what
     b2 holds; every acknowledged write is on b2 as it was answered. The bytes b1 truncated."""
     rejoined = await status(run.b2, in_sync=0, wait_ms=20_000)
-    assert rejoined["in_sync"] == [0], rejoined
+    assert (rejoined["in_sync"], rejoined["electable"]) == ([0], [0]), rejoined
     sent = await run.gateway.post("/v1/topics/crash/messages", json={"body": "with b1 in sync again"})
     assert sent.status_code == 201, sent.text
 

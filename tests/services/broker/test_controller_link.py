@@ -22,6 +22,7 @@ from libs.store.message_store import MessageStore
 from services.broker.app import create_app
 from services.broker.controller_link import LOG_END_REPORT_SECONDS, ControllerLink, RunHandover
 from services.broker.in_sync import InSyncReplicas
+from services.broker.replication_state import Replication
 from tests.support.apps import broker_settings, in_process
 from tests.support.broker_calls import put
 from tests.support.clock import FakeClock
@@ -187,6 +188,34 @@ async def test_a_slave_that_joins_is_in_etcds_set_at_once_not_at_the_masters_nex
             following.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await following
+
+
+async def test_a_slave_in_a_masters_in_sync_set_is_electable_only_once_etcd_records_it(
+    settings: EtcdSettings, client: EtcdClient, store: MessageStore, tmp_path: Path
+) -> None:
+    # The master counts a slave in at once (its writes wait for it from then on); the controller can promote it only
+    # once etcd has the larger set. The replication status says both, and its wait for a slave waits for the second.
+    async with closing(link(settings, store, heartbeat=60)) as master, running(controller(client, tmp_path)):
+        await master.start()
+        await replica(client, NAME, 1, log_end=0)
+        await as_master(master)
+        in_sync = InSyncReplicas(NAME, 0.3, EventWriter(tmp_path / "export", "broker", enabled=False))
+        replication = Replication(BrokerRole.SYNC_MASTER, NAME, 0, store, in_sync)
+        replication.controller = master
+        in_sync.acked(1, "127.0.0.1:10912", 0, 0)  # joined here; nothing runs that records it
+        status = replication.status()
+        assert (status.in_sync, status.electable) == ([1], []), status
+        assert not await master.recorded(1, 0.05)
+
+        waiting = asyncio.create_task(replication.joined(1, 10))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        assert await master.change_in_sync([1])  # what the master's join task writes
+        await asyncio.wait_for(waiting, 5)
+        assert replication.status().electable == [1]
+        found = await state(client, NAME)
+        assert found is not None
+        assert found.in_sync == [0, 1]
 
 
 async def test_an_in_sync_change_fails_once_an_election_happened_in_between(
