@@ -34,7 +34,7 @@ from libs.cluster_token import (
     read_token_file,
     token_file_of,
 )
-from tests.support.controller import controller_view, leading, master_id
+from tests.support.controller import controller_view, in_sync_ids, leading, master_id
 from tests.support.etcd import EtcdCluster, etcd_cluster
 from tests.support.serving import free_port
 from tests.support.waiting import eventually
@@ -232,6 +232,17 @@ class LocalCluster:
             for spec in self.specs.values():
                 spec.env.update(endpoints)
         await asyncio.to_thread(self.start_now)
+        if self.replicated:
+            await self.slave_electable()
+
+    async def slave_electable(self, timeout: float = 30.0) -> None:
+        """Until etcd records broker-a's slave in its in-sync set: before, a master that dies leaves no one the
+        controller may promote (a slave counts on the master at once, in etcd a write later)."""
+
+        async def recorded() -> bool:
+            return len(in_sync_ids(await self.controller_view())) == 2
+
+        await eventually(recorded, "broker-a's slave in etcd's in-sync set", timeout=timeout)
 
     def start_now(self, *names: str) -> None:
         """Start the processes named (every one when none is), in the cluster's order, each up before the next; one

@@ -120,6 +120,13 @@ def leading(view: dict[str, Any], ports: dict[str, int]) -> str | None:
     return next((name for name, port in ports.items() if leader and leader.endswith(f":{port}")), None)
 
 
+def in_sync_ids(view: dict[str, Any]) -> list[int]:
+    """The first broker name's in-sync set as etcd records it (empty before any assignment): those the controller
+    may promote."""
+    assignment = view["broker_names"][0]["assignment"] if view["broker_names"] else None
+    return list(assignment["in_sync"]) if assignment else []
+
+
 def master_id(view: dict[str, Any]) -> int:
     """The id of the first broker name's master in the view (0 before any assignment)."""
     assignment = view["broker_names"][0]["assignment"] if view["broker_names"] else None
