@@ -202,7 +202,7 @@ class ConsumeQueue:
         """Retention: delete whole files whose every unit points below the CommitLog's minimum."""
         deleted = 0
         starts = self.file_starts()
-        for start, following in zip(starts, [*starts[1:], None], strict=True):
+        for start, following in zip(starts, [*starts[1:], None][: len(starts)], strict=True):  # (none: no file yet)
             if following is None or following > self.written:
                 break
             last_phy, _, _ = self.read(following - 1, 1)[0]

@@ -114,9 +114,11 @@ class Retention:
         return max(aged, wanted)
 
     def _forget_below(self, minimum: int) -> None:
+        """Every queue's minimum past `minimum`: those with files, and those whose units are all still in memory
+        (between checkpoints a queue's units are written only past a backlog)."""
         queues = self.store.queues
         queues.commitlog_min = minimum
-        for topic, queue_id in queues.on_disk():
+        for topic, queue_id in {*queues.on_disk(), *((q.topic, q.queue_id) for q in queues.opened())}:
             queues.get(topic, queue_id).delete_files_below(minimum)
         self.store.index.delete_files_before(minimum)
 

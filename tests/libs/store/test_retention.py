@@ -81,6 +81,22 @@ async def test_force_deletes_the_oldest_segment_even_if_young(stores: Stores) ->
     assert low > 0
 
 
+async def test_a_queue_whose_units_are_still_in_memory_follows_the_log_too(stores: Stores) -> None:
+    # Between checkpoints a queue's units go to its files only past a backlog: a queue with a few has no file yet,
+    # and its minimum must move past a deleted segment all the same (a pull there would read a deleted segment).
+    store = stores.open()
+    await store.flusher.flush()  # the first round is a checkpoint; later ones at the same instant are not
+    for _ in range(5):
+        await store.put(record("U", 0, RETENTION_BODY))
+    sent = await fill(store, 200)
+    assert not (store.config.consumequeue_dir / "U").exists()
+    assert store.delete_expired(force=True) == 1
+    assert store.queue_offsets("U", 0) == (5, 5)
+    assert pull_all(store, "U", 0) == []
+    low, high = store.queue_offsets("T", 0)
+    assert pull_all(store, "T", 0) == sent[low:high]
+
+
 async def test_deleted_segments_stay_deleted_and_queue_minimums_stay_after_a_restart(
     stores: Stores, clock: FakeClock
 ) -> None:
