@@ -5,6 +5,8 @@ no test file outside `tests/support` defines its own clock (use `FakeClock`) or 
 on the wall clock with a sleep (await an event, or poll with `tests.support.waiting`).
 The README stays under README_MAX_LINES lines: what does not fit goes to a page of docs/.
 A module that imports Spark lives where the `spark` marker is given (`make test-fast` leaves those out).
+The code never ends a task with `suppress(CancelledError)` around its await: that swallows a cancellation of the
+caller arriving meanwhile (`libs.tasks.cancelled` ends tasks).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tests.support.markers import SPARK_IMPORTS, SPARK_PATHS, starts_spark
 TESTS = Path(__file__).parent
 SUPPORT = TESTS / "support"
 README = TESTS.parent / "README.md"
+CODE = [TESTS.parent / part for part in ("libs", "services", "gateway", "deploy", "bench")]
 README_MAX_LINES = 150
 
 
@@ -126,3 +129,27 @@ def test_every_module_that_imports_spark_is_marked_spark() -> None:
     ]
     assert unmarked == [], f"modules import Spark but are not marked `spark` (tests.support.markers): {unmarked}"
     assert all(place.exists() for place in SPARK_PATHS), "a path of tests.support.markers.SPARK_PATHS is gone"
+
+
+def cancellation_swallowed(tree: ast.Module) -> Iterator[int]:
+    """Lines of `with suppress(..., CancelledError, ...):` blocks."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                call = item.context_expr
+                if (
+                    isinstance(call, ast.Call)
+                    and ast.unparse(call.func).endswith("suppress")
+                    and any(ast.unparse(arg).endswith("CancelledError") for arg in call.args)
+                ):
+                    yield node.lineno
+
+
+def test_no_code_swallows_a_cancellation_while_it_ends_a_task() -> None:
+    found = {
+        path.relative_to(TESTS.parent).as_posix(): lines
+        for part in CODE
+        for path in sorted(part.rglob("*.py"))
+        if (lines := list(cancellation_swallowed(parsed(path))))
+    }
+    assert found == {}, f"use libs.tasks.cancelled (a caller's cancellation would be swallowed): {found}"

@@ -32,6 +32,7 @@ from libs.store.checkpoint import Checkpoint
 from libs.store.commitlog import CommitLog
 from libs.store.config import StoreConfig
 from libs.store.queue_table import ConsumeQueueTable
+from libs.tasks import cancelled
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +76,7 @@ class Flusher:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancelled(*self._tasks)
         self._tasks = []
         await self.flush(checkpoint=True)
 

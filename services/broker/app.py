@@ -29,6 +29,7 @@ from libs.http.transport import Transport
 from libs.names import validate_topic_name
 from libs.problem import PROBLEM_RESPONSES
 from libs.store.message_store import MessageStore
+from libs.tasks import cancelled
 from services.broker import messages, overview, timers, transaction_api
 from services.broker import replication as replication_routes
 from services.broker.consume import api as consume_api
@@ -186,16 +187,11 @@ def create_app(
                         )
                     }
                 finally:
-                    periodic.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await periodic
+                    await cancelled(periodic)
                     await registrar.unregister_all()
         finally:
             heard()
-            for task in (*background, retention, *follower):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancelled(*background, retention, *follower)
             await offsets.stop()
             await store.close()
             engine.dispose()

@@ -48,6 +48,7 @@ from libs.controller_api import MasterClaim, ReplicaReport, ReplicationState, ma
 from libs.etcd import Compare, EtcdClient, EtcdError, Get, Lease, LeaseKeeper, Put, RangeResult
 from libs.store.epochs import EpochFile
 from libs.store.message_store import MessageStore
+from libs.tasks import cancelled
 from services.broker.in_sync import InSyncReplicas
 
 log = logging.getLogger(__name__)
@@ -350,9 +351,7 @@ class ControllerLink:
             await self._follow(in_sync, restart)
         finally:
             if recording is not None:
-                recording.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await recording
+                await cancelled(recording)
 
     async def _follow(self, in_sync: InSyncReplicas | None, restart: Callable[[str], None]) -> None:
         while True:
@@ -436,9 +435,7 @@ class ControllerLink:
 
     async def _stop_keeping(self) -> None:
         if self._keeping is not None:
-            self._keeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keeping
+            await cancelled(self._keeping)
             self._keeping = None
 
     async def close(self) -> None:

@@ -16,10 +16,10 @@ consumer offsets and the POP groups' progress alike (both are kept here).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
+from libs.tasks import cancelled
 from services.broker.metadata import OffsetKey, OffsetStore
 
 log = logging.getLogger(__name__)
@@ -112,9 +112,7 @@ class ConsumerOffsets:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancelled(self._task)
         await self.persist()
 
     async def _run(self) -> None:

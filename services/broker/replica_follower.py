@@ -37,6 +37,7 @@ from libs.http.paths import internal_path
 from libs.names import is_system_topic
 from libs.store.config import FlushMode
 from libs.store.message_store import MessageStore
+from libs.tasks import cancelled
 from libs.topic import TopicConfig
 from services.broker.consumer_mirror import CONSUMERS_SYNC_SECONDS, ConsumerMirror
 from services.broker.replication_state import FollowerState
@@ -116,10 +117,7 @@ class ReplicaFollower:
         try:
             await self._follow(client)
         finally:
-            for task in helpers:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancelled(*helpers)
 
     async def _follow(self, client: httpx.AsyncClient) -> None:
         log_ = self.store.commitlog

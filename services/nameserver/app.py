@@ -26,6 +26,7 @@ from libs.routing import (
     TopicRoute,
     TopicRouteList,
 )
+from libs.tasks import cancelled
 from services.nameserver import controller_routes
 from services.nameserver.controller import Controller
 from services.nameserver.params import BrokerId, BrokerName
@@ -158,10 +159,7 @@ def create_app(
         try:
             yield state
         finally:
-            for task in tasks:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancelled(*tasks)
             if client is not None:
                 await client.close()
 

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from libs.controller_api import BROKERS_PREFIX, LEADER_KEY, ReplicationState, master_key, replica_key, state_key
 from libs.etcd import Compare, Election, EtcdClient, EtcdError, LeaseKeeper, Put
 from libs.events.writer import EventWriter
+from libs.tasks import cancelled
 from services.nameserver.controller_rules import BrokerNameSeen, Grant, Waiting, decide
 from services.nameserver.controller_view import read_broker_names
 
@@ -97,9 +98,7 @@ class Controller:
                 if self.leading.is_set():
                     log.warning("controller: %s no longer leads", self.address)
                 self.leading.clear()
-                keeping.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keeping
+                await cancelled(keeping)
                 with contextlib.suppress(EtcdError, TimeoutError):  # the next leader need not wait for its expiry
                     async with asyncio.timeout(1.0):
                         await self.client.revoke(keeper.lease.id)

@@ -17,6 +17,7 @@ from libs.http.app import add_routers, service_app
 from libs.http.client import ClientOptions, InternalClient
 from libs.http.transport import Transport
 from libs.problem import PROBLEM_RESPONSES
+from libs.tasks import cancelled
 from libs.timer import TimerStore
 from services.timer.metrics import TimerCollector
 from services.timer.progress import WHEEL, TimerProgress
@@ -112,9 +113,7 @@ def create_app(settings: TimerSettings, *, transport: Transport | None = None) -
             try:
                 yield {"scheduler": scheduler}
             finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancelled(task)
                 app.state.metrics.registry.unregister(collector)
                 scheduler.checkpoint()
                 store.close()
