@@ -29,6 +29,9 @@ def broker_settings(nameserver: ServedApp | str, name: str = "broker-a", **overr
     return BrokerSettings(**values)  # type: ignore[arg-type]
 
 
+LIFESPAN_SECONDS = 60
+
+
 async def in_process(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client calling the app in-process, with its lifespan running."""
     async for client, _ in in_process_with_state(app):
@@ -37,7 +40,9 @@ async def in_process(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 async def in_process_with_state(app: FastAPI) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, Any]]]:
     """As `in_process`, with the state its lifespan yielded (a broker's: {"broker": BrokerContext})."""
-    async with LifespanManager(app) as manager:
+    # asgi-lifespan's 5 s for a start or a stop: a broker's start took longer on a loaded machine (the suite at
+    # 0.75 CPU); the test's own timeout still bounds it
+    async with LifespanManager(app, startup_timeout=LIFESPAN_SECONDS, shutdown_timeout=LIFESPAN_SECONDS) as manager:
         transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             yield client, manager._state  # asgi-lifespan keeps it there (no public name for it)
