@@ -21,6 +21,7 @@ record is gone or is not this queue's (see `_record_is_ours`).
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import struct
 from collections import OrderedDict
@@ -202,7 +203,7 @@ class ConsumeQueue:
         """Retention: delete whole files whose every unit points below the CommitLog's minimum."""
         deleted = 0
         starts = self.file_starts()
-        for start, following in zip(starts, [*starts[1:], None][: len(starts)], strict=True):  # (none: no file yet)
+        for start, following in itertools.zip_longest(starts, starts[1:]):
             if following is None or following > self.written:
                 break
             last_phy, _, _ = self.read(following - 1, 1)[0]

@@ -19,6 +19,7 @@ from libs.events.writer import EventWriter
 from libs.store.config import FlushMode
 from libs.store.epochs import EpochFile
 from libs.store.message_store import MessageStore
+from libs.tasks import cancelled
 from services.broker.app import create_app
 from services.broker.controller_link import LOG_END_REPORT_SECONDS, ControllerLink, RunHandover
 from services.broker.in_sync import InSyncReplicas
@@ -165,16 +166,21 @@ async def test_a_restarted_master_does_not_acknowledge_alone_while_a_slave_is_in
     assert (recorded.in_sync, recorded.version, recorded.epoch) == ([0], found.version + 2, found.epoch)
 
 
+async def master_of_slave_1(master: ControllerLink, client: EtcdClient, tmp_path: Path) -> InSyncReplicas:
+    """`master` granted and holding its key, slave 1 reported in etcd, and the master's in-sync set (empty yet)."""
+    await master.start()
+    await replica(client, NAME, 1, log_end=0)
+    await as_master(master)
+    return InSyncReplicas(NAME, 0.3, EventWriter(tmp_path / "export", "broker", enabled=False))
+
+
 async def test_a_slave_that_joins_is_in_etcds_set_at_once_not_at_the_masters_next_heartbeat(
     settings: EtcdSettings, client: EtcdClient, store: MessageStore, tmp_path: Path
 ) -> None:
     # Until the join is in etcd the controller may not promote that slave: a master killed in between leaves nobody
     # to promote. The heartbeat here is a minute, so only the join itself can have written it.
     async with closing(link(settings, store, heartbeat=60)) as master, running(controller(client, tmp_path)):
-        await master.start()
-        await replica(client, NAME, 1, log_end=0)
-        await as_master(master)
-        in_sync = InSyncReplicas(NAME, 0.3, EventWriter(tmp_path / "export", "broker", enabled=False))
+        in_sync = await master_of_slave_1(master, client, tmp_path)
         following = asyncio.create_task(master.run(in_sync, lambda why: None))
         try:
             in_sync.acked(1, "127.0.0.1:10912", 0, 0)  # slave 1 has the master's whole log
@@ -185,9 +191,7 @@ async def test_a_slave_that_joins_is_in_etcds_set_at_once_not_at_the_masters_nex
 
             await eventually(recorded, "slave 1 in etcd's in-sync set", timeout=5)
         finally:
-            following.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await following
+            await cancelled(following)
 
 
 async def test_a_slave_in_a_masters_in_sync_set_is_electable_only_once_etcd_records_it(
@@ -196,10 +200,7 @@ async def test_a_slave_in_a_masters_in_sync_set_is_electable_only_once_etcd_reco
     # The master counts a slave in at once (its writes wait for it from then on); the controller can promote it only
     # once etcd has the larger set. The replication status says both, and its wait for a slave waits for the second.
     async with closing(link(settings, store, heartbeat=60)) as master, running(controller(client, tmp_path)):
-        await master.start()
-        await replica(client, NAME, 1, log_end=0)
-        await as_master(master)
-        in_sync = InSyncReplicas(NAME, 0.3, EventWriter(tmp_path / "export", "broker", enabled=False))
+        in_sync = await master_of_slave_1(master, client, tmp_path)
         replication = Replication(BrokerRole.SYNC_MASTER, NAME, 0, store, in_sync)
         replication.controller = master
         in_sync.acked(1, "127.0.0.1:10912", 0, 0)  # joined here; nothing runs that records it
